@@ -1,0 +1,1 @@
+"""helpers: the finished, tested code that the book's chapters build by hand."""
