@@ -1,0 +1,75 @@
+"""Greedy decoding, naive or with a KV cache, and exact-match accuracy."""
+
+import torch
+
+from .checks import check_token_ids
+from .masks import make_padding_mask
+from .vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@torch.no_grad()
+def greedy_decode(model, src: torch.Tensor, max_len: int | None = None, use_cache: bool = False,
+                  stop_at_eos: bool = True) -> torch.Tensor:
+    """src [B, Ls] -> int64 [B, <= max_len]: <bos>, then the argmax token at every step.
+
+    Rows that produced <eos> are padded with <pad> until every row is done.
+    use_cache=False re-runs the decoder over the whole prefix every step (the textbook loop).
+    use_cache=True feeds only the newest token: each layer appends its self-attention K/V
+    and projects the cross-attention K/V from memory once. The tokens are identical.
+    stop_at_eos=False keeps generating to max_len (for timing long outputs).
+    Switches the model to eval mode (dropout off) and leaves it there.
+    """
+    model.eval()
+    max_len = model.max_len if max_len is None else int(max_len)
+    if not 1 <= max_len <= model.max_len:
+        raise ValueError(f"max_len must be in [1, {model.max_len}] (the model's max_len), got {max_len}")
+    check_token_ids("src", src, model.src_vocab, model.max_len)
+    memory, src_mask = model.encode(src)
+    B = src.size(0)
+    out = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    caches = [{} for _ in model.decoder.layers] if use_cache else None
+    for step in range(max_len - 1):
+        if use_cache:
+            # one new query row; it may see every cached key that is not padding
+            new = out[:, -1:]
+            self_mask = make_padding_mask(out)  # [B, 1, 1, step + 1]
+            h, _ = model.decoder(new, memory, self_mask, src_mask, need_weights=False,
+                                 caches=caches, start_pos=step)
+            logits = model.out_proj(h[:, -1])
+        else:
+            logits = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1]
+        nxt = logits.argmax(-1).masked_fill(finished, PAD_ID)
+        out = torch.cat([out, nxt[:, None]], dim=1)
+        if stop_at_eos:
+            finished |= nxt == EOS_ID
+            if finished.all():
+                break
+    return out
+
+
+@torch.no_grad()
+def exact_match(model, src: torch.Tensor, tgt: torch.Tensor, use_cache: bool = True,
+                batch_size: int = 1000) -> float:
+    """Fraction of sequences whose greedy decoding equals tgt up to and including <eos>."""
+    if src.size(0) != tgt.size(0):
+        raise ValueError(f"src and tgt hold {src.size(0)} and {tgt.size(0)} sequences")
+    device = next(model.parameters()).device
+    correct = 0
+    for i in range(0, src.size(0), batch_size):
+        s, t = src[i:i + batch_size].to(device), tgt[i:i + batch_size].to(device)
+        pred = greedy_decode(model, s, use_cache=use_cache)
+        correct += int(sequences_equal(pred, t).sum())
+    return correct / max(src.size(0), 1)
+
+
+def sequences_equal(pred: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """bool [B]: pred matches tgt at every position up to tgt's first <eos> (inclusive)."""
+    L = tgt.size(1)
+    if pred.size(1) < L:
+        pred = torch.nn.functional.pad(pred, (0, L - pred.size(1)), value=PAD_ID)
+    pred = pred[:, :L]
+    # positions up to and including the first <eos> of the target
+    is_eos = (tgt == EOS_ID).long()
+    upto_eos = (is_eos.cumsum(1) - is_eos) == 0
+    return ((pred == tgt) | ~upto_eos).all(dim=1)

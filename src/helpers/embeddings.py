@@ -1,0 +1,51 @@
+"""Token embedding plus sinusoidal positions."""
+
+import math
+
+import torch
+import torch.nn as nn
+
+from .checks import check_token_ids
+from .vocab import PAD_ID
+
+
+def sinusoidal_position_encoding(max_len: int, d_model: int) -> torch.Tensor:
+    """float32 [max_len, d_model]: sin on even dims, cos on odd dims (Vaswani et al., 3.5)."""
+    if max_len < 1 or d_model < 2 or d_model % 2:
+        raise ValueError(f"need max_len >= 1 and an even d_model >= 2, got {max_len=}, {d_model=}")
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # [L, 1]
+    # 1 / 10000^(2i/d) computed in log space for accuracy
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos * inv_freq)
+    pe[:, 1::2] = torch.cos(pos * inv_freq)
+    return pe
+
+
+class TokenAndPosition(nn.Module):
+    """ids [B, L] -> embedding * sqrt(d_model) + position [B, L, d_model]."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.1):
+        super().__init__()
+        self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.emb = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
+        # nn.Embedding starts at N(0, 1); times sqrt(d) that is std ~11 and drowns the
+        # positions (amplitude <= 1). N(0, d^-1/2) makes the scaled tokens std ~1.
+        nn.init.normal_(self.emb.weight, mean=0.0, std=d_model ** -0.5)
+        with torch.no_grad():
+            self.emb.weight[PAD_ID].zero_()
+        # a buffer follows .to(device) but is not trained; not persistent: it is recomputable
+        self.register_buffer("pe", sinusoidal_position_encoding(max_len, d_model), persistent=False)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, ids: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
+        """start_pos > 0 embeds ids that continue a sequence (used by the KV cache)."""
+        check_token_ids("ids", ids, self.vocab_size)
+        end = start_pos + ids.size(1)
+        if end > self.max_len:
+            raise ValueError(
+                f"ids reach position {end - 1} but max_len={self.max_len}: "
+                f"sequences longer than {self.max_len} tokens need a model built with a larger max_len"
+            )
+        x = self.emb(ids) * math.sqrt(self.d_model) + self.pe[start_pos:end]
+        return self.drop(x)

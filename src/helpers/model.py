@@ -1,0 +1,75 @@
+"""The encoder-decoder Transformer."""
+
+import torch
+import torch.nn as nn
+
+from .checks import check_token_ids
+from .layers import Decoder, Encoder
+from .masks import make_causal_mask, make_padding_mask
+
+
+def xavier_init_linears(module: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every nn.Linear inside module.
+
+    PyTorch's nn.Linear default (Kaiming-uniform with a=sqrt(5)) has a smaller variance;
+    nn.Transformer and The Annotated Transformer both switch to Xavier, and so do we.
+    """
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class Transformer(nn.Module):
+    """encode(src) -> (memory, src_mask); decode(tgt_in, memory, src_mask) -> (logits, cross_weights)."""
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=128, num_heads=4, dff=512, num_layers=2,
+                 max_len=64, dropout=0.1):
+        super().__init__()
+        self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=d_model, num_heads=num_heads,
+                           dff=dff, num_layers=num_layers, max_len=max_len, dropout=dropout)
+        self.src_vocab, self.tgt_vocab, self.max_len = src_vocab, tgt_vocab, max_len
+        self.encoder = Encoder(src_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
+        self.decoder = Decoder(tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
+        self.out_proj = nn.Linear(d_model, tgt_vocab)
+        xavier_init_linears(self)
+
+    def encode(self, src: torch.Tensor):
+        """src [B, Ls] -> (memory [B, Ls, d], src_mask [B, 1, 1, Ls])."""
+        check_token_ids("src", src, self.src_vocab, self.max_len)
+        src_mask = make_padding_mask(src)
+        return self.encoder(src, src_mask), src_mask
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=True):
+        """tgt_in [B, Lt] -> (logits [B, Lt, V], cross_weights: a list of [B, h, Lt, Ls], one per layer).
+
+        The decoder's self-attention blocks a key if it is in the future OR is padding.
+        Cross-attention takes the source padding mask only: every target position may look
+        at every real source token.
+        """
+        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
+        self_mask = make_causal_mask(tgt_in.size(1), tgt_in.device) | make_padding_mask(tgt_in)
+        h, cross_w = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
+        return self.out_proj(h), cross_w
+
+    def forward(self, src, tgt_in):
+        """-> logits [B, Lt, tgt_vocab]. Uses the SDPA path everywhere (no weights needed)."""
+        memory, src_mask = self.encode(src)
+        logits, _ = self.decode(tgt_in, memory, src_mask, need_weights=False)
+        return logits
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def apply_default_init(model: nn.Module) -> nn.Module:
+    """Re-initialise every Linear and Embedding with PyTorch's own defaults.
+
+    This is the "first version" of the reference chapter: no N(0, d^-1/2) embeddings, no
+    Xavier. Embeddings go back to N(0, 1) (PAD row zero), Linears to Kaiming-uniform(a=sqrt 5).
+    """
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            m.reset_parameters()
+    return model

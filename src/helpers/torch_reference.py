@@ -1,0 +1,80 @@
+"""Our weights inside PyTorch's own nn.Transformer, to check one against the other."""
+
+import warnings
+
+import torch
+import torch.nn as nn
+
+from .masks import make_causal_mask
+from .vocab import PAD_ID
+
+
+def _copy_attention(dst: nn.MultiheadAttention, src) -> None:
+    # nn.MultiheadAttention keeps Q, K, V stacked in one [3d, d] matrix
+    dst.in_proj_weight.copy_(torch.cat([src.W_q.weight, src.W_k.weight, src.W_v.weight]))
+    dst.in_proj_bias.copy_(torch.cat([src.W_q.bias, src.W_k.bias, src.W_v.bias]))
+    dst.out_proj.weight.copy_(src.W_o.weight)
+    dst.out_proj.bias.copy_(src.W_o.bias)
+
+
+def _copy_ffn(dst_layer, ffn) -> None:
+    lin1, lin2 = ffn.net[0], ffn.net[2]
+    dst_layer.linear1.weight.copy_(lin1.weight)
+    dst_layer.linear1.bias.copy_(lin1.bias)
+    dst_layer.linear2.weight.copy_(lin2.weight)
+    dst_layer.linear2.bias.copy_(lin2.bias)
+
+
+def _copy_norm(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
+    dst.load_state_dict(src.state_dict())
+
+
+@torch.no_grad()
+def to_torch_transformer(model) -> nn.Transformer:
+    """A torch.nn.Transformer (batch_first, norm_first=True, GELU) holding model's weights.
+
+    It covers the two layer stacks and their final LayerNorms; embeddings and the output
+    projection stay in our model. With them, torch_forward() gives the same logits.
+    """
+    enc_layers, dec_layers = model.encoder.layers, model.decoder.layers
+    first = enc_layers[0]
+    with warnings.catch_warnings():
+        # with norm_first=True nn.Transformer warns that it cannot use nested tensors: expected
+        warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+        ref = nn.Transformer(
+            d_model=first.mha.d_model, nhead=first.mha.h, num_encoder_layers=len(enc_layers),
+            num_decoder_layers=len(dec_layers), dim_feedforward=first.ffn.net[0].out_features,
+            dropout=first.drop.p, activation="gelu", batch_first=True, norm_first=True,
+        )
+    for ours, theirs in zip(enc_layers, ref.encoder.layers):
+        _copy_attention(theirs.self_attn, ours.mha)
+        _copy_ffn(theirs, ours.ffn)
+        _copy_norm(theirs.norm1, ours.ln1)
+        _copy_norm(theirs.norm2, ours.ln2)
+    for ours, theirs in zip(dec_layers, ref.decoder.layers):
+        _copy_attention(theirs.self_attn, ours.self_mha)
+        _copy_attention(theirs.multihead_attn, ours.cross_mha)
+        _copy_ffn(theirs, ours.ffn)
+        _copy_norm(theirs.norm1, ours.ln1)
+        _copy_norm(theirs.norm2, ours.ln2)
+        _copy_norm(theirs.norm3, ours.ln3)
+    _copy_norm(ref.encoder.norm, model.encoder.ln_final)
+    _copy_norm(ref.decoder.norm, model.decoder.ln_final)
+    return ref.to(next(model.parameters()).device).train(model.training)
+
+
+def torch_forward(model, ref: nn.Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    """Logits from our embeddings + ref's stacks + our output projection.
+
+    Mask arguments of nn.Transformer use our convention (bool, True = blocked) but are
+    split by role: *_key_padding_mask is [B, L] (which keys are padding), tgt_mask is
+    [Lt, Lt] (which positions are in the future).
+    """
+    src_pad, tgt_pad = src == PAD_ID, tgt_in == PAD_ID
+    causal = make_causal_mask(tgt_in.size(1), tgt_in.device)[0, 0]
+    h = ref(
+        model.encoder.embed(src), model.decoder.embed(tgt_in),
+        src_key_padding_mask=src_pad, tgt_mask=causal,
+        tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad,
+    )
+    return model.out_proj(h)
