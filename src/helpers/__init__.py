@@ -23,8 +23,10 @@ from .training import (
     BOOK_RECIPE,
     TrainConfig,
     TrainResult,
+    default_init_recipe,
     load_or_train,
     train_reversal,
+    trained_default_init_model,
     trained_reversal_model,
 )
 from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name

@@ -201,3 +201,13 @@ BOOK_RECIPE = TrainConfig(d_model=64, dff=256, batch_size=128, warmup=200, lr_sc
 def trained_reversal_model(progress: bool = True, verbose: bool = True) -> Transformer:
     """The book's trained reversal model (cached after the first call), in eval mode."""
     return load_or_train(BOOK_RECIPE, progress=progress, verbose=verbose).model
+
+
+def default_init_recipe(recipe: TrainConfig = BOOK_RECIPE) -> TrainConfig:
+    """The same recipe with PyTorch's default initialisation (the 'learns slowly' model)."""
+    return dataclasses.replace(recipe, init="default")
+
+
+def trained_default_init_model(progress: bool = True, verbose: bool = True) -> Transformer:
+    """The badly initialised model trained on the same budget as the book's (cached)."""
+    return load_or_train(default_init_recipe(), progress=progress, verbose=verbose).model
