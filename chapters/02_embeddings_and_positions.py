@@ -1,0 +1,565 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 2. Embeddings and positions
+#
+# The model's first step turns token ids `[B, L]` into vectors `[B, L, d]`. This chapter
+# builds that step by hand:
+#
+# $$
+# x_{b,p} = \sqrt{d}\; E[\text{ids}_{b,p}] + PE[p]
+# $$
+#
+# a row of a learned table $E$ per token, scaled by $\sqrt{d}$, plus a fixed vector $PE[p]$
+# that says *where* the token is. Each part hides a decision worth understanding: why a
+# lookup, why the position vectors are sines and cosines, how a fixed table is stored in a
+# module, why the scale and the initialisation must match (we measure what happens when
+# they do not), and what happens to a sequence longer than the table.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import helpers
+from helpers import PAD_ID, VOCAB_SIZE, describe, make_reversal_dataset
+
+# %% [markdown]
+# ## An embedding is a lookup
+#
+# `nn.Embedding(V, d)` holds a weight matrix of shape `[V, d]`, one row per token. Calling
+# it with ids returns the rows those ids point at: `emb(ids)` is `emb.weight[ids]`. It is
+# also, mathematically, a one-hot vector times the weight matrix, which is why the
+# embedding is sometimes described as "a linear layer without bias applied to one-hot
+# inputs". The lookup gives the same numbers without building a `[B, L, V]` tensor of
+# zeros and without $V$ multiplications per entry. We use a small $d = 8$ so the numbers
+# fit on screen.
+
+# %%
+torch.manual_seed(0)
+d_small = 8
+emb = nn.Embedding(VOCAB_SIZE, d_small, padding_idx=PAD_ID)
+src, _ = make_reversal_dataset(2, seed=0)
+ids = src[:, :6]
+print("ids:", tuple(ids.shape), "\n", ids)
+print("weight:", tuple(emb.weight.shape))
+
+looked_up = emb(ids)
+one_hot = F.one_hot(ids, VOCAB_SIZE).float()
+print("emb(ids):", tuple(looked_up.shape), "  one_hot(ids):", tuple(one_hot.shape))
+
+assert torch.equal(looked_up, emb.weight[ids])
+torch.testing.assert_close(looked_up, one_hot @ emb.weight)
+
+# %% [markdown]
+# ### The padding row
+#
+# `padding_idx=PAD_ID` does two things: the `<pad>` row starts at zero, and it never
+# receives a gradient, so an optimiser step leaves it at zero while every row that was
+# used moves. Rows of tokens that did not occur in the batch get a zero gradient too
+# (that is what a lookup means for the backward pass), but unlike the pad row they are
+# trainable: they move as soon as a batch contains them.
+
+# %%
+batch = torch.tensor([[5, 7, 7, PAD_ID, PAD_ID]])  # tokens '2', '4', '4', then padding
+opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+before = emb.weight.detach().clone()
+emb(batch).pow(2).sum().backward()
+
+grad_norm = emb.weight.grad.norm(dim=1)
+print("pad row before the step:", before[PAD_ID].tolist())
+print("rows with a non-zero gradient:", grad_norm.nonzero().flatten().tolist())
+opt.step()
+moved = (emb.weight.detach() != before).any(dim=1)
+print("rows changed by the step:", moved.nonzero().flatten().tolist())
+print("pad row after the step: ", emb.weight[PAD_ID].tolist())
+assert grad_norm.nonzero().flatten().tolist() == [5, 7]
+assert moved.nonzero().flatten().tolist() == [5, 7]
+assert emb.weight[PAD_ID].abs().max() == 0
+
+# %% [markdown]
+# One trap: the zero is only set at construction. Any re-initialisation of the weight,
+# such as the `nn.init.normal_` we will apply below, overwrites the pad row too, and
+# nothing warns you. The pad row must be zeroed again afterwards (and `helpers` does so).
+
+# %%
+nn.init.normal_(emb.weight, std=d_small ** -0.5)
+print("pad row after nn.init.normal_:", emb.weight[PAD_ID].abs().max().item() > 0)
+assert emb.weight[PAD_ID].abs().max() > 0
+with torch.no_grad():
+    emb.weight[PAD_ID].zero_()
+assert emb.weight[PAD_ID].abs().max() == 0
+
+# %% [markdown]
+# ## Why attention needs positions
+#
+# Self-attention compares every token with every other token, but nothing in it knows
+# the tokens' order. Permute the input rows and the output rows come out permuted the
+# same way, with identical values: the operation is *permutation-equivariant*. For our
+# task that is fatal: `7 3 0` and `0 3 7` would look like the same set of tokens. The
+# cell below applies PyTorch's built-in attention (chapter 03 builds it by hand) to
+# embedded tokens with and without a position signal added.
+
+# %%
+x = emb(ids[:1]).detach()  # [1, 6, 8]: tokens only, no positions
+perm = torch.tensor([3, 0, 5, 1, 4, 2])
+attend = lambda t: F.scaled_dot_product_attention(t, t, t)
+
+out, out_perm = attend(x), attend(x[:, perm])
+print("tokens only:     attend(permuted x) == permuted attend(x):", torch.allclose(out_perm, out[:, perm], atol=1e-6))
+assert torch.allclose(out_perm, out[:, perm], atol=1e-6)
+
+pos = torch.randn(1, 6, d_small)  # any position-dependent signal will do for this check
+out, out_perm = attend(x + pos), attend(x[:, perm] + pos)
+print("with positions:  attend(permuted x) == permuted attend(x):", torch.allclose(out_perm, out[:, perm], atol=1e-6))
+assert not torch.allclose(out_perm, out[:, perm], atol=1e-2)
+
+# %% [markdown]
+# ## Sinusoidal positions, built by hand
+#
+# The original Transformer adds a fixed vector per position. Pair the dimensions up,
+# $(0, 1), (2, 3), \dots$; pair $i$ turns at its own angular frequency
+# $\omega_i = 10000^{-2i/d}$, with a sine in the even dimension and a cosine in the odd one:
+#
+# $$
+# PE[p, 2i] = \sin(\omega_i\, p), \qquad PE[p, 2i+1] = \cos(\omega_i\, p).
+# $$
+#
+# The first pair turns once every $2\pi \approx 6.3$ positions; the frequencies then fall
+# geometrically, so that the last pair barely moves over hundreds of positions. Each
+# position gets a distinct pattern, like the hands of a clock that has many hands turning
+# at different speeds. We build the table for the book's defaults, `max_len` $= 64$ and
+# $d = 128$, straight from the formula.
+
+# %%
+max_len, d = 64, 128
+p = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
+two_i = torch.arange(0, d, 2, dtype=torch.float32)        # [d/2]: 0, 2, 4, ...
+omega = 1.0 / 10000 ** (two_i / d)                        # [d/2]
+angle = p * omega                                         # [max_len, d/2] by broadcasting
+
+pe = torch.zeros(max_len, d)
+pe[:, 0::2] = torch.sin(angle)  # even dims: sine
+pe[:, 1::2] = torch.cos(angle)  # odd dims: cosine
+print("p:", tuple(p.shape), " omega:", tuple(omega.shape), " angle:", tuple(angle.shape), " pe:", tuple(pe.shape))
+print("PE[0, :6] =", pe[0, :6].tolist(), " (sin 0 = 0, cos 0 = 1)")
+print("PE[1, :4] =", [round(v, 4) for v in pe[1, :4].tolist()])
+
+assert torch.equal(pe[0, 0::2], torch.zeros(d // 2)) and torch.equal(pe[0, 1::2], torch.ones(d // 2))
+torch.testing.assert_close(pe[1, :2], torch.tensor([math.sin(1.0), math.cos(1.0)]))
+
+# %% [markdown]
+# The heatmap shows the whole table: fast stripes on the left (high frequencies), slowly
+# varying columns on the right. The line plot follows a few sine dimensions along the
+# positions.
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
+im = ax1.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
+ax1.set(title="PE[p, j]  (max_len=64, d=128)", xlabel="dimension j", ylabel="position p")
+fig.colorbar(im, ax=ax1, fraction=0.046)
+for j in (0, 12, 40, 80):
+    ax2.plot(pe[:, j], label=f"dim {j}: wavelength {2 * math.pi / omega[j // 2]:.0f}")
+ax2.set(title="a few sine dimensions", xlabel="position p", ylabel="PE[p, j]", ylim=(-1.1, 1.6))
+ax2.legend(fontsize=8, loc="upper center", ncol=2)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ### The wavelength geometry
+#
+# Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions: from
+# $2\pi$ for the first pair up to almost $2\pi \cdot 10000$ for the last. The cell prints
+# the range. With at most 14 positions in our task, the slow pairs are nearly constant:
+# they carry almost no position information here, but a model trained on long sequences
+# uses them.
+
+# %%
+wavelength = 2 * math.pi / omega
+print("wavelengths (positions): first pairs", [round(w, 1) for w in wavelength[:3].tolist()],
+      " last pair", round(wavelength[-1].item()))
+print("ratio between neighbouring pairs: %.4f = 10000^(2/d)" % (wavelength[1] / wavelength[0]))
+assert math.isclose(wavelength[0].item(), 2 * math.pi, rel_tol=1e-6)
+torch.testing.assert_close(wavelength[1:] / wavelength[:-1], torch.full((d // 2 - 1,), 10000 ** (2 / d)))
+
+# %% [markdown]
+# ### Relative positions are rotations
+#
+# Why sines *and* cosines? Because together they make a shift in position a fixed linear
+# map. By the angle-addition formulas, pair $i$ at position $p + k$ is pair $i$ at
+# position $p$ rotated by the angle $\omega_i k$:
+#
+# $$
+# \begin{pmatrix} \sin \omega_i (p+k) & \cos \omega_i (p+k) \end{pmatrix}
+# = \begin{pmatrix} \sin \omega_i p & \cos \omega_i p \end{pmatrix}
+# \begin{pmatrix} \cos \omega_i k & -\sin \omega_i k \\ \sin \omega_i k & \cos \omega_i k \end{pmatrix}
+# $$
+#
+# Stack one such $2 \times 2$ block per pair into a block-diagonal matrix $R_k$; then
+# $PE[p+k] = PE[p]\, R_k$ for **every** $p$: the matrix depends on the offset $k$ only.
+# A layer that needs "the token three places back" can in principle learn one linear
+# map for it, instead of one rule per absolute position. The cell checks the identity for
+# every position and a few offsets.
+
+# %%
+def rotation(k: int) -> torch.Tensor:
+    """Block-diagonal [d, d] matrix that moves every PE row k positions forward."""
+    c, s = torch.cos(omega * k), torch.sin(omega * k)
+    blocks = [torch.tensor([[ci, -si], [si, ci]]) for ci, si in zip(c.tolist(), s.tolist())]
+    return torch.block_diag(*blocks)
+
+
+for k in (1, 3, 10):
+    R = rotation(k)
+    err = (pe[:-k] @ R - pe[k:]).abs().max().item()
+    print(f"k={k:2d}: R_k {tuple(R.shape)}, max |PE[p] R_k - PE[p+k]| over all p below 1e-5: {err < 1e-5}")
+    torch.testing.assert_close(pe[:-k] @ R, pe[k:], atol=1e-5, rtol=0)
+
+# %% [markdown]
+# Two consequences follow. Every row has the same length, $\lVert PE[p] \rVert^2 = d/2$
+# (each pair contributes $\sin^2 + \cos^2 = 1$), and the dot product of two rows depends
+# only on their distance: $PE[p] \cdot PE[p+k] = \sum_i \cos(\omega_i k)$. The plot shows
+# it for three starting positions $p$: the three curves coincide, peak at $k = 0$ and
+# fall off with distance, so nearby positions have similar vectors.
+
+# %%
+norms_sq = pe.pow(2).sum(dim=1)
+print("||PE[p]||^2 for all p: min %.4f  max %.4f  (d/2 = %d)" % (norms_sq.min(), norms_sq.max(), d // 2))
+torch.testing.assert_close(norms_sq, torch.full((max_len,), d / 2))
+
+offsets = torch.arange(0, 40)
+fig, ax = plt.subplots(figsize=(6.5, 3.2))
+for p0, style in ((0, dict(lw=5, alpha=0.35)), (5, dict(lw=2.5, ls="--")), (20, dict(lw=0, marker="o", ms=3))):
+    dots = pe[p0] @ pe[p0 + offsets].T
+    ax.plot(offsets, dots, label=f"p = {p0}", **style)
+    torch.testing.assert_close(dots, torch.cos(offsets[:, None] * omega).sum(1), atol=1e-4, rtol=0)
+ax.set(title="PE[p] · PE[p + k] depends on k only", xlabel="offset k", ylabel="dot product")
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Storing a fixed table: `register_buffer`
+#
+# The table is not learned, yet it belongs to the module: it must move with
+# `model.to(device)` and change dtype with `model.double()`. A module has three places to
+# keep a tensor, and they behave differently:
+#
+# - `nn.Parameter`: trained, in `parameters()`, saved in `state_dict()`, moved by `.to()`;
+# - `register_buffer(name, t)`: not trained, moved by `.to()`, saved in `state_dict()`;
+#   with `persistent=False` it is moved but not saved;
+# - a plain attribute `self.t = t`: invisible to PyTorch: not moved, not saved.
+#
+# The cell shows each of the three behaviours. There is no GPU here, so it moves the
+# module to the `meta` device (tensors with shapes but no data), which exercises exactly
+# the same code path as `.to("cuda")`.
+
+# %%
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self.register_buffer("saved_table", torch.ones(3))
+        self.register_buffer("table", torch.ones(3), persistent=False)
+        self.plain = torch.ones(3)
+
+    def forward(self):
+        return self.weight * self.plain
+
+
+m = Holder()
+print("parameters:", [n for n, _ in m.named_parameters()])
+print("buffers:   ", [n for n, _ in m.named_buffers()])
+print("state_dict:", list(m.state_dict()))
+assert [n for n, _ in m.named_parameters()] == ["weight"]
+assert list(m.state_dict()) == ["weight", "saved_table"]
+
+m = m.to("meta")
+for name in ("weight", "saved_table", "table", "plain"):
+    print(f"after .to('meta'): {name:12s} on {getattr(m, name).device}")
+assert m.table.device.type == "meta" and m.plain.device.type == "cpu"
+
+try:
+    m()
+except RuntimeError as err:
+    print("\nforward:", type(err).__name__, "-", err)
+    caught = err
+assert "device" in str(caught)
+
+# %% [markdown]
+# The plain attribute stayed behind, and the first operation that mixes it with a moved
+# tensor fails (on a GPU the message reads "Expected all tensors to be on the same
+# device"). The position table is a buffer.
+#
+# Why `persistent=False`? The table is a pure function of `(max_len, d)`, so saving it
+# only makes checkpoints larger, and it makes them brittle: a checkpoint saved by a model
+# with `max_len = 64` no longer loads into the same model built with `max_len = 128`,
+# though every learned weight fits. We will see this once the module is built.
+
+# %% [markdown]
+# ## The scale and the initialisation
+#
+# Vaswani et al. (section 3.4) multiply the embeddings by $\sqrt{d}$. The point is to put
+# the token vectors and the position vectors on a comparable scale before adding them:
+# if one is much larger, the sum is essentially that one, and the other is drowned out.
+# Sinusoidal positions have entries in $[-1, 1]$. What the token part looks like depends
+# on how $E$ is initialised:
+#
+# - PyTorch's `nn.Embedding` starts from $\mathcal{N}(0, 1)$. Times $\sqrt{128} \approx 11.3$,
+#   the token part has a standard deviation around 11.
+# - Initialising $E$ from $\mathcal{N}(0, d^{-1/2})$ (standard deviation $d^{-1/2}$)
+#   instead makes $\sqrt{d}\,E$ have a standard deviation around 1.
+#
+# This is the most common trap when porting a Transformer from another framework (or
+# from the paper) to PyTorch, and it does not raise an error: the model just learns
+# slowly (chapter 12 measures how slowly). Measure it on a real batch of the reversal
+# task, counting only the non-padding tokens:
+
+# %%
+src, _ = make_reversal_dataset(256, seed=0)
+real = src != PAD_ID
+L = src.shape[1]
+position_part = pe[:L].expand(src.shape[0], L, d)[real]  # the PE row added to each real token
+
+stds, tables = {}, {}
+for name in ("default N(0, 1)", "N(0, d^-1/2)"):
+    table = tables[name] = nn.Embedding(VOCAB_SIZE, d, padding_idx=PAD_ID)  # N(0, 1): PyTorch's default
+    if name != "default N(0, 1)":
+        nn.init.normal_(table.weight, mean=0.0, std=d ** -0.5)
+    with torch.no_grad():
+        table.weight[PAD_ID].zero_()
+        token_part = (table(src) * math.sqrt(d))[real]
+    stds[name] = (token_part.std().item(), position_part.std().item())
+
+print(f"{'embedding init':18s} {'token std':>10s} {'position std':>13s} {'ratio':>7s}")
+for name, (tok, pos) in stds.items():
+    print(f"{name:18s} {tok:10.2f} {pos:13.2f} {tok / pos:7.1f}")
+
+ratio_default = stds["default N(0, 1)"][0] / stds["default N(0, 1)"][1]
+ratio_fixed = stds["N(0, d^-1/2)"][0] / stds["N(0, d^-1/2)"][1]
+assert 9 < stds["default N(0, 1)"][0] < 14 and 0.8 < stds["N(0, d^-1/2)"][0] < 1.2
+assert ratio_default > 10 and ratio_fixed < 3
+
+# %% [markdown]
+# With the default initialisation the token part is more than ten times larger than the
+# position part; with $\mathcal{N}(0, d^{-1/2})$ the two are within a small factor of
+# each other. What that means for the model: look at one token (the digit `5`) at
+# positions 0 to 13 and ask how different its input vector is from the same token at
+# position 0 (cosine similarity; 1 means "the same direction"). With the default
+# initialisation, position changes the vector by a tenth of a percent: the model has to
+# hear a whisper under a shout.
+
+# %%
+five = helpers.NUM_OFFSET + 5
+fig, ax = plt.subplots(figsize=(6.5, 3.2))
+cos_at_13 = {}
+for name, table in tables.items():
+    row = table.weight[five].detach() * math.sqrt(d)  # the token '5' after the sqrt(d) scale
+    vectors = row + pe[:14]                           # the same token at positions 0..13
+    cos = F.cosine_similarity(vectors[:1], vectors, dim=-1)
+    cos_at_13[name] = cos[-1].item()
+    ax.plot(cos, marker="o", ms=3, label=name)
+ax.set(title="token '5' at position p vs at position 0", xlabel="position p", ylabel="cosine similarity")
+ax.legend()
+fig.tight_layout()
+plt.show()
+print({k: round(v, 3) for k, v in cos_at_13.items()})
+assert cos_at_13["default N(0, 1)"] > 0.99 and cos_at_13["N(0, d^-1/2)"] < 0.95
+
+# %% [markdown]
+# ## The module, built by hand
+#
+# Putting the pieces together: a lookup table initialised from $\mathcal{N}(0, d^{-1/2})$
+# with a zero pad row, the sinusoidal table as a non-persistent buffer, the $\sqrt{d}$
+# scale, and dropout on the sum (the original paper's regularisation; it is off in
+# `eval()` mode). The forward pass slices the table to the input length `L`.
+
+# %%
+def sinusoidal_table(max_len: int, d: int) -> torch.Tensor:
+    p = torch.arange(max_len, dtype=torch.float32)[:, None]
+    angle = p / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+    table = torch.zeros(max_len, d)
+    table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return table
+
+
+class TokenAndPosition(nn.Module):
+    def __init__(self, vocab_size, d, max_len, dropout=0.1, persistent=False):
+        super().__init__()
+        self.d = d
+        self.emb = nn.Embedding(vocab_size, d, padding_idx=PAD_ID)
+        nn.init.normal_(self.emb.weight, mean=0.0, std=d ** -0.5)
+        with torch.no_grad():
+            self.emb.weight[PAD_ID].zero_()  # re-initialising overwrote it
+        self.register_buffer("pe", sinusoidal_table(max_len, d), persistent=persistent)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, ids):                  # ids [B, L]
+        L = ids.size(1)
+        x = self.emb(ids) * math.sqrt(self.d)  # [B, L, d]
+        x = x + self.pe[:L]                    # [L, d] broadcasts over B
+        return self.drop(x)
+
+
+torch.manual_seed(0)
+embed = TokenAndPosition(VOCAB_SIZE, d, max_len).eval()
+src, _ = make_reversal_dataset(4, seed=0)
+x = embed(src)
+print("ids:", tuple(src.shape), "->", tuple(x.shape))
+print("parameters:", sum(p.numel() for p in embed.parameters()), "= V * d =", VOCAB_SIZE * d)
+print("x at a pad position equals the position vector:", torch.equal(x[0, -1], embed.pe[src.shape[1] - 1]))
+assert x.shape == (4, src.shape[1], d)
+assert src[0, -1] == PAD_ID and torch.equal(x[0, -1], embed.pe[src.shape[1] - 1])
+
+# %% [markdown]
+# Note the last line: a `<pad>` input becomes its position vector, not zero. That is
+# harmless, because attention masks the pad positions as keys and the loss ignores them
+# as targets (chapter 07 builds the masks).
+#
+# Here is the checkpoint argument from the `register_buffer` section, made concrete:
+# moving to a longer `max_len` works for a non-persistent table and fails for a saved
+# one, whose stored `[64, 128]` no longer matches the new `[128, 128]`.
+
+# %%
+for persistent in (False, True):
+    old = TokenAndPosition(VOCAB_SIZE, d, max_len=64, persistent=persistent)
+    new = TokenAndPosition(VOCAB_SIZE, d, max_len=128, persistent=persistent)
+    try:
+        new.load_state_dict(old.state_dict())
+        print(f"persistent={persistent}: keys {list(old.state_dict())} -> loaded")
+    except RuntimeError as err:
+        print(f"persistent={persistent}: keys {list(old.state_dict())} ->", type(err).__name__)
+        print("   ", str(err).strip().splitlines()[-1].strip())
+        assert persistent and "size mismatch for pe" in str(err)
+    else:
+        assert not persistent
+
+# %% [markdown]
+# ## Learned positions
+#
+# The alternative to a fixed table is to learn one: an `nn.Embedding(max_len, d)` indexed
+# by position, used by BERT and GPT-2. It is a one-line change to the module.
+
+# %%
+class TokenAndLearnedPosition(nn.Module):
+    def __init__(self, vocab_size, d, max_len):
+        super().__init__()
+        self.d = d
+        self.emb = nn.Embedding(vocab_size, d, padding_idx=PAD_ID)
+        self.pos = nn.Embedding(max_len, d)  # one trainable row per position
+
+    def forward(self, ids):
+        positions = torch.arange(ids.size(1), device=ids.device)  # [L]
+        return self.emb(ids) * math.sqrt(self.d) + self.pos(positions)
+
+
+learned = TokenAndLearnedPosition(VOCAB_SIZE, d, max_len)
+learned(src).sum().backward()
+trained_rows = learned.pos.weight.grad.abs().sum(dim=1) > 0
+print("extra parameters per stack:", learned.pos.weight.numel(), f"(max_len x d = {max_len} x {d})")
+print(f"position rows that received a gradient from a batch of length {src.shape[1]}:",
+      int(trained_rows.sum()), "of", max_len)
+assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]:].any()
+
+# %% [markdown]
+# The trade-offs:
+#
+# - **For learned positions:** no assumption about what position should look like; the
+#   model fits whatever pattern the task needs, and within the training lengths it is
+#   often as good or slightly better.
+# - **Against:** $\texttt{max\_len} \times d$ extra parameters (here 8,192 per stack);
+#   a row is trained only by sequences long enough to reach it (the cell shows rows 14 to
+#   63 get no gradient from our data, so they stay random); and there is no row at all for
+#   a position at or beyond `max_len`.
+# - **Sinusoids** cost nothing, are defined for every position, and encode offsets as
+#   rotations. They are no free pass to longer inputs, though: a model trained on 14
+#   positions has never seen the patterns of position 40, and its attention usually
+#   degrades beyond the training lengths.
+#
+# Modern models mostly use neither. **RoPE** (rotary position embedding, used by LLaMA
+# and most recent language models) takes the rotation property of the previous section
+# and applies it directly to the queries and keys inside attention, so the score between
+# positions $p$ and $q$ depends on $p - q$ only. **ALiBi** adds no position vectors at all
+# and instead subtracts from each attention score a penalty proportional to the distance
+# between query and key, with a different slope per head; it extrapolates to longer
+# inputs well. Both live inside attention rather than at the input, so they are beyond
+# this chapter; our task needs no more than sinusoids.
+
+# %% [markdown]
+# ## Pitfall: a sequence longer than `max_len`
+#
+# The table has `max_len` rows. What happens when an input is longer? Both hand-built
+# modules fail, but with messages that do not say what went wrong. The fixed table's
+# slice `pe[:L]` silently stops at 64 rows, and the addition then complains about sizes;
+# the learned table fails inside the embedding lookup (on a GPU that is an opaque
+# device-side assert).
+
+# %%
+too_long = torch.full((1, max_len + 6), helpers.NUM_OFFSET)  # 70 tokens, max_len is 64
+print("input:", tuple(too_long.shape), " max_len:", max_len)
+
+errors = {}
+for name, module in (("sinusoidal", embed), ("learned", learned)):
+    try:
+        module(too_long)
+    except (RuntimeError, IndexError) as err:
+        errors[name] = err
+        print(f"{name:10s} -> {type(err).__name__}: {err}")
+assert isinstance(errors["sinusoidal"], RuntimeError) and "70" in str(errors["sinusoidal"])
+assert isinstance(errors["learned"], IndexError)
+
+# %% [markdown]
+# Neither message mentions positions or `max_len`. The finished `helpers.TokenAndPosition`
+# checks the length first and says what is wrong and what to do (the `helpers` model
+# applies the same check to its inputs before anything else runs):
+
+# %%
+checked = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len)
+try:
+    checked(too_long)
+except ValueError as err:
+    print(type(err).__name__, "-", err)
+    caught = err
+assert isinstance(caught, ValueError) and "max_len=64" in str(caught)
+
+# %% [markdown]
+# ## Checking against `helpers`
+#
+# The library's versions must compute exactly what this chapter built: the position table
+# equals the hand-built one (the library computes the frequencies in log space,
+# $\exp(-2i \ln 10000 / d)$, so the two agree to float32 rounding), and
+# `helpers.TokenAndPosition`, given the weights of our module, produces the same output
+# in evaluation mode, with the same names for its parts.
+
+# %%
+lib_table = helpers.sinusoidal_position_encoding(max_len, d)
+print("table:", tuple(lib_table.shape), lib_table.dtype,
+      " max |difference| from the hand-built table below 1e-5:", (lib_table - pe).abs().max().item() < 1e-5)
+torch.testing.assert_close(lib_table, pe)
+torch.testing.assert_close(lib_table, sinusoidal_table(max_len, d))
+
+lib = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len).eval()
+print("state_dict keys, ours:", list(embed.state_dict()), " helpers:", list(lib.state_dict()))
+lib.load_state_dict(embed.state_dict())  # strict: the names and shapes must match
+torch.testing.assert_close(lib(src), embed(src))
+print("helpers.TokenAndPosition(src) == TokenAndPosition(src):", tuple(lib(src).shape))
+
+# %% [markdown]
+# The next chapter feeds these `[B, L, d]` vectors into the component that lets positions
+# talk to each other: multi-head attention.
