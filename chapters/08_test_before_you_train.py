@@ -1,0 +1,400 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Test before you train
+#
+# A wrong mask does not crash. The model still trains and its loss still falls: without a causal
+# mask the decoder learns to copy the next input token, which is the answer, and the loss drops
+# *faster* than it should; without a padding mask the encoder reads `<pad>` and its output depends
+# on how much padding the batch happened to need. Both bugs surface only at inference, where the
+# model is suddenly bad.
+#
+# So before training anything, we test two properties that a correct model has **whatever its
+# weights**. They need no training and run in well under a second:
+#
+# 1. **Causality.** The decoder output at position $t$ depends on the target tokens at positions
+#    $\le t$ only: rewrite every token after $t$ and the outputs at $0..t$ stay the same, while the
+#    outputs after $t$ change.
+# 2. **Padding invariance.** Appending more `<pad>` to the source changes no output.
+#
+# Then we break the masks on purpose and watch the tests fail, because a test that has never been
+# seen failing proves nothing.
+
+# %%
+import math
+from contextlib import ExitStack
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+
+import helpers.model
+from helpers import (
+    NUM_OFFSET,
+    PAD_ID,
+    VOCAB_SIZE,
+    MultiHeadAttention,
+    Transformer,
+    describe,
+    fully_masked_rows,
+    make_padding_mask,
+    make_reversal_dataset,
+)
+
+torch.manual_seed(0)
+model = Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()  # random weights: the properties hold for any
+src, tgt = make_reversal_dataset(4, seed=7, max_len=8)
+tgt_in = tgt[:, :-1]  # the decoder input: <bos> + reversed digits (+ <eos>, <pad>)
+print("src", tuple(src.shape), "tgt_in", tuple(tgt_in.shape))
+for i in range(2):
+    print(f"  {describe(src[i]):<44} | {describe(tgt_in[i])}")
+
+# %% [markdown]
+# ## Property 1: causality
+#
+# `scramble(ids, t)` rewrites every token after position $t$ into a digit that differs from the
+# original one (so every later position really changes). We compare the logits before and after:
+# positions $\le t$ must agree to float precision, and **each** later position must change
+# (its own input token changed, so a working model must notice).
+#
+# One forward pass tests every $t$ at once: the scrambled copies for all $t$ are stacked along the
+# batch dimension (which, by the way, also checks that a sequence's output does not depend on its
+# batch neighbours).
+
+# %%
+def scramble(ids: torch.Tensor, t: int) -> torch.Tensor:
+    """Every token after position t becomes a different digit."""
+    out = ids.clone()
+    out[:, t + 1:] = NUM_OFFSET + (ids[:, t + 1:] + 1) % 10
+    assert (out[:, t + 1:] != ids[:, t + 1:]).all()
+    return out
+
+
+@torch.no_grad()
+def causality(model, src, tgt_in):
+    """For each t: (outputs at positions <= t unchanged, every output after t changed)."""
+    B, Lt = tgt_in.shape
+    ts = range(Lt - 1)
+    a = model(src, tgt_in)  # [B, Lt, V]
+    b = model(src.repeat(len(ts), 1), torch.cat([scramble(tgt_in, t) for t in ts]))
+    b = b.view(len(ts), B, Lt, -1)  # [t, B, Lt, V]
+    rows = []
+    for t in ts:
+        same = torch.allclose(a[:, :t + 1], b[t, :, :t + 1], atol=1e-5, rtol=1e-5)
+        changed = ((a[:, t + 1:] - b[t, :, t + 1:]).abs().amax(dim=(0, 2)) > 1e-3).all().item()
+        rows.append((same, changed))
+    return rows
+
+
+def causal_test_passes(model):
+    return all(same and changed for same, changed in causality(model, src, tgt_in))
+
+
+print("  t | outputs <= t unchanged | every output > t changed")
+for t, (same, changed) in enumerate(causality(model, src, tgt_in)):
+    print(f"{t:>3} | {str(same):>22} | {str(changed):>24}")
+    assert same and changed
+
+# %% [markdown]
+# ## Property 2: padding invariance
+#
+# Appending `<pad>` to every source sequence changes the source length $L_s$ and the shape of
+# every encoder tensor, but not a single logit. We try 1, 3 and 10 extra pads.
+
+# %%
+@torch.no_grad()
+def padding_invariant(model, src, tgt_in, extra):
+    padded = F.pad(src, (0, extra), value=PAD_ID)
+    return torch.allclose(model(src, tgt_in), model(padded, tgt_in), atol=1e-5, rtol=1e-5)
+
+
+for extra in (1, 3, 10):
+    ok = padding_invariant(model, src, tgt_in, extra)
+    print(f"src padded from {src.size(1)} to {src.size(1) + extra} columns: logits unchanged = {ok}")
+    assert ok
+
+# %% [markdown]
+# The same property in the form that matters in training: a sequence's output must not depend on
+# which other sequences share its batch. Alone, the shortest sequence needs no padding; batched,
+# it is padded up to the longest one.
+
+# %%
+lengths = (src != PAD_ID).sum(1)
+i = int(lengths.argmin())
+alone_src = src[i:i + 1, :int(lengths[i])]  # trimmed: no <pad> at all
+alone_tgt = tgt_in[i:i + 1, :int((tgt_in[i] != PAD_ID).sum())]
+with torch.no_grad():
+    alone = model(alone_src, alone_tgt)
+    batched = model(src, tgt_in)[i:i + 1, :alone_tgt.size(1)]
+print(f"sequence {i} alone: src {tuple(alone_src.shape)}; in the batch: src {tuple(src.shape)}")
+torch.testing.assert_close(alone, batched, atol=1e-5, rtol=1e-5)
+print("same logits alone and in the padded batch")
+
+# %% [markdown]
+# ## Why the tests run in eval mode
+#
+# Dropout zeroes a random subset of activations on every forward pass in training mode. Two
+# forward passes over the *same* input then differ, and a causality test would "fail" on a
+# correct model. `model.eval()` turns dropout off (and `torch.no_grad()` skips building the
+# autograd graph, which the tests do not need).
+
+# %%
+model.train()
+with torch.no_grad():
+    r1, r2 = model(src, tgt_in), model(src, tgt_in)
+train_same = all(same for same, _ in causality(model, src, tgt_in))
+model.eval()
+with torch.no_grad():
+    e1, e2 = model(src, tgt_in), model(src, tgt_in)
+print("train mode: two forwards equal:", torch.allclose(r1, r2), "| causality prefix unchanged:", train_same)
+print("eval mode:  two forwards equal:", torch.equal(e1, e2))
+assert not torch.allclose(r1, r2) and not train_same
+assert torch.equal(e1, e2)
+
+# %% [markdown]
+# ## Breaking the causal mask
+#
+# `helpers.Transformer.decode` builds its self-attention mask with `make_causal_mask`, looked up in
+# the module `helpers.model`. Patching that name (`unittest.mock.patch.object`) swaps in a broken
+# mask for the duration of a `with` block, without touching the library's source. Three classic
+# mistakes:
+#
+# - `diagonal=0` instead of `diagonal=1`: the diagonal is blocked too, so each position is blind to
+#   itself, and position 0 sees nothing at all.
+# - `triu` forgotten: `torch.ones(L, L)`, every key blocked.
+# - no causal mask at all (only padding): every position sees the future.
+
+# %%
+def causal_diag0(L, device=None):
+    return torch.triu(torch.ones(L, L, dtype=torch.bool, device=device), diagonal=0)[None, None]
+
+
+def causal_no_triu(L, device=None):
+    return torch.ones(L, L, dtype=torch.bool, device=device)[None, None]
+
+
+def causal_none(L, device=None):
+    return torch.zeros(L, L, dtype=torch.bool, device=device)[None, None]
+
+
+causal_variants = {"triu(diagonal=1), correct": helpers.model.make_causal_mask, "triu(diagonal=0)": causal_diag0,
+                   "no triu (all ones)": causal_no_triu, "no causal mask": causal_none}
+for name, fn in causal_variants.items():
+    print(f"{name:<26}\n{fn(4)[0, 0].int()}")
+
+# %% [markdown]
+# Run the causality test with each. It fails if it fails for any $t$.
+
+# %%
+results = {}
+for name, fn in causal_variants.items():
+    with mock.patch.object(helpers.model, "make_causal_mask", fn):
+        results[name] = causal_test_passes(model)
+    print(f"{name:<26} causality test passes: {results[name]}")
+assert results["triu(diagonal=1), correct"] and not results["no causal mask"]
+
+# %% [markdown]
+# Dropping the causal mask is caught, as expected. But `diagonal=0` and the missing `triu`
+# **pass**. Are they harmless? No: both block more than they should, and both create query rows in
+# which *every* key is blocked (position 0 with `diagonal=0`, every position without `triu`).
+# What happens next depends on how the attention treats such a row (chapter 07):
+#
+# - `helpers.MultiHeadAttention` and `F.scaled_dot_product_attention` return **zero** for a
+#   fully masked row. The query takes nothing from attention, nothing leaks, and the causality
+#   test cannot tell. The model is merely crippled: without `triu`, decoder self-attention is dead.
+# - Masking with `finfo.min` but without that guard turns a fully masked row into **uniform**
+#   attention over all keys, the future included: a leak.
+# - Masking with `-inf` turns it into NaN, which then spreads everywhere.
+#
+# We can check this by swapping the attention primitive as well. The model's `forward` runs
+# `MultiHeadAttention._attention_sdpa` in every attention, so patching that method changes all of
+# them.
+
+# %%
+def attention_finfo_min(self, Q, K, V, attn_mask):
+    """The common textbook version: finfo.min, and no special case for fully masked rows."""
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
+    if attn_mask is not None:
+        scores = scores.masked_fill(attn_mask, torch.finfo(scores.dtype).min)
+    return scores.softmax(-1) @ V
+
+
+def attention_neg_inf(self, Q, K, V, attn_mask):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)
+    if attn_mask is not None:
+        scores = scores.masked_fill(attn_mask, float("-inf"))
+    return scores.softmax(-1) @ V
+
+
+attentions = {"zero rows (helpers, SDPA)": None, "finfo.min": attention_finfo_min, "-inf": attention_neg_inf}
+table = {}
+print(f"{'causal mask':<26}" + "".join(f"{a:>27}" for a in attentions))
+for cname, cfn in causal_variants.items():
+    row = []
+    for aname, afn in attentions.items():
+        with ExitStack() as stack:
+            stack.enter_context(mock.patch.object(helpers.model, "make_causal_mask", cfn))
+            if afn is not None:
+                stack.enter_context(mock.patch.object(MultiHeadAttention, "_attention_sdpa", afn))
+            with torch.no_grad():
+                has_nan = model(src, tgt_in).isnan().any().item()
+            passes = causal_test_passes(model)
+        table[cname, aname] = passes
+        row.append(("pass" if passes else "FAIL") + (" (NaN)" if has_nan else ""))
+    print(f"{cname:<26}" + "".join(f"{r:>27}" for r in row))
+
+for a in attentions:  # the correct mask passes whatever the attention; no mask fails whatever it is
+    assert table["triu(diagonal=1), correct", a] and not table["no causal mask", a]
+for c in ("triu(diagonal=0)", "no triu (all ones)"):  # over-masking: caught only by the unsafe versions
+    assert table[c, "zero rows (helpers, SDPA)"]
+    assert not table[c, "finfo.min"] and not table[c, "-inf"]
+
+# %% [markdown]
+# This explains a claim you may read elsewhere, that `diagonal=0` makes the causality test "fail
+# immediately": true for an attention that leaks (or NaNs) on fully masked rows, false for one
+# that zeroes them, as ours and SDPA do.
+#
+# ## A third property: every query can see something
+#
+# Over-masking needs its own test, and it is a cheap one: capture the mask the decoder actually
+# receives (a forward pre-hook on `model.decoder` sees its arguments) and require that no query
+# row is fully masked, and that every real (non-pad) query may attend to itself. It passes on the
+# correct mask and fails on both over-masked ones.
+
+# %%
+def decoder_self_mask(model, causal_fn):
+    seen = {}
+    hook = model.decoder.register_forward_pre_hook(lambda mod, args: seen.update(mask=args[2]))
+    try:
+        with mock.patch.object(helpers.model, "make_causal_mask", causal_fn), torch.no_grad():
+            model(src, tgt_in)
+    finally:
+        hook.remove()
+    return seen["mask"]
+
+
+def every_query_sees_something(mask, ids):
+    real = ids != PAD_ID  # [B, Lt]
+    sees_itself = ~mask[:, 0].diagonal(dim1=-2, dim2=-1)  # [B, Lt]
+    return not fully_masked_rows(mask).any().item() and bool(sees_itself[real].all())
+
+
+mask_ok = {}
+for name, fn in causal_variants.items():
+    m = decoder_self_mask(model, fn)
+    mask_ok[name] = every_query_sees_something(m, tgt_in)
+    print(f"{name:<26} fully masked rows: {int(fully_masked_rows(m).sum()):>3}   property holds: {mask_ok[name]}")
+assert mask_ok["triu(diagonal=1), correct"]
+assert not mask_ok["triu(diagonal=0)"] and not mask_ok["no triu (all ones)"]
+
+# %% [markdown]
+# (With the mask of "no causal mask", no row is fully masked and this property holds; the
+# causality test is the one that catches that bug. The tests complement each other.)
+#
+# ## Breaking the padding mask
+#
+# Two mistakes:
+#
+# - **PAD keys not masked**: the padding mask is all False (e.g. a wrong `pad_id`, or a mask that
+#   was never passed on).
+# - **Queries masked instead of keys**: the mask is built as `[B, 1, L, 1]` instead of
+#   `[B, 1, 1, L]`, so the rows of padded *queries* are blocked, while real queries still read the
+#   padded *keys*. We put it in the encoder with a small subclass whose `encode` builds the
+#   transposed mask (cross-attention keeps the right one, or the shapes would not broadcast).
+
+# %%
+def no_padding_mask(ids, pad_id=PAD_ID):
+    return torch.zeros_like(ids, dtype=torch.bool)[:, None, None, :]
+
+
+class QueryMaskingTransformer(Transformer):
+    def encode(self, src):
+        key_mask = make_padding_mask(src)  # [B, 1, 1, Ls]: right, used by cross-attention
+        query_mask = key_mask.transpose(-1, -2)  # [B, 1, Ls, 1]: wrong, used by the encoder
+        return self.encoder(src, query_mask), key_mask
+
+
+query_model = QueryMaskingTransformer(VOCAB_SIZE, VOCAB_SIZE).eval()
+query_model.load_state_dict(model.state_dict())  # the very same weights
+
+padding_results = {"correct": padding_invariant(model, src, tgt_in, 3)}
+with mock.patch.object(helpers.model, "make_padding_mask", no_padding_mask):
+    padding_results["PAD keys not masked"] = padding_invariant(model, src, tgt_in, 3)
+padding_results["queries masked, not keys"] = padding_invariant(query_model, src, tgt_in, 3)
+for name, ok in padding_results.items():
+    print(f"{name:<26} padding invariance holds: {ok}")
+assert padding_results["correct"]
+assert not padding_results["PAD keys not masked"] and not padding_results["queries masked, not keys"]
+
+# %% [markdown]
+# How large is the damage? The logits of a real target position move with the amount of padding
+# in its source. The cell prints the largest change when 3 pads are appended, per variant.
+
+# %%
+@torch.no_grad()
+def padding_drift(m, extra=3, patch=None):
+    with ExitStack() as stack:
+        if patch is not None:
+            stack.enter_context(mock.patch.object(helpers.model, "make_padding_mask", patch))
+        a, b = m(src, tgt_in), m(F.pad(src, (0, extra), value=PAD_ID), tgt_in)
+    real = (tgt_in != PAD_ID)[..., None]
+    return ((a - b).abs() * real).max().item()
+
+
+drifts = {"correct": padding_drift(model), "PAD keys not masked": padding_drift(model, patch=no_padding_mask),
+          "queries masked, not keys": padding_drift(query_model)}
+for name, d in drifts.items():
+    print(f"{name:<26} max |logit change| at real positions: {'< 1e-5' if d < 1e-5 else f'{d:.1f}'}")
+assert drifts["correct"] < 1e-5 and min(drifts["PAD keys not masked"], drifts["queries masked, not keys"]) > 0.1
+
+# %% [markdown]
+# Masking padded queries *as well as* keys is not wrong, but it creates fully masked rows (the
+# `<pad>` queries), which are safe only with an attention that handles them (chapter 07). Masking
+# keys is what matters: it is the key that decides what information flows into a query.
+#
+# ## The same tests on every commit
+#
+# These cells are the chapter's version of tests that run with the unit tests:
+# `tests/test_properties.py` checks causality (at several positions $t$) and padding invariance on
+# four model configurations, from one layer to the default 931,213-parameter model, and checks that
+# the causality test fails when the causal mask is removed. `tests/test_masks.py` checks the mask
+# builders and conventions, including `fully_masked_rows`. Run them with
+#
+# ```
+# pytest tests/test_properties.py tests/test_masks.py
+# ```
+#
+# They take seconds and need no trained weights. The behavioural tests catch the leaks (a missing
+# causal mask, unmasked or wrongly masked padding); the over-masking `diagonal=0` in the mask
+# builder is caught by `tests/test_masks.py`, which compares `make_causal_mask` with the expected
+# matrix, and the third property above catches over-masking wherever the mask is built.
+#
+# ## Check against `helpers`
+#
+# The properties hold on `helpers.Transformer` in every configuration we try, fresh weights each
+# time, including with dropout configured (the tests run in eval mode).
+
+# %%
+configs = [dict(d_model=32, num_heads=2, dff=64, num_layers=1), dict(d_model=64, num_heads=4, dff=128, num_layers=3),
+           dict(dropout=0.3)]
+for cfg in configs:
+    torch.manual_seed(1)
+    m = Transformer(VOCAB_SIZE, VOCAB_SIZE, **cfg).eval()
+    ok_causal = causal_test_passes(m)
+    ok_pad = all(padding_invariant(m, src, tgt_in, e) for e in (1, 5))
+    ok_mask = every_query_sees_something(decoder_self_mask(m, helpers.model.make_causal_mask), tgt_in)
+    print(f"{str(cfg):<58} causality {ok_causal}, padding {ok_pad}, every query sees something {ok_mask}")
+    assert ok_causal and ok_pad and ok_mask
