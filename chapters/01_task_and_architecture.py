@@ -404,6 +404,7 @@ for name, counted, formula in rows:
 print(f"{'total':40s} {total:9,d} {sum(r[2] for r in rows):9,d}")
 print(f"\none encoder layer: {enc_layer:,}   one decoder layer: {dec_layer:,}")
 assert total == sum(r[1] for r in rows) == sum(r[2] for r in rows) == 931_213
+assert (rows[0][1] + rows[3][1]) / total < 0.01 and 1.3 < dec_layer / enc_layer < 1.4
 
 # %% [markdown]
 # Almost all of the parameters are in the layers; the embeddings and the output

@@ -315,11 +315,13 @@ assert "device" in str(caught)
 # %% [markdown]
 # ## The scale and the initialisation
 #
-# Vaswani et al. (section 3.4) multiply the embeddings by $\sqrt{d}$. The point is to put
-# the token vectors and the position vectors on a comparable scale before adding them:
-# if one is much larger, the sum is essentially that one, and the other is drowned out.
-# Sinusoidal positions have entries in $[-1, 1]$. What the token part looks like depends
-# on how $E$ is initialised:
+# Vaswani et al. (section 3.4) multiply the embedding weights by $\sqrt{d}$ without saying
+# why. In their model the same matrix also serves as the output projection, whose weights
+# are naturally small, of order $d^{-1/2}$; the factor brings the token vectors up to the
+# scale of the position vectors before the two are added. That is what matters: if one
+# part of the sum is much larger, the sum is essentially that part, and the other is
+# drowned out. Sinusoidal positions have entries in $[-1, 1]$. What the token part looks
+# like depends on how $E$ is initialised:
 #
 # - PyTorch's `nn.Embedding` starts from $\mathcal{N}(0, 1)$. Times $\sqrt{128} \approx 11.3$,
 #   the token part has a standard deviation around 11.
@@ -362,8 +364,8 @@ assert ratio_default > 10 and ratio_fixed < 3
 # each other. What that means for the model: look at one token (the digit `5`) at
 # positions 0 to 13 and ask how different its input vector is from the same token at
 # position 0 (cosine similarity; 1 means "the same direction"). With the default
-# initialisation, position changes the vector by a tenth of a percent: the model has to
-# hear a whisper under a shout.
+# initialisation, moving the token from position 0 to position 13 changes the direction
+# of its vector by less than one percent: the model has to hear a whisper under a shout.
 
 # %%
 five = helpers.NUM_OFFSET + 5
@@ -483,7 +485,7 @@ assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]
 # - **For learned positions:** no assumption about what position should look like; the
 #   model fits whatever pattern the task needs, and within the training lengths it is
 #   often as good or slightly better.
-# - **Against:** $\texttt{max\_len} \times d$ extra parameters (here 8,192 per stack);
+# - **Against:** `max_len` $\times\, d$ extra parameters (here 8,192 per stack);
 #   a row is trained only by sequences long enough to reach it (the cell shows rows 14 to
 #   63 get no gradient from our data, so they stay random); and there is no row at all for
 #   a position at or beyond `max_len`.

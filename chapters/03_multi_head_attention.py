@@ -137,7 +137,7 @@ for dk in (16, 64, 256):
     assert abs(stats[dk, "1/sqrt(dk)"][1] - stats[16, "1/sqrt(dk)"][1]) < 0.02  # same softmax at any d_k
 assert stats[16, "none"][1] < stats[64, "none"][1] < stats[256, "none"][1]  # saturation grows with d_k
 assert stats[256, "none"][2] > 0.5 and stats[256, "1/sqrt(dk)"][2] < 0.01
-assert stats[256, "none"][4] < stats[256, "1/sqrt(dk)"][4] / 2               # less gradient
+assert stats[256, "none"][4] < 0.4 * stats[256, "1/sqrt(dk)"][4]             # a third of the gradient
 
 # %% [markdown]
 # Without the scale, the variance grows linearly with $d_k$, and at $d_k = 256$ more than
@@ -380,7 +380,8 @@ assert torch.isinf(torch.tensor(torch.finfo(torch.float16).min, dtype=torch.floa
 #
 # In self-attention the queries, keys and values are all projections of the same input.
 # Three `d -> d` linear layers can then be one `d -> 3d` layer whose output is cut in
-# three: one matrix multiplication instead of three, which is faster on real hardware.
+# three: one larger matrix multiplication instead of three smaller ones, which keeps the
+# hardware busier.
 # The two forms compute the same function: stacking the three weight matrices (and
 # biases) row-wise gives the fused weight, and `chunk(3, dim=-1)` recovers Q, K and V.
 # (`torch.nn.MultiheadAttention` stores its weights exactly this way, as one
