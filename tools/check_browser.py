@@ -1,0 +1,571 @@
+#!/usr/bin/env python3
+"""Check the book in a real browser: headless Chromium driven over the DevTools protocol.
+
+Usage:
+    python tools/check_browser.py                 # both checks
+    python tools/check_browser.py --book-only     # (a) only
+    python tools/check_browser.py --lab-only      # (b) only
+    python tools/check_browser.py --screenshots DIR   # keep screenshots of (b) in DIR
+
+(a) The HTML book (_build/html; built first when missing) is served from 127.0.0.1 and
+    every page is opened. For each page: every math element (.math) holds MathJax output
+    (an mjx-container), every <img> has loaded (naturalWidth > 0), every network request
+    went to the local server (or is a data:/blob: URL), and nothing was logged as a
+    JavaScript error (console.error, an uncaught exception, a failed load).
+(b) JupyterLab is started on 127.0.0.1 (free port, no token, temporary settings, runtime
+    and root folders) on a COPY of chapters/18_cross_attention_heatmaps.ipynb. The check
+    runs all cells (command `runmenu:run-all`), waits for the kernel, requires no error
+    output, finds the explorer widget, switches its layer control and requires that the
+    heatmap image changes, then types an invalid input and requires the widget's error
+    message (and no traceback).
+
+Chromium is Debian's (`apt-get install chromium`; `make check-browser` installs it when
+missing). The driver is websocket-client (a dependency of jupyter_server) speaking the
+Chrome DevTools Protocol: no browser download, no Node. Prints PASS/FAIL per check and
+exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import websocket  # websocket-client
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = ROOT / "_build" / "html"
+CHAPTER = ROOT / "chapters" / "18_cross_attention_heatmaps.ipynb"
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-default-apps", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+    "--window-size=1280,1000", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+]
+# Console messages that are not errors of the book. Each entry: (substring, why).
+KNOWN_HARMLESS = [
+    ("Got invalid theme mode", "pydata-sphinx-theme, once on a fresh browser profile: no stored theme yet"),
+    ("/favicon.ico", "the browser asks every http server for /favicon.ico; the book ships none"),
+]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- a tiny CDP client
+
+class CDP:
+    """One DevTools websocket to one page: call(method, **params) and collected events."""
+
+    def __init__(self, ws_url: str):
+        # suppress_origin: Chromium refuses websocket clients that send an Origin header
+        # unless started with --remote-allow-origins
+        self.ws = websocket.create_connection(ws_url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def call(self, method: str, timeout: float = 60, **params):
+        self.next_id += 1
+        my_id = self.next_id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        deadline = time.monotonic() + timeout
+        while True:
+            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                msg = json.loads(self.ws.recv())
+            except websocket.WebSocketTimeoutException:
+                raise TimeoutError(f"no answer to {method} within {timeout} s") from None
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def pump(self, seconds: float) -> None:
+        """Collect events for a while (no call pending)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.ws.settimeout(left)
+            try:
+                msg = json.loads(self.ws.recv())
+            except websocket.WebSocketTimeoutException:
+                return
+            if "method" in msg:
+                self.events.append(msg)
+
+    def evaluate(self, expression: str, timeout: float = 60):
+        """Run JavaScript in the page (promises awaited) and return its JSON value."""
+        res = self.call("Runtime.evaluate", timeout=timeout, expression=expression,
+                        awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in res:
+            d = res["exceptionDetails"]
+            raise RuntimeError(f"JavaScript error: {d.get('exception', {}).get('description') or d.get('text')}")
+        return res.get("result", {}).get("value")
+
+    def wait_for(self, expression: str, timeout: float, interval: float = 0.25):
+        """Poll a JavaScript expression until it is truthy; return its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout} s waiting for: {expression[:120]}")
+            self.pump(interval)
+
+    def navigate(self, url: str, timeout: float = 60) -> None:
+        self.events = [e for e in self.events if e["method"] != "Page.loadEventFired"]
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout
+        while not any(e["method"] == "Page.loadEventFired" for e in self.events):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{url} did not finish loading within {timeout} s")
+            self.pump(0.2)
+
+    def screenshot(self, path: Path) -> None:
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        except Exception:
+            pass
+
+
+class Chromium:
+    """Debian's chromium, headless, with a new empty profile; .page is a CDP connection."""
+
+    def __init__(self):
+        exe = shutil.which("chromium") or shutil.which("chromium-browser")
+        if exe is None:
+            raise RuntimeError("chromium not found: install it with "
+                               "`apt-get update && apt-get install -y chromium` (make check-browser does)")
+        self.profile = Path(tempfile.mkdtemp(prefix="check-browser-profile-"))
+        self.proc = subprocess.Popen(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        port_file = self.profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("chromium did not start (no DevToolsActivePort)")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        pages = []
+        while not pages:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+                pages = [t for t in json.load(r) if t.get("type") == "page"]
+            time.sleep(0.1)
+        self.version = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version"))["Browser"]
+        self.page = CDP(pages[0]["webSocketDebuggerUrl"])
+        for domain in ("Page", "Runtime", "Network", "Log"):
+            self.page.call(f"{domain}.enable")
+
+    def close(self) -> None:
+        self.page.close()
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def page_problems(events: list[dict], allowed_prefix: str) -> tuple[list[str], list[str], int]:
+    """(errors, external requests, number of requests) from the events of one page load."""
+    errors, external, n_requests = [], [], 0
+    for e in events:
+        m, p = e["method"], e.get("params", {})
+        if m == "Network.requestWillBeSent":
+            n_requests += 1
+            url = p["request"]["url"]
+            if not url.startswith((allowed_prefix, "data:", "blob:", "about:")):
+                external.append(url)
+        elif m == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            errors.append("uncaught: " + (d.get("exception", {}).get("description") or d.get("text", "")))
+        elif m == "Runtime.consoleAPICalled" and p.get("type") == "error":
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+            errors.append("console.error: " + text)
+        elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+            errors.append(f"{p['entry'].get('source')}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+        elif m == "Network.loadingFailed" and not p.get("canceled"):
+            errors.append(f"load failed: {p.get('errorText')}")
+    kept = [x for x in errors if not any(s in x for s, _ in KNOWN_HARMLESS)]
+    return kept, external, n_requests
+
+
+# ---------------------------------------------------------------- (a) the HTML book
+
+PAGE_REPORT_JS = r"""
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+    if (MathJax.typesetPromise) { await MathJax.typesetPromise(); }
+  }
+  const imgs = [...document.images];
+  await Promise.all(imgs.map(img => {
+    img.loading = 'eager';
+    if (img.complete) return null;
+    return new Promise(r => { img.onload = img.onerror = r; setTimeout(r, 10000); });
+  }));
+  const math = [...document.querySelectorAll('.math')];
+  return {
+    title: document.title,
+    math: math.length,
+    rendered: math.filter(el => el.querySelector('mjx-container')).length,
+    raw: math.filter(el => !el.querySelector('mjx-container')).slice(0, 3).map(el => el.textContent.slice(0, 60)),
+    mathjax: !!window.MathJax,
+    images: imgs.length,
+    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src').slice(0, 80)),
+  };
+})()
+"""
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serve(folder: Path):
+    port = free_port()
+    handler = functools.partial(QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, port
+
+
+def ensure_book(rebuild: bool) -> None:
+    if (HTML / "index.html").exists() and not rebuild:
+        return
+    jb = Path(sys.executable).with_name("jupyter-book")
+    log(f"building the book: {jb.name} build . (no _build/html/index.html yet)")
+    subprocess.run([str(jb), "build", "--keep-going", "."], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    if not (HTML / "index.html").exists():
+        raise RuntimeError("the book build produced no _build/html/index.html")
+
+
+def book_pages() -> list[Path]:
+    skip = {"_static", "_sources", "_images", "_downloads"}
+    return sorted(p for p in HTML.rglob("*.html") if not skip & set(p.relative_to(HTML).parts))
+
+
+def check_book(browser: Chromium) -> list[str]:
+    server, port = serve(HTML)
+    prefix = f"http://127.0.0.1:{port}/"
+    failures: list[str] = []
+    totals = {"pages": 0, "math": 0, "images": 0, "requests": 0}
+    try:
+        for path in book_pages():
+            rel = path.relative_to(HTML).as_posix()
+            page = browser.page
+            page.events.clear()
+            try:
+                page.navigate(prefix + rel)
+                info = page.evaluate(PAGE_REPORT_JS, timeout=60)
+                page.pump(0.3)  # late console messages
+            except Exception as err:
+                failures.append(f"{rel}: {type(err).__name__}: {err}")
+                continue
+            errors, external, n_req = page_problems(page.events, prefix)
+            totals["pages"] += 1
+            totals["math"] += info["math"]
+            totals["images"] += info["images"]
+            totals["requests"] += n_req
+            problems = []
+            if info["rendered"] < info["math"]:
+                problems.append(f"{info['math'] - info['rendered']} of {info['math']} math elements not "
+                                f"rendered by MathJax (MathJax loaded: {info['mathjax']}), e.g. {info['raw']}")
+            if info["broken"]:
+                problems.append(f"{len(info['broken'])} image(s) did not load: {info['broken'][:3]}")
+            if external:
+                problems.append(f"{len(external)} request(s) left localhost: {external[:3]}")
+            if errors:
+                problems.append(f"{len(errors)} JavaScript error(s): {errors[:3]}")
+            status = "ok  " if not problems else "FAIL"
+            log(f"  {status} {rel}: {info['math']} math ({info['rendered']} rendered), "
+                f"{info['images']} images, {n_req} requests")
+            failures += [f"{rel}: {p}" for p in problems]
+    finally:
+        server.shutdown()
+    if not totals["pages"]:
+        failures.append("no page was checked")
+    log(f"  book: {totals['pages']} pages, {totals['math']} math elements, {totals['images']} images, "
+        f"{totals['requests']} requests")
+    return failures
+
+
+# ---------------------------------------------------------------- (b) JupyterLab
+
+LAB_STATE_JS = r"""
+(() => {
+  const app = window.jupyterapp;
+  if (!app) return null;
+  const panel = app.shell.currentWidget;
+  if (!panel || !panel.content || !panel.sessionContext) return {ready: false};
+  const s = panel.sessionContext;
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  const outputs = cells.flatMap(c => c.model.outputs.toJSON());
+  return {
+    ready: s.isReady && !!s.session && !!s.session.kernel,
+    kernel: s.session && s.session.kernel ? s.session.kernel.status : 'none',
+    code_cells: cells.length,
+    executed: cells.filter(c => c.model.executionCount !== null).length,
+    running: document.querySelectorAll('.jp-InputPrompt').length
+             ? [...document.querySelectorAll('.jp-InputPrompt')].filter(p => p.textContent.includes('*')).length : 0,
+    errors: outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
+  };
+})()
+"""
+
+# The explorer: the widget box holding a <select> labelled "layer"; its heatmap is the
+# <img> in the same box, its status line the element with class explorer-status.
+EXPLORER_JS = r"""
+(() => {
+  const labels = [...document.querySelectorAll('.widget-dropdown label')].filter(l => l.textContent.trim() === 'layer');
+  if (!labels.length) return null;
+  const select = labels[labels.length - 1].parentElement.querySelector('select');
+  let box = select.closest('.widget-vbox');
+  const img = box ? box.querySelector('img') : null;
+  const status = box ? box.querySelector('.explorer-status') : null;
+  return {
+    options: [...select.options].map(o => o.textContent),
+    selected: select.selectedIndex,
+    img: img ? img.src : null,
+    img_width: img ? img.naturalWidth : 0,
+    status: status ? status.textContent : null,
+    tracebacks: box ? box.querySelectorAll('.jp-RenderedText[data-mime-type="application/vnd.jupyter.stderr"]').length : 0,
+  };
+})()
+"""
+
+
+def select_option_js(label: str, index: int) -> str:
+    return f"""
+(() => {{
+  const labels = [...document.querySelectorAll('.widget-dropdown label')].filter(l => l.textContent.trim() === {json.dumps(label)});
+  const select = labels[labels.length - 1].parentElement.querySelector('select');
+  select.selectedIndex = {index};
+  select.dispatchEvent(new Event('change', {{bubbles: true}}));
+  return select.options[{index}].textContent;
+}})()"""
+
+
+def type_text_js(label: str, text: str) -> str:
+    return f"""
+(() => {{
+  const labels = [...document.querySelectorAll('.widget-text label')].filter(l => l.textContent.trim() === {json.dumps(label)});
+  const input = labels[labels.length - 1].parentElement.querySelector('input');
+  input.value = {json.dumps(text)};
+  input.dispatchEvent(new Event('input', {{bubbles: true}}));
+  input.dispatchEvent(new KeyboardEvent('keydown', {{key: 'Enter', bubbles: true}}));
+  return input.value;
+}})()"""
+
+
+def start_lab(workdir: Path):
+    port = free_port()
+    env = dict(os.environ)
+    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+                     ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("IPYTHONDIR", "ipython")):
+        (workdir / sub).mkdir()
+        env[var] = str(workdir / sub)
+    env["PYTHONHASHSEED"] = "0"
+    env.pop("MPLBACKEND", None)
+    logfile = open(workdir / "jupyterlab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
+         "--ServerApp.password=", f"--ServerApp.root_dir={workdir / 'root'}",
+         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        cwd=workdir / "root", env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5) as r:
+                if r.status == 200:
+                    return proc, port
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"JupyterLab did not start; see its log:\n{(workdir / 'jupyterlab.log').read_text()[-2000:]}")
+        time.sleep(0.3)
+
+
+def stop(proc) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float) -> list[str]:
+    if not CHAPTER.exists():
+        return [f"{CHAPTER.relative_to(ROOT)} does not exist"]
+    workdir = Path(tempfile.mkdtemp(prefix="check-browser-lab-"))
+    (workdir / "root").mkdir()
+    shutil.copy2(CHAPTER, workdir / "root" / CHAPTER.name)  # a copy: the repository file stays untouched
+    failures: list[str] = []
+    proc = None
+    page = browser.page
+    try:
+        t0 = time.monotonic()
+        proc, port = start_lab(workdir)
+        log(f"  JupyterLab up on 127.0.0.1:{port} in {time.monotonic() - t0:.1f} s")
+        page.navigate(f"http://127.0.0.1:{port}/lab/tree/{CHAPTER.name}", timeout=90)
+        state = page.wait_for(f"(() => {{ const s = {LAB_STATE_JS}; return s && s.ready && s.kernel === 'idle' && s; }})()",
+                              timeout=90)
+        log(f"  notebook open, kernel idle, {state['code_cells']} code cells")
+        t1 = time.monotonic()
+        page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all').then(() => true)")
+        state = page.wait_for(
+            f"(() => {{ const s = {LAB_STATE_JS}; return s && s.kernel === 'idle' && s.running === 0 && "
+            f"(s.executed === s.code_cells || s.errors.length) && s; }})()", timeout=run_timeout, interval=1.0)
+        log(f"  run-all: {state['executed']} of {state['code_cells']} code cells executed in "
+            f"{time.monotonic() - t1:.1f} s, {len(state['errors'])} error output(s)")
+        if state["errors"]:
+            failures.append(f"notebook raised: {state['errors'][:3]}")
+        if state["executed"] != state["code_cells"]:
+            failures.append(f"only {state['executed']} of {state['code_cells']} code cells executed")
+
+        before = page.wait_for(f"(() => {{ const e = {EXPLORER_JS}; return e && e.img && e.img_width > 0 && e; }})()",
+                               timeout=30)
+        log(f"  explorer found: layer options {before['options']} (selected {before['selected']}); "
+            f"status: {before['status']!r}")
+        if screenshots:
+            page.call("Runtime.evaluate", expression="document.querySelector('.widget-vbox select').scrollIntoView()")
+            page.screenshot(screenshots / "lab_before.png")
+        target = 0 if before["selected"] != 0 else len(before["options"]) - 1
+        chosen = page.evaluate(select_option_js("layer", target))
+        try:
+            after = page.wait_for(
+                f"(() => {{ const e = {EXPLORER_JS}; return e && e.img && e.img !== {json.dumps(before['img'])} && e; }})()",
+                timeout=30)
+            log(f"  layer -> {chosen!r}: the heatmap image changed "
+                f"({len(before['img'])} -> {len(after['img'])} characters of PNG data)")
+            if screenshots:
+                page.screenshot(screenshots / "lab_after_layer.png")
+        except TimeoutError:
+            failures.append(f"changing the layer control to {chosen!r} did not change the heatmap")
+
+        page.evaluate(type_text_js("digits", "12a"))
+        try:
+            bad = page.wait_for(f"(() => {{ const e = {EXPLORER_JS}; return e && e.status && "
+                                f"e.status.startsWith('error:') && e; }})()", timeout=30)
+            log(f"  invalid input '12a' -> {bad['status']!r}, no image: {bad['img'] is None}")
+            if bad["img"] is not None or bad["tracebacks"]:
+                failures.append("invalid input left a heatmap or printed a traceback")
+            if screenshots:
+                page.screenshot(screenshots / "lab_invalid_input.png")
+        except TimeoutError:
+            failures.append("typing an invalid input did not show the widget's error message")
+        errors, external, _ = page_problems(page.events, f"http://127.0.0.1:{port}/")
+        if external:
+            failures.append(f"JupyterLab page sent {len(external)} request(s) off localhost: {external[:3]}")
+        if errors:  # JupyterLab itself logs some; reported, not failed
+            log(f"  note: {len(errors)} console message(s) at error level in JupyterLab, e.g. {errors[:2]}")
+        state = page.evaluate(LAB_STATE_JS)
+        if state and state["errors"]:
+            failures.append(f"error outputs after interacting: {state['errors'][:3]}")
+    except Exception as err:
+        failures.append(f"{type(err).__name__}: {err}")
+    finally:
+        try:  # leave the page before the server goes away
+            page.navigate("about:blank", timeout=10)
+        except Exception:
+            pass
+        if proc is not None:
+            stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return failures
+
+
+# ---------------------------------------------------------------- main
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--book-only", action="store_true")
+    ap.add_argument("--lab-only", action="store_true")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the book even if _build/html exists")
+    ap.add_argument("--html", type=Path, help="check this folder of HTML pages instead of the book "
+                    "(no build; for testing the checker itself)")
+    ap.add_argument("--screenshots", type=Path, help="save JupyterLab screenshots into this folder")
+    ap.add_argument("--run-timeout", type=float, default=240, help="seconds allowed for run-all (default 240)")
+    args = ap.parse_args(argv)
+    if args.screenshots:
+        args.screenshots.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.monotonic()
+    results: dict[str, list[str]] = {}
+    browser = None
+    try:
+        global HTML
+        if args.html:
+            HTML = args.html.resolve()
+        elif not args.lab_only:
+            ensure_book(args.rebuild)
+        browser = Chromium()
+        log(f"browser: {browser.version}, headless, new empty profile")
+        if not args.lab_only:
+            log("(a) the HTML book, every page from http://127.0.0.1")
+            results["book: math rendered, images loaded, no external request, no JS error"] = check_book(browser)
+        if not args.book_only:
+            log("(b) JupyterLab: run the heatmap chapter, change the layer, bad input")
+            results["lab: run-all, layer change redraws the heatmap, bad input message"] = check_lab(
+                browser, args.screenshots, args.run_timeout)
+    except Exception as err:
+        results.setdefault("setup", []).append(f"{type(err).__name__}: {err}")
+    finally:
+        if browser is not None:
+            browser.close()
+
+    log("")
+    failed = 0
+    for name, failures in results.items():
+        log(f"{'PASS' if not failures else 'FAIL'}  {name}")
+        for f in failures[:20]:
+            log(f"      - {f}")
+        failed += bool(failures)
+    log(f"check-browser: {'PASS' if not failed else 'FAIL'} ({len(results) - failed} passed, {failed} failed) "
+        f"in {time.monotonic() - t0:.0f} s")
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
