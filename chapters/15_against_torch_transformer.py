@@ -1,0 +1,441 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Against the reference implementation: `torch.nn.Transformer`
+#
+# PyTorch ships its own encoder-decoder, `torch.nn.Transformer`. It is written and tested by other
+# people, which makes it the best test our model can get: load **our** weights into it, feed it
+# the same inputs, and every logit must agree to float precision. If they do, our attention, our
+# Pre-Norm wiring, our GELU feed-forward, our final LayerNorms and our masks all compute what
+# PyTorch computes. If one piece differed, the logits would too.
+#
+# Along the way we learn its interface, whose mask arguments are a frequent source of bugs, and
+# we end with an honest comparison: when to use it and when to write your own.
+#
+# What `nn.Transformer` is: the two **stacks** (encoder layers plus a final LayerNorm, decoder
+# layers plus a final LayerNorm). What it is not: it has no token embeddings, no positional
+# encoding and no output projection. So the comparison runs our embeddings, then its stacks,
+# then our output projection.
+
+# %%
+import copy
+import inspect
+import warnings
+
+import torch
+import torch.nn as nn
+
+from helpers import (
+    BOS_ID,
+    PAD_ID,
+    VOCAB_SIZE,
+    Transformer,
+    count_parameters,
+    describe,
+    encode_digits,
+    make_causal_mask,
+    make_padding_mask,
+)
+
+torch.manual_seed(0)
+model = Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()
+
+# %% [markdown]
+# A fresh model has every bias at zero and every LayerNorm at gain 1, bias 0. Copying those into
+# the wrong place, or forgetting to copy them, would go unnoticed: zero is zero wherever it lands.
+# So before comparing we give every parameter that is still constant some random values. A test
+# should exercise the code paths it claims to check.
+
+# %%
+with torch.no_grad():
+    randomized = []
+    for name, p in model.named_parameters():
+        if (p == p.flatten()[0]).all():  # all zeros (biases) or all ones (LayerNorm gains)
+            p.add_(0.1 * torch.randn_like(p))
+            randomized.append(name)
+print(f"randomized {len(randomized)} constant parameters, e.g.", randomized[:3])
+assert any("ln_final" in n for n in randomized) and any(n.endswith("W_q.bias") for n in randomized)
+
+# %% [markdown]
+# ## Building the reference with matching options
+#
+# Four constructor arguments must match our design; three of them differ from PyTorch's defaults:
+#
+# | argument | PyTorch default | ours | why it matters |
+# | --- | --- | --- | --- |
+# | `batch_first` | `False`: tensors are `[L, B, d]` | `True`: `[B, L, d]` | with the default, our `[B, L, d]` is read as `[L, B, d]` |
+# | `norm_first` | `False` (Post-Norm) | `True` (Pre-Norm) | a different function, chapter 05 |
+# | `activation` | `"relu"` | `"gelu"` | a different function, chapter 04 |
+# | `dim_feedforward` | 2048 | 512 | a shape mismatch when copying |
+
+# %%
+def build_reference(**overrides):
+    options = dict(d_model=128, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=512,
+                   dropout=0.1, activation="gelu", batch_first=True, norm_first=True)
+    options.update(overrides)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ref = nn.Transformer(**options)
+    return ref.eval(), [str(w.message) for w in caught]
+
+
+ref, messages = build_reference()
+for msg in messages:
+    print("warning:", msg)
+layer = ref.decoder.layers[0]
+for name, p in layer.named_parameters():
+    print(f"decoder.layers.0.{name:<28} {tuple(p.shape)}")
+
+# %% [markdown]
+# The warning says that with `norm_first=True` the encoder cannot use its "nested tensor" fast
+# path (which skips the computation on padded positions at inference). It is harmless for us.
+#
+# ## The name map
+#
+# `nn.MultiheadAttention` keeps $W_Q, W_K, W_V$ stacked in one `[3d, d]` matrix, `in_proj_weight`,
+# in that order; everything else maps one to one:
+#
+# | ours (`helpers`) | `nn.Transformer` |
+# | --- | --- |
+# | `mha` (encoder), `self_mha` (decoder): `W_q`, `W_k`, `W_v` | `self_attn.in_proj_weight`, `in_proj_bias` (stacked Q, K, V) |
+# | `cross_mha`: `W_q`, `W_k`, `W_v` | `multihead_attn.in_proj_weight`, `in_proj_bias` |
+# | `...W_o` | `...out_proj` |
+# | `ffn.net[0]`, `ffn.net[2]` | `linear1`, `linear2` |
+# | `ln1`, `ln2`, `ln3` | `norm1`, `norm2`, `norm3` (same order: before self-attention, cross-attention, FFN) |
+# | `encoder.ln_final`, `decoder.ln_final` | `encoder.norm`, `decoder.norm` |
+
+# %%
+@torch.no_grad()
+def copy_attention(dst: nn.MultiheadAttention, src) -> None:
+    dst.in_proj_weight.copy_(torch.cat([src.W_q.weight, src.W_k.weight, src.W_v.weight]))  # [3d, d]
+    dst.in_proj_bias.copy_(torch.cat([src.W_q.bias, src.W_k.bias, src.W_v.bias]))
+    dst.out_proj.load_state_dict(src.W_o.state_dict())
+
+
+@torch.no_grad()
+def copy_into(ref: nn.Transformer, model: Transformer) -> nn.Transformer:
+    for ours, theirs in zip(model.encoder.layers, ref.encoder.layers):
+        copy_attention(theirs.self_attn, ours.mha)
+        theirs.linear1.load_state_dict(ours.ffn.net[0].state_dict())
+        theirs.linear2.load_state_dict(ours.ffn.net[2].state_dict())
+        theirs.norm1.load_state_dict(ours.ln1.state_dict())
+        theirs.norm2.load_state_dict(ours.ln2.state_dict())
+    for ours, theirs in zip(model.decoder.layers, ref.decoder.layers):
+        copy_attention(theirs.self_attn, ours.self_mha)
+        copy_attention(theirs.multihead_attn, ours.cross_mha)
+        theirs.linear1.load_state_dict(ours.ffn.net[0].state_dict())
+        theirs.linear2.load_state_dict(ours.ffn.net[2].state_dict())
+        for i in (1, 2, 3):
+            getattr(theirs, f"norm{i}").load_state_dict(getattr(ours, f"ln{i}").state_dict())
+    ref.encoder.norm.load_state_dict(model.encoder.ln_final.state_dict())
+    ref.decoder.norm.load_state_dict(model.decoder.ln_final.state_dict())
+    return ref
+
+
+copy_into(ref, model)
+torch.testing.assert_close(ref.decoder.layers[1].multihead_attn.in_proj_weight[128:256],
+                           model.decoder.layers[1].cross_mha.W_k.weight)  # K is the middle third
+print("copied; cross-attention W_k of layer 1 is rows 128:256 of in_proj_weight")
+
+# %% [markdown]
+# ## The same logits
+#
+# A batch with padding on both sides, so that every mask has work to do: the first sequence fills
+# the source, the others are padded. The decoder input is one column wider than the source, as
+# happens when a batch's targets are padded to their own longest length.
+
+# %%
+def reversal_pair(digits, src_width, tgt_width):
+    src = encode_digits(digits, width=src_width)  # digits <eos> <pad>...
+    tgt_in = torch.cat([torch.tensor([[BOS_ID]]), encode_digits(digits[::-1], width=tgt_width - 1)], dim=1)
+    return src, tgt_in  # <bos> reversed digits <eos> <pad>...
+
+
+pairs = [reversal_pair(d, 7, 8) for d in ("314159", "2718", "161")]
+src = torch.cat([s for s, _ in pairs])
+tgt_in = torch.cat([t for _, t in pairs])
+print("src", tuple(src.shape), "tgt_in", tuple(tgt_in.shape))
+for s, t in zip(src, tgt_in):
+    print(f"  {describe(s):<36} | {describe(t)}")
+
+# %% [markdown]
+# `nn.Transformer`'s masks use the same polarity as ours (`True` = blocked) but are split by
+# role, with fewer dimensions; the next section compares them argument by argument.
+
+# %%
+src_pad = src == PAD_ID  # [B, Ls]
+tgt_pad = tgt_in == PAD_ID  # [B, Lt]
+causal = make_causal_mask(tgt_in.size(1))[0, 0]  # [Lt, Lt]
+
+
+def reference_logits(ref, src, tgt_in, **mask_args):
+    h = ref(model.encoder.embed(src), model.decoder.embed(tgt_in), **mask_args)
+    return model.out_proj(h)
+
+
+full_masks = dict(src_key_padding_mask=src_pad, tgt_mask=causal, tgt_key_padding_mask=tgt_pad,
+                  memory_key_padding_mask=src_pad)
+with torch.no_grad():
+    ours = model(src, tgt_in)
+    theirs = reference_logits(ref, src, tgt_in, **full_masks)
+print("logits", tuple(ours.shape), "| ours vs nn.Transformer, max |diff| < 1e-5:",
+      (ours - theirs).abs().max().item() < 1e-5)
+torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
+
+# %% [markdown]
+# ### The check can fail
+#
+# A tight tolerance is only worth something if a small error trips it. We add random noise of
+# size 0.01 to a **single** entry of one weight matrix, deep in the second decoder layer, and run
+# the same assertion:
+
+# %%
+broken = copy.deepcopy(ref)
+g = torch.Generator().manual_seed(0)
+with torch.no_grad():
+    broken.decoder.layers[1].linear2.weight[5, 7] += 0.01 * torch.randn(1, generator=g).item()
+    off = reference_logits(broken, src, tgt_in, **full_masks)
+try:
+    torch.testing.assert_close(off, ours, rtol=1e-5, atol=1e-5)
+    raise RuntimeError("the perturbed model passed: the check is too loose")
+except AssertionError as e:
+    print(type(e).__name__, "|", str(e).strip().splitlines()[0])
+print("max |diff| > 1e-5:", (off - ours).abs().max().item() > 1e-5)
+
+# %% [markdown]
+# Each option we changed from PyTorch's defaults matters as well. Build the reference with one of
+# them left at its default, copy the same weights, and the logits move far beyond the tolerance.
+# With `batch_first=False` our `[B, L, d]` tensors are read as `[L, B, d]`: here the source and
+# target "batch sizes" are then their lengths, 7 and 8, and the call fails. With equal lengths it
+# would run, and attend across the batch instead of along each sequence.
+
+# %%
+outcomes = {}
+for override in (dict(norm_first=False), dict(activation="relu"), dict(batch_first=False)):
+    other, _ = build_reference(**override)
+    copy_into(other, model)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Post-Norm's nested-tensor path warns that it is a prototype
+            diff = (reference_logits(other, src, tgt_in, **full_masks) - ours).abs().max().item()
+        outcomes[str(override)] = diff > 0.01
+        print(f"{str(override):<28} max |logit diff| = {diff:.1f}")
+    except RuntimeError as e:
+        outcomes[str(override)] = True
+        print(f"{str(override):<28} {type(e).__name__}: {str(e).splitlines()[0]}")
+assert all(outcomes.values()) and len(outcomes) == 3
+
+# %% [markdown]
+# ## Its mask arguments, against ours
+#
+# Our attention takes one mask per attention, broadcastable to `[B, h, Lq, Lk]`. `nn.Transformer`
+# splits each into two parts: an `*_mask` that is the same for every sequence (`[Lq, Lk]`) and a
+# `*_key_padding_mask` that is per sequence and per key (`[B, Lk]`). It combines them inside
+# (`F.multi_head_attention_forward` merges both into one mask).
+#
+# | attention | ours | `nn.Transformer` arguments |
+# | --- | --- | --- |
+# | encoder self | `make_padding_mask(src)`, `[B, 1, 1, Ls]` | `src_key_padding_mask` `[B, Ls]` (and `src_mask` `[Ls, Ls]`, unused here) |
+# | decoder self | `make_causal_mask(Lt) \| make_padding_mask(tgt_in)`, `[B, 1, Lt, Lt]` | `tgt_mask` `[Lt, Lt]` **and** `tgt_key_padding_mask` `[B, Lt]` |
+# | cross | `make_padding_mask(src)`, `[B, 1, 1, Ls]` | `memory_key_padding_mask` `[B, Ls]` (and `memory_mask` `[Lt, Ls]`, unused) |
+#
+# Both use `True` = **blocked** for a bool mask (the opposite of `F.scaled_dot_product_attention`),
+# and both accept a float mask that is **added** to the scores. The cell checks the translation:
+# ours, rebuilt from its pieces by broadcasting, is exactly what `helpers` builds.
+
+# %%
+ours_src = make_padding_mask(src)
+ours_self = make_causal_mask(tgt_in.size(1)) | make_padding_mask(tgt_in)
+assert torch.equal(ours_src[:, 0, 0, :], full_masks["src_key_padding_mask"])
+assert torch.equal(ours_src[:, 0, 0, :], full_masks["memory_key_padding_mask"])
+assert torch.equal(ours_self, full_masks["tgt_mask"][None, None] | full_masks["tgt_key_padding_mask"][:, None, None, :])
+print("src_key_padding_mask  [B, Ls]  ==  ours[:, 0, 0, :]       ", tuple(src_pad.shape), "<-", tuple(ours_src.shape))
+print("tgt_mask | tgt_key_padding_mask broadcast  ==  ours        ", tuple(causal.shape), "|", tuple(tgt_pad.shape),
+      "->", tuple(ours_self.shape))
+
+# %% [markdown]
+# ### Pitfall: forgetting `memory_key_padding_mask`
+#
+# `nn.Transformer` does not reuse `src_key_padding_mask` for cross-attention; the decoder never sees
+# it. Leave out `memory_key_padding_mask` and cross-attention reads the encoder's outputs at the
+# padded source positions. Nothing fails. Only the sequences that have source padding change, which
+# makes the bug easy to miss on a test batch of equal lengths:
+
+# %%
+no_memory_mask = {k: v for k, v in full_masks.items() if k != "memory_key_padding_mask"}
+with torch.no_grad():
+    leaky = reference_logits(ref, src, tgt_in, **no_memory_mask)
+per_seq = (leaky - ours).abs().amax(dim=(1, 2))
+for i in range(len(src)):
+    print(f"sequence {i}: {int(src_pad[i].sum())} source pads, logits changed: {per_seq[i].item() > 1e-4}")
+assert per_seq[0] < 1e-5 and (per_seq[1:] > 1e-3).all()
+
+# %% [markdown]
+# ### A float `tgt_mask`
+#
+# `nn.Transformer.generate_square_subsequent_mask(L)` returns the causal mask the way PyTorch's
+# examples use it: a **float** matrix with `-inf` above the diagonal and `0` elsewhere, added to the
+# scores. It computes the same function as the bool mask:
+
+# %%
+float_causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+print(float_causal.dtype, "\n", float_causal[:4, :4])
+assert torch.equal(float_causal == float("-inf"), causal)
+
+# %% [markdown]
+# Pass it together with our bool `tgt_key_padding_mask` and PyTorch warns that mixing a float mask
+# with a bool padding mask is deprecated. Making the padding mask float as well (`-inf` at pads)
+# silences it; either way the logits are ours.
+
+# %%
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    mixed = reference_logits(ref, src, tgt_in, **{**full_masks, "tgt_mask": float_causal})
+print(len(caught), "warning(s), e.g.:", str(caught[0].message) if caught else None)
+assert any("mismatched key_padding_mask and attn_mask" in str(w.message) for w in caught)
+
+float_tgt_pad = torch.zeros(tgt_pad.shape).masked_fill(tgt_pad, float("-inf"))
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    all_float = reference_logits(ref, src, tgt_in, **{**full_masks, "tgt_mask": float_causal,
+                                                      "tgt_key_padding_mask": float_tgt_pad})
+print(len(caught), "warning(s) with both decoder masks float")
+assert not caught
+torch.testing.assert_close(mixed, ours, rtol=1e-5, atol=1e-5)
+torch.testing.assert_close(all_float, ours, rtol=1e-5, atol=1e-5)
+
+# %% [markdown]
+# ### Pitfall: the padding mask with the opposite polarity
+#
+# Coming from SDPA or Hugging Face, where `True`/`1` means "attend", it is natural to pass a mask
+# that is `True` on the real tokens. `nn.Transformer` then blocks the real tokens and attends only
+# to the padding. The logits change, silently, for every sequence:
+
+# %%
+keep = ~src_pad  # True = real token: the SDPA / Hugging Face habit
+inverted = {**full_masks, "src_key_padding_mask": keep, "memory_key_padding_mask": keep}
+with torch.no_grad():
+    wrong = reference_logits(ref, src, tgt_in, **inverted)
+changed = ~torch.isclose(wrong, ours, rtol=0, atol=1e-3).flatten(1).all(1)  # NaN counts as changed
+print("sequences whose logits changed:", changed.tolist())
+assert changed.all()
+
+# %% [markdown]
+# Not quite silently for sequence 0: it has no padding at all, so the inverted mask blocks **every**
+# key of every query, the fully masked row of chapter 07. What comes out then depends on the code
+# path. In eval mode with autograd off, the encoder layers take PyTorch's fused inference "fast
+# path", which returns NaN for such rows; with autograd on (as in training), or with the fast path
+# switched off (`torch.backends.mha.set_fastpath_enabled(False)`), they return finite, meaningless
+# numbers. One bug, two symptoms, depending on where you look (this is PyTorch 2.13's behaviour;
+# other versions may differ).
+
+# %%
+def nan_per_sequence():
+    return reference_logits(ref, src, tgt_in, **inverted).isnan().flatten(1).any(1).tolist()
+
+
+with torch.no_grad():
+    nan_fast = nan_per_sequence()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        nan_no_fastpath = nan_per_sequence()
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+with torch.enable_grad():
+    nan_autograd = nan_per_sequence()
+print("NaN per sequence, eval + no_grad (fast path):", nan_fast)
+print("NaN per sequence, fast path switched off:    ", nan_no_fastpath)
+print("NaN per sequence, autograd on:               ", nan_autograd)
+assert nan_fast == [True, False, False] and not any(nan_no_fastpath) and not any(nan_autograd)
+
+# %% [markdown]
+# ## What `nn.Transformer` does not give you
+#
+# **Attention weights.** Its layers call `nn.MultiheadAttention` with `need_weights=False` (so that
+# the fast kernels can be used), and the stacks have no argument to ask for them. A forward hook on
+# a cross-attention module shows what comes back:
+
+# %%
+captured = {}
+hook = ref.decoder.layers[0].multihead_attn.register_forward_hook(lambda mod, args, out: captured.update(out=out))
+with torch.no_grad():
+    reference_logits(ref, src, tgt_in, **full_masks)
+hook.remove()
+out, weights = captured["out"]
+print("cross-attention output", tuple(out.shape), "| weights:", weights)
+assert weights is None
+
+with torch.no_grad():
+    _, our_cross = model.decode(tgt_in, *model.encode(src))
+print("ours: one cross-attention map per layer:", [tuple(w.shape) for w in our_cross])
+
+# %% [markdown]
+# **A KV cache.** `nn.TransformerDecoder.forward` takes the whole target prefix every time; there is
+# no argument to carry keys and values from one decoding step to the next:
+
+# %%
+params = list(inspect.signature(nn.TransformerDecoder.forward).parameters)
+print(params)
+assert not any("cache" in p or "past" in p for p in params)
+
+# %% [markdown]
+# **When to use which.** For a standard encoder or decoder block, `nn.Transformer` (or
+# `nn.TransformerEncoderLayer` alone) is the sensible default: it is tested, it is one line, and
+# at inference it has fused fast paths. Its limits are the ones shown above: no per-layer attention
+# weights (the heatmaps of the cross-attention chapter need them), no KV cache (greedy decoding
+# recomputes the whole prefix at every step; the KV cache chapter shows what a cache saves), and
+# the block is fixed: swapping in RoPE, RMSNorm, grouped-query attention or a different mask scheme
+# means writing your own layer anyway. Its masks, split by role and with the opposite polarity
+# from SDPA, are easy to get wrong, as the last cells show. Large models in practice use neither
+# this module nor a handwritten toy but maintained libraries built on fused attention kernels; the
+# value of a handwritten model is that you know exactly what every line computes, and the value of
+# `nn.Transformer` here is as an independent reference to test it against.
+#
+# ## Parameter count
+#
+# `nn.Transformer` holds exactly the parameters of our two stacks (layers plus final LayerNorms).
+# Our embeddings and output projection make up the rest of the 931,213.
+
+# %%
+n_ref = count_parameters(ref)
+n_stacks = sum(count_parameters(m) for m in (model.encoder.layers, model.decoder.layers,
+                                             model.encoder.ln_final, model.decoder.ln_final))
+n_rest = sum(count_parameters(m) for m in (model.encoder.embed, model.decoder.embed, model.out_proj))
+print(f"nn.Transformer:                 {n_ref:>9,}")
+print(f"our stacks:                     {n_stacks:>9,}")
+print(f"+ embeddings, output projection {n_rest:>9,}")
+print(f"= our model                     {count_parameters(model):>9,}")
+assert n_ref == n_stacks and n_stacks + n_rest == count_parameters(model) == 931_213
+
+# %% [markdown]
+# ## Check against `helpers`
+#
+# `helpers.to_torch_transformer` is the copy we wrote above, and `helpers.torch_forward` is our
+# `reference_logits` with all four masks. Both must agree with this chapter exactly: the same
+# state dict, and the same logits.
+
+# %%
+from helpers import to_torch_transformer, torch_forward
+
+lib_ref = to_torch_transformer(model).eval()
+ours_state, lib_state = ref.state_dict(), lib_ref.state_dict()
+assert ours_state.keys() == lib_state.keys()
+assert all(torch.equal(ours_state[k], lib_state[k]) for k in ours_state)
+with torch.no_grad():
+    lib_logits = torch_forward(model, lib_ref, src, tgt_in)
+torch.testing.assert_close(lib_logits, theirs, rtol=0, atol=0)
+torch.testing.assert_close(lib_logits, ours, rtol=1e-5, atol=1e-5)
+print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forward: same logits")
