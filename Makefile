@@ -1,0 +1,104 @@
+# A Transformer from Scratch in PyTorch: build, test and run the book.
+#
+#   make book      install what is needed (once), then build the HTML book
+#   make test      install what is needed (once), then run every check
+#   make lab       open the chapters in JupyterLab
+#   make execute   re-execute notebooks in a fresh kernel (NB=chapters/03_x.py for one)
+#
+# Everything runs in a local virtual environment, .venv, created from requirements.txt.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# -W --keep-going: report every warning, then fail. --all: rebuild every page, so that
+# warnings from unchanged pages are reported too (a full build takes seconds).
+BOOK_BUILD := $(BIN)/jupyter-book build -q -W --keep-going --all .
+
+# Kernels started by JupyterLab, nbval and tools/execute_notebooks.py all hash strings
+# the same way, so outputs that depend on set order agree.
+export PYTHONHASHSEED := 0
+
+.DEFAULT_GOAL := help
+.PHONY: help venv book test test-unit test-pairing test-notebooks test-book lab execute \
+        clean distclean
+
+help:
+	@echo "make book     build the book into _build/html/index.html (installs first if needed)"
+	@echo "make test     unit tests, pairing check, notebook outputs (nbval), book build with -W"
+	@echo "make lab      JupyterLab on the chapters"
+	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
+	@echo "make clean    remove build outputs; make distclean also removes .venv"
+
+# ---------------------------------------------------------------------------- set-up
+venv: $(STAMP)
+
+# Re-run whenever requirements.txt or pyproject.toml changes. The `-e .` line of
+# requirements.txt installs `helpers` in editable mode; its build normally fetches
+# setuptools into an isolated environment. Where no package index has setuptools
+# (offline), the second attempt builds with the venv's own setuptools instead.
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -r requirements.txt \
+	  || $(BIN)/python -m pip install --no-build-isolation -r requirements.txt
+	@touch $@
+	@echo "installed: $(VENV) is ready"
+
+# ---------------------------------------------------------------------------- book
+book: $(STAMP)
+	$(BOOK_BUILD)
+	@echo "book: open _build/html/index.html"
+
+# ---------------------------------------------------------------------------- tests
+# pytest exits 5 when it collects no test: fine while tests/ or chapters/ hold no test
+# yet. Any other failure still fails.
+PYTEST_ALLOW_EMPTY = rc=$$?; if [ $$rc -eq 5 ]; then echo "(no tests collected: nothing to check yet)"; rc=0; fi; exit $$rc
+
+test: test-unit test-pairing test-notebooks test-book
+	@echo "make test: all checks passed (unit tests, pairing, notebook outputs, book)"
+
+test-unit: $(STAMP)
+	@if [ -d tests ]; then \
+	  echo "$(BIN)/python -m pytest tests/ -q"; $(BIN)/python -m pytest tests/ -q; $(PYTEST_ALLOW_EMPTY); \
+	else echo "no tests/ folder yet: no unit tests to run"; fi
+
+test-pairing: $(STAMP)
+	$(BIN)/python tools/check_pairing.py
+
+test-notebooks: $(STAMP)
+	@echo "$(BIN)/python -m pytest --nbval chapters/ -q"; \
+	$(BIN)/python -m pytest --nbval chapters/ -q; $(PYTEST_ALLOW_EMPTY)
+
+# The book must work offline and without JavaScript errors: no page may load a script,
+# stylesheet, image or frame from another host, and the sphinx-thebe inline script
+# (which throws "Identifier 'THEBE_JS_URL' has already been declared" when a page
+# holds it twice) must not come back.
+test-book: $(STAMP)
+	$(BOOK_BUILD)
+	@test -f _build/html/index.html
+	@remote=$$(grep -rlE '<(script|link|img|iframe)[^>]*(src|href)="(https?:)?//' \
+	    --include='*.html' _build/html || true); \
+	if [ -n "$$remote" ]; then echo "pages loading remote resources:"; echo "$$remote"; exit 1; fi; \
+	thebe=$$(grep -rl THEBE_JS_URL --include='*.html' _build/html || true); \
+	if [ -n "$$thebe" ]; then echo "pages with sphinx-thebe's inline script:"; echo "$$thebe"; exit 1; fi; \
+	echo "book: _build/html/index.html built; no remote resources, no thebe script"
+
+# ---------------------------------------------------------------------------- authoring
+# The server runs at the repository root (so jupytext.toml applies and src/ is at hand)
+# and opens on chapters/. JupyterLab refuses to run as root unless told to.
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+lab: $(STAMP)
+	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) --ServerApp.root_dir="$(CURDIR)" \
+	  --LabApp.default_url=/lab/tree/chapters
+
+NB ?=
+execute: $(STAMP)
+	$(BIN)/python tools/execute_notebooks.py $(NB)
+
+# ---------------------------------------------------------------------------- cleaning
+clean:
+	rm -rf _build .pytest_cache
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,41 @@
+"""Top-level pytest configuration for the unit tests and the notebook checks.
+
+`pytest --nbval chapters/` (from the repository root or any folder below it):
+- collects only the chapter notebooks: never their .py twins, executed copies under
+  _build/, or .ipynb_checkpoints/ (see also norecursedirs in pytest.ini);
+- sanitizes outputs with chapters/sanitize.cfg (an absolute path, so the working
+  folder does not matter) unless --nbval-sanitize-with is given;
+- runs each notebook in a kernel of the Python running pytest (--nbval-current-env),
+  so the notebook's stored kernelspec name never matters, unless
+  --nbval-kernel-name is given;
+- starts kernels with PYTHONHASHSEED=0, as tools/execute_notebooks.py does, so that
+  outputs which depend on string hashing match the stored ones.
+"""
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+SANITIZE_FILE = ROOT / "chapters" / "sanitize.cfg"
+
+# Relative to this file. The twins are plain scripts: importing one as a test module
+# would run the whole chapter (and one named test_*.py would be collected).
+collect_ignore_glob = [
+    "chapters/*.py",
+    "chapters/**/*.py",
+    "_build/*",
+    "**/.ipynb_checkpoints/*",
+]
+
+
+def pytest_configure(config):
+    option = config.option
+    if not (getattr(option, "nbval", False) or getattr(option, "nbval_lax", False)):
+        return
+    if not option.nbval_sanitize_with and not getattr(option, "sanitize_with", None):
+        option.nbval_sanitize_with = str(SANITIZE_FILE)
+    if not option.nbval_kernel_name and not getattr(option, "current_env", False):
+        option.nbval_current_env = True
+    # Inherited by the kernels nbval starts.
+    os.environ["PYTHONHASHSEED"] = "0"
+    os.environ.pop("MPLBACKEND", None)  # let ipykernel use its inline backend

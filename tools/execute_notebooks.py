@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Re-execute chapter notebooks in a fresh kernel and store their outputs.
+
+Usage:
+    python tools/execute_notebooks.py                      # every chapters/*.ipynb
+    python tools/execute_notebooks.py chapters/03_x.ipynb  # one notebook, from its cells
+    python tools/execute_notebooks.py chapters/03_x.py     # from the .py twin: creates or
+                                                           # updates 03_x.ipynb, then runs it
+
+For each notebook this script
+- takes the cells from the file named on the command line (for a ``.py`` twin, the
+  notebook is rebuilt from it; cell ids of unchanged cells are kept);
+- runs every cell, top to bottom, in a fresh ``python3`` kernel of *this* Python
+  environment, in the notebook's own folder, with PYTHONHASHSEED=0 (as nbval does via
+  the top-level conftest.py); execution counts come out 1, 2, 3, ...;
+- records no timing metadata and drops any volatile cell metadata left by editors;
+- sets the pairing metadata ``jupytext: {formats: "ipynb,py:percent"}`` and a standard
+  ``python3`` kernelspec, then writes the notebook and its ``.py`` twin.
+
+Nothing is written for a notebook whose execution fails: the script reports the failing
+cell and moves on to the next notebook, and exits 1 at the end. Outputs are never to be
+edited by hand: they are whatever this script stored, and nbval checks them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+FORMATS = "ipynb,py:percent"
+TWIN_FMT = "py:percent"
+CELL_TIMEOUT = 900  # seconds per cell
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+# Cell metadata that changes on every run or only reflects an editor's state.
+VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "papermill")
+
+# The kernel inherits this process's environment: fix string hashing (set iteration
+# order), and let ipykernel choose its inline matplotlib backend.
+os.environ["PYTHONHASHSEED"] = "0"
+os.environ.pop("MPLBACKEND", None)
+
+import jupytext  # noqa: E402
+import nbformat  # noqa: E402
+import zmq  # noqa: E402
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import KernelManager  # noqa: E402
+from jupytext.combine import combine_inputs_with_outputs  # noqa: E402
+from jupytext.compare import compare_notebooks  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+
+
+class CurrentEnvKernelSpecs(KernelSpecManager):
+    """Resolve any kernel name to ipykernel in the Python running this script.
+
+    A user-level kernelspec named python3 pointing at another interpreter (without
+    torch, or without `helpers`) must not be picked up.
+    """
+
+    def get_kernel_spec(self, kernel_name):
+        import ipykernel.kernelspec
+
+        return self.kernel_spec_class(
+            resource_dir=ipykernel.kernelspec.RESOURCES,
+            **ipykernel.kernelspec.get_kernel_dict(),
+        )
+
+
+class ExecutionFailed(Exception):
+    pass
+
+
+def rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def stable_cell_ids(nb, keep: set[str]) -> None:
+    """Keep the ids in `keep`; give every other cell an id derived from its content.
+
+    jupytext gives cells read from a .py file random ids, which would change the
+    .ipynb on every run; content-derived ids keep re-execution reproducible.
+    """
+    nb.nbformat, nb.nbformat_minor = 4, max(nb.get("nbformat_minor", 0), 5)
+    seen: set[str] = set()
+    for cell in nb.cells:
+        cid = cell.get("id")
+        if cid not in keep or cid in seen:
+            digest = hashlib.sha1(f"{cell.cell_type}\n{cell.source}".encode()).hexdigest()
+            cid, n = digest[:8], 0
+            while cid in seen or cid in keep:
+                n += 1
+                cid = f"{digest[:8]}-{n}"
+        cell["id"] = cid
+        seen.add(cid)
+
+
+def load(path: Path):
+    """Return (notebook to execute, its .ipynb path, its .py twin path)."""
+    if path.suffix == ".py":
+        twin, notebook = path, path.with_suffix(".ipynb")
+        nb = jupytext.read(twin, fmt=TWIN_FMT)
+        keep: set[str] = set()
+        if notebook.exists():
+            old = nbformat.read(notebook, as_version=4)
+            keep = {c.get("id") for c in old.cells if c.get("id")}
+            nb = combine_inputs_with_outputs(nb, old, fmt=TWIN_FMT)
+        stable_cell_ids(nb, keep)
+    elif path.suffix == ".ipynb":
+        notebook, twin = path, path.with_suffix(".py")
+        nb = nbformat.read(notebook, as_version=4)
+        if twin.exists() and twin.stat().st_mtime > notebook.stat().st_mtime:
+            try:
+                compare_notebooks(jupytext.read(twin, fmt=TWIN_FMT), nb, fmt=TWIN_FMT)
+            except Exception:
+                raise ExecutionFailed(
+                    f"{twin.name} is newer than {notebook.name} and differs from it: "
+                    f"executing the notebook would overwrite the twin's edits. Run "
+                    f"`python tools/execute_notebooks.py {rel(twin)}` to build the "
+                    f"notebook from the twin (or touch the .ipynb to keep the notebook)."
+                ) from None
+        stable_cell_ids(nb, {c.get("id") for c in nb.cells if c.get("id")})
+    else:
+        raise ExecutionFailed(f"{rel(path)}: expected a .ipynb notebook or its .py twin")
+    return nb, notebook, twin
+
+
+def prepare(nb) -> None:
+    """Pairing metadata, standard kernelspec, no stale outputs or volatile metadata."""
+    jt = dict(nb.metadata.get("jupytext", {}))
+    jt.pop("text_representation", None)
+    if "formats" not in jt:
+        # Read from a .py file without a jupytext header: drop the filters jupytext
+        # assumes for such scripts ("-all" would strip cell tags from the twin).
+        for key in ("notebook_metadata_filter", "cell_metadata_filter", "main_language"):
+            jt.pop(key, None)
+    jt["formats"] = FORMATS
+    nb.metadata["jupytext"] = jt
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    for cell in nb.cells:
+        for key in VOLATILE_CELL_METADATA:
+            cell.metadata.pop(key, None)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+
+
+def execute(nb, folder: Path) -> None:
+    current = {"index": None}
+
+    def on_cell_start(cell, cell_index, **kwargs):
+        current["index"] = cell_index
+
+    km = KernelManager(
+        kernel_name="python3",
+        kernel_spec_manager=CurrentEnvKernelSpecs(),
+        # CurveZMQ keys for the local kernel (and no "running over TCP without
+        # encryption" warning from ipykernel); "auto" falls back to plain TCP.
+        transport_encryption="auto" if zmq.has("curve") else "disabled",
+    )
+    client = NotebookClient(
+        nb,
+        km=km,
+        kernel_name="python3",
+        timeout=CELL_TIMEOUT,
+        record_timing=False,
+        allow_errors=False,
+        resources={"metadata": {"path": str(folder)}},  # the kernel's working folder
+        on_cell_start=on_cell_start,
+        shutdown_kernel="immediate",
+    )
+    try:
+        client.execute(cleanup_kc=True)  # shut our kernel down, even after an error
+    except Exception as err:
+        index = current["index"]
+        if index is None:
+            raise ExecutionFailed(f"the kernel did not start: {err}") from None
+        cell = nb.cells[index]
+        number = sum(1 for c in nb.cells[: index + 1] if c.cell_type == "code")
+        first_line = next((ln for ln in cell.source.splitlines() if ln.strip()), "")
+        if hasattr(err, "ename"):  # nbclient's CellExecutionError
+            summary = f"{err.ename}: {err.evalue}"
+        else:  # e.g. CellTimeoutError, DeadKernelError
+            summary = f"{type(err).__name__}: {err}"
+        raise ExecutionFailed(
+            f"In [{number}] (code cell {number}; nbval calls it Cell {number - 1}), "
+            f"`{first_line}`, failed with {summary}\n"
+            + "\n".join("    " + ln for ln in str(err).splitlines())
+        ) from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def save(nb, notebook: Path, twin: Path) -> None:
+    for cell in nb.cells:  # in case a kernel or extension added them
+        for key in VOLATILE_CELL_METADATA:
+            cell.metadata.pop(key, None)
+    nbformat.validate(nb)
+    text = nbformat.writes(nb, version=4)
+    write_atomic(notebook, text if text.endswith("\n") else text + "\n")
+    # The twin is written last, so it is never older than the notebook (JupyterLab's
+    # jupytext refuses to open a pair whose notebook is newer and differs).
+    write_atomic(twin, jupytext.writes(nb, fmt=TWIN_FMT))
+    try:
+        compare_notebooks(jupytext.read(twin, fmt=TWIN_FMT), nb, fmt=TWIN_FMT)
+    except Exception as err:
+        raise ExecutionFailed(f"{twin.name} does not round-trip to the notebook: {err}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description="Re-execute chapter notebooks in a fresh kernel, in place, and sync "
+        "their .py twins.",
+    )
+    parser.add_argument(
+        "paths", nargs="*", type=Path,
+        help="notebooks (.ipynb) or their twins (.py); default: chapters/*.ipynb",
+    )
+    args = parser.parse_args(argv)
+    paths = [p.resolve() for p in args.paths] or sorted(CHAPTERS.glob("*.ipynb"))
+    if not paths:
+        print("execute_notebooks: no notebooks in chapters/")
+        return 0
+
+    failures = []
+    for path in paths:
+        start = time.perf_counter()
+        print(f"{rel(path)}: executing ...", flush=True)
+        try:
+            if not path.exists():
+                raise ExecutionFailed("no such file")
+            nb, notebook, twin = load(path)
+            prepare(nb)
+            execute(nb, notebook.parent)
+            save(nb, notebook, twin)
+        except ExecutionFailed as err:
+            failures.append(path)
+            print(f"FAILED {rel(path)} after {time.perf_counter() - start:.1f} s: {err}")
+            print("  (nothing was written for this notebook)")
+            continue
+        n_code = sum(1 for c in nb.cells if c.cell_type == "code")
+        print(
+            f"ok {rel(notebook)} + {twin.name}: {n_code} code cells in "
+            f"{time.perf_counter() - start:.1f} s",
+            flush=True,
+        )
+
+    if failures:
+        print(f"execute_notebooks: {len(failures)} of {len(paths)} notebook(s) failed: "
+              + ", ".join(rel(p) for p in failures))
+        return 1
+    print(f"execute_notebooks: {len(paths)} notebook(s) executed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
