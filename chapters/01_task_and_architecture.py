@@ -256,9 +256,9 @@ plt.show()
 # happen to have the same size. The book names every dimension and prints shapes as they
 # change. These are the names:
 #
-# | symbol | meaning | default in this book |
+# | symbol | meaning | value here |
 # | --- | --- | --- |
-# | $B$ | batch size: sequences processed together | 64 in training |
+# | $B$ | batch size: sequences processed together | 4 in this chapter's example |
 # | $L$ | sequence length; $L_s$ for the source, $L_t$ for the decoder input | $L_s = 14$, $L_t = 13$ |
 # | $D$ or $d$ | `d_model`: the width of every token vector between sub-layers | 128 |
 # | $h$ | `num_heads`: attention heads per attention layer | 4 |
@@ -270,8 +270,10 @@ plt.show()
 # Between sub-layers every tensor is `[B, L, D]`, so a residual `x + sublayer(x)` is
 # always shape-correct. Only inside attention does the tensor take the form
 # `[B, h, L, d_k]`, and attention scores are `[B, h, L_q, L_k]`: one row per query
-# position, one column per key position. The next cell reads the defaults from the model
-# itself rather than trusting the table.
+# position, one column per key position. The sizes are the defaults of
+# `helpers.Transformer`, the configuration of the 931,213-parameter model counted below
+# (the training chapter may choose a narrower model to train faster). The next cell reads
+# them from the model itself rather than trusting the table.
 
 # %%
 torch.manual_seed(0)  # the untrained model's weights depend on it

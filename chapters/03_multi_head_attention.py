@@ -150,7 +150,7 @@ torch.manual_seed(0)
 dks = [4, 8, 16, 32, 64, 128, 256, 512]
 curves = {"none": [], "1/sqrt(dk)": []}
 for dk in dks:
-    q, k = torch.randn(2000, 1, dk), torch.randn(2000, Lk, dk)
+    q, k = torch.randn(1000, 1, dk), torch.randn(1000, Lk, dk)
     raw = (q @ k.transpose(-2, -1)).squeeze(1)
     curves["none"].append(softmax_stats(raw))
     curves["1/sqrt(dk)"].append(softmax_stats(raw / math.sqrt(dk)))
