@@ -1,0 +1,545 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # A source map to Hugging Face `transformers`
+#
+# Every piece of our Transformer has a counterpart in a production library. Knowing where it lives
+# turns `transformers` from a black box into code you can read: this chapter maps our classes and
+# functions to the encoder-decoder family **BART** (and its sibling **Marian**, the translation
+# models), names the release the map refers to, and points out the differences worth knowing
+# before you read the real thing.
+#
+# A source map goes stale: `transformers` moves fast, and names in blog posts (including the ones
+# this book was written from) are often a few releases old. So the map is **checked, not claimed**.
+# The book pins one release of `transformers` in `requirements.txt` (a pure-Python package of about
+# 13 MB, plus small dependencies such as `tokenizers`, `safetensors` and `huggingface-hub`), and the
+# cells below import every name in the table from the installed package and assert that it is
+# there. Nothing is downloaded: every Hugging Face model in this chapter is built from a small
+# config with random weights.
+#
+# Then we go beyond names: we copy our weights into BART's attention and encoder layer and check
+# that they compute what the map says they compute, and we convert our masks into the ones
+# `transformers` builds, with its own mask functions.
+
+# %% tags=["nbval-ignore-output"]
+import time
+
+t0 = time.perf_counter()
+import torch  # noqa: E402
+
+t_torch = time.perf_counter() - t0
+import transformers  # noqa: E402
+from transformers import cache_utils, masking_utils, modeling_utils  # noqa: E402
+from transformers.generation import utils as generation_utils  # noqa: E402
+from transformers.models.bart import modeling_bart  # noqa: E402
+from transformers.models.bart.configuration_bart import BartConfig  # noqa: E402
+from transformers.models.marian import modeling_marian  # noqa: E402
+from transformers.models.marian.configuration_marian import MarianConfig  # noqa: E402
+
+t_hf = time.perf_counter() - t0 - t_torch
+print(f"import torch: {t_torch:.1f} s, then transformers (BART, Marian, masks, cache, generation): {t_hf:.1f} s")
+assert modeling_bart.BartAttention is not None
+
+# %% [markdown]
+# Importing `transformers` costs a few seconds (the cell above measures it on this machine; the
+# number varies with load, so nbval does not compare it). The version the whole chapter refers to
+# is the one `requirements.txt` pins, and the next cell checks that the installed package is that
+# one:
+
+# %%
+import importlib
+import importlib.util
+import inspect
+import math
+import re
+from pathlib import Path
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    VOCAB_SIZE,
+    EncoderLayer,
+    MultiHeadAttention,
+    make_causal_mask,
+    make_padding_mask,
+    make_reversal_dataset,
+    sinusoidal_position_encoding,
+    to_hf_attention_mask,
+    to_sdpa_mask,
+)
+
+requirements = Path("..", "requirements.txt").read_text()
+pinned = re.search(r"^transformers==(\S+)", requirements, re.M).group(1)
+print("transformers pinned in requirements.txt:", pinned)
+print("transformers installed:                 ", transformers.__version__)
+assert transformers.__version__ == pinned
+_ = torch.manual_seed(0)
+
+# %% [markdown]
+# ## The map
+#
+# Paths are relative to `src/transformers/` in the Hugging Face repository (and to the installed
+# package folder). "BART" means `models/bart/modeling_bart.py`.
+#
+# | ours (`helpers`) | Hugging Face `transformers` 5.24 | where |
+# | --- | --- | --- |
+# | `MultiHeadAttention` | `BartAttention` (`q_proj`, `k_proj`, `v_proj`, `out_proj`) | BART |
+# | its handwritten path (`need_weights=True`) | `eager_attention_forward` | BART |
+# | its SDPA path (`need_weights=False`) | `sdpa_attention_forward`, picked by name from `ALL_ATTENTION_FUNCTIONS` | `integrations/sdpa_attention.py`, `modeling_utils.py` |
+# | `FeedForward` | no class: `fc1`, `activation_fn`, `fc2` inside each layer | BART |
+# | `EncoderLayer` | `BartEncoderLayer` | BART |
+# | `DecoderLayer` (`self_mha`, `cross_mha`, `ffn`) | `BartDecoderLayer` (`self_attn`, `encoder_attn`, `fc1`/`fc2`) | BART |
+# | `Encoder`, `Decoder` | `BartEncoder`, `BartDecoder` | BART |
+# | `Transformer` (with `out_proj`) | `BartModel`, and `BartForConditionalGeneration` (with `lm_head`) | BART |
+# | `TokenAndPosition`: embedding $\times\sqrt{d}$ | `BartScaledWordEmbedding` (`embed_scale`) | BART |
+# | `TokenAndPosition`: positions | `BartLearnedPositionalEmbedding` (learned, offset 2); Marian: `MarianSinusoidalPositionalEmbedding` | BART; `models/marian/modeling_marian.py` |
+# | `make_padding_mask` | `create_bidirectional_mask` (mask functions `padding_mask_function`, `bidirectional_mask_function`) | `masking_utils.py` |
+# | `make_causal_mask` $\vert$ `make_padding_mask` | `create_causal_mask` (`causal_mask_function`) | `masking_utils.py` |
+# | the float mask inside the handwritten path | `eager_mask` (0 or `finfo.min`); SDPA gets `sdpa_mask` (bool, True = attend) | `masking_utils.py` |
+# | `to_hf_attention_mask` | the `attention_mask` argument itself: `[B, L]`, 1 = attend | everywhere |
+# | `tgt[:, :-1]` (teacher forcing input) | `shift_tokens_right(labels, pad_token_id, decoder_start_token_id)` | BART |
+# | `F.cross_entropy(..., ignore_index=PAD_ID)` | `CrossEntropyLoss()` on `labels`, ignored positions set to **-100** | BART (`BartForConditionalGeneration.forward`) |
+# | `greedy_decode` | `GenerationMixin.generate` -> `_sample` (greedy when `do_sample=False`) | `generation/utils.py` |
+# | the KV cache (`self_k`/`self_v`, `cross_k`/`cross_v` per layer) | `EncoderDecoderCache` of two `DynamicCache`s, with `is_updated` per layer | `cache_utils.py` |
+#
+# Names that moved, and that older tutorials still use:
+# - Generation: until 4.38 greedy decoding was the public method `greedy_search`; 4.39 made it
+#   private (`_greedy_search`) and 4.41 merged it into `_sample`, which picks the argmax when
+#   `do_sample=False`.
+# - Masks: from late 2023 (4.35) through the 4.x series, BART built its 4D masks with
+#   `_prepare_4d_attention_mask` and `_prepare_4d_causal_attention_mask` from
+#   `modeling_attn_mask_utils.py` (class `AttentionMaskConverter`). The pinned release builds them
+#   with `masking_utils.py`, and `modeling_attn_mask_utils.py` no longer exists.
+# - The cache argument of BART's attention and decoder is `cache` here; it used to be
+#   `past_key_values` (still accepted, with a deprecation warning).
+#
+# The next cell makes every row of the table a check: it imports the module, looks the name up,
+# and prints the file and line where the installed release defines it.
+
+# %%
+SOURCE_MAP = [
+    # (ours, module, qualified name in transformers)
+    ("MultiHeadAttention", "transformers.models.bart.modeling_bart", "BartAttention"),
+    ("  handwritten path", "transformers.models.bart.modeling_bart", "eager_attention_forward"),
+    ("  SDPA path", "transformers.integrations.sdpa_attention", "sdpa_attention_forward"),
+    ("  dispatch by name", "transformers.modeling_utils", "ALL_ATTENTION_FUNCTIONS"),
+    ("EncoderLayer", "transformers.models.bart.modeling_bart", "BartEncoderLayer"),
+    ("DecoderLayer", "transformers.models.bart.modeling_bart", "BartDecoderLayer"),
+    ("Encoder", "transformers.models.bart.modeling_bart", "BartEncoder"),
+    ("Decoder", "transformers.models.bart.modeling_bart", "BartDecoder"),
+    ("Transformer", "transformers.models.bart.modeling_bart", "BartModel"),
+    ("  with out_proj", "transformers.models.bart.modeling_bart", "BartForConditionalGeneration"),
+    ("TokenAndPosition (tokens)", "transformers.models.bart.modeling_bart", "BartScaledWordEmbedding"),
+    ("TokenAndPosition (positions)", "transformers.models.bart.modeling_bart", "BartLearnedPositionalEmbedding"),
+    ("sinusoidal_position_encoding", "transformers.models.marian.modeling_marian",
+     "MarianSinusoidalPositionalEmbedding.create_weight"),
+    ("make_padding_mask", "transformers.masking_utils", "create_bidirectional_mask"),
+    ("make_causal_mask", "transformers.masking_utils", "create_causal_mask"),
+    ("  additive float mask", "transformers.masking_utils", "eager_mask"),
+    ("  SDPA bool mask", "transformers.masking_utils", "sdpa_mask"),
+    ("tgt[:, :-1]", "transformers.models.bart.modeling_bart", "shift_tokens_right"),
+    ("greedy_decode", "transformers.generation.utils", "GenerationMixin.generate"),
+    ("  the greedy loop", "transformers.generation.utils", "GenerationMixin._sample"),
+    ("KV cache", "transformers.cache_utils", "EncoderDecoderCache"),
+    ("  one stack's K/V", "transformers.cache_utils", "DynamicCache"),
+]
+
+package_root = Path(transformers.__file__).parent
+
+
+def resolve(module_name, qualname):
+    obj = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        assert hasattr(obj, part), f"{module_name} has no {qualname} in transformers {transformers.__version__}"
+        obj = getattr(obj, part)
+    return obj
+
+
+def where(module_name, obj):
+    """'models/bart/modeling_bart.py:142' for a class or function, the module's file otherwise."""
+    target = inspect.unwrap(obj) if callable(obj) else obj
+    try:
+        path, line = inspect.getsourcefile(target), inspect.getsourcelines(target)[1]
+    except TypeError:  # an instance (e.g. a registry object): point at its module
+        path, line = importlib.import_module(module_name).__file__, None
+    rel = Path(path).resolve().relative_to(package_root.resolve()).as_posix()
+    return rel + (f":{line}" if line else "")
+
+
+for ours, module_name, qualname in SOURCE_MAP:
+    obj = resolve(module_name, qualname)
+    print(f"{ours:<30} {qualname:<50} {where(module_name, obj)}")
+print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__version__}")
+
+# %% [markdown]
+# The historical names are checked too: in this release they are gone, so code copied from an
+# older tutorial fails at import, not silently.
+
+# %%
+gone = {
+    "transformers.modeling_attn_mask_utils (module)": importlib.util.find_spec("transformers.modeling_attn_mask_utils") is None,
+    "GenerationMixin.greedy_search": not hasattr(generation_utils.GenerationMixin, "greedy_search"),
+    "GenerationMixin._greedy_search": not hasattr(generation_utils.GenerationMixin, "_greedy_search"),
+}
+for name, is_gone in gone.items():
+    print(f"{name:<48} {'absent' if is_gone else 'PRESENT'}")
+assert all(gone.values())
+
+# greedy decoding and sampling share one loop: the generation mode maps to the method name
+mapping = generation_utils.GENERATION_MODES_MAPPING
+GenerationMode = generation_utils.GenerationMode
+print("greedy search ->", mapping[GenerationMode.GREEDY_SEARCH], "| sampling ->", mapping[GenerationMode.SAMPLE])
+assert mapping[GenerationMode.GREEDY_SEARCH] == mapping[GenerationMode.SAMPLE] == "_sample"
+
+# %% [markdown]
+# ## How attention is dispatched
+#
+# Our `MultiHeadAttention` has two code paths chosen by `need_weights`. `BartAttention` projects
+# Q, K and V itself and then hands them to an *attention function* looked up by name in
+# `ALL_ATTENTION_FUNCTIONS`, using `config._attn_implementation` (`"sdpa"`, `"flash_attention_2"`,
+# `"flex_attention"`, ...). The handwritten fallback, `eager_attention_forward`, is not in the
+# registry: it is the default passed to the lookup. The source says so:
+
+# %%
+registry = modeling_utils.ALL_ATTENTION_FUNCTIONS
+print("registered attention functions:", sorted(registry.keys()))
+forward_src = inspect.getsource(modeling_bart.BartAttention.forward)
+lookup = next(line.strip() for line in forward_src.splitlines() if "ALL_ATTENTION_FUNCTIONS" in line)
+print("BartAttention.forward:", lookup, "...")
+assert "sdpa" in registry and "eager" not in registry
+assert "eager_attention_forward" in forward_src
+
+# %% [markdown]
+# Names are one thing; behaviour is another. We build a `BartAttention` from a tiny config, copy
+# the four projections of one of our `MultiHeadAttention` modules into it, and feed both the same
+# batch with padding. Each side gets the mask in its own convention: ours a `bool` mask with
+# True = blocked; BART, in its eager mode, the additive float mask that `masking_utils` builds from
+# the `[B, L]` `attention_mask` (1 = attend). With the SDPA implementation BART gets a `bool` mask
+# with True = attend, like `F.scaled_dot_product_attention`.
+
+# %%
+d_model, heads = 32, 4
+
+
+def tiny_bart_config(attn="eager", **overrides):
+    cfg = BartConfig(vocab_size=VOCAB_SIZE, d_model=d_model, encoder_layers=1, decoder_layers=1,
+                     encoder_attention_heads=heads, decoder_attention_heads=heads,
+                     encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model, max_position_embeddings=16,
+                     dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                     pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+                     decoder_start_token_id=BOS_ID, forced_eos_token_id=None, **overrides)
+    cfg._attn_implementation = attn
+    return cfg
+
+
+src, tgt = make_reversal_dataset(3, seed=4)
+tgt_in = tgt[:, :-1]
+x = torch.randn(src.size(0), src.size(1), d_model)
+print("src:", tuple(src.shape), " x:", tuple(x.shape))
+
+ours_mha = MultiHeadAttention(d_model, heads, dropout=0.0).eval()
+bart_attn = {}
+for attn in ("eager", "sdpa"):
+    bart_attn[attn] = modeling_bart.BartAttention(d_model, heads, config=tiny_bart_config(attn)).eval()
+    for theirs, mine in [("q_proj", "W_q"), ("k_proj", "W_k"), ("v_proj", "W_v"), ("out_proj", "W_o")]:
+        getattr(bart_attn[attn], theirs).load_state_dict(getattr(ours_mha, mine).state_dict())
+
+pad_mask = make_padding_mask(src)  # ours: [B, 1, 1, Ls], True = blocked
+with torch.no_grad():
+    out_ours, _ = ours_mha(x, x, x, attn_mask=pad_mask)
+    for attn in ("eager", "sdpa"):
+        hf_mask = masking_utils.create_bidirectional_mask(
+            config=tiny_bart_config(attn), inputs_embeds=x, attention_mask=to_hf_attention_mask(src))
+        out_hf, _ = bart_attn[attn](x, attention_mask=hf_mask)
+        print(f"{attn:>5}: mask {hf_mask.dtype}, {list(hf_mask.shape)}; max |BART - ours| = "
+              f"{(out_hf - out_ours).abs().max():.1e}")
+        torch.testing.assert_close(out_hf, out_ours, atol=1e-5, rtol=1e-5)
+
+# %% [markdown]
+# Both of BART's implementations compute our attention, to float32 rounding.
+#
+# ## Masks: the same information, three encodings
+#
+# `masking_utils` starts from the `[B, L]` `attention_mask` (1 = attend) and, depending on the
+# attention implementation, produces a `bool` 4D mask with **True = attend** (`sdpa_mask`) or an
+# **additive float** 4D mask, 0 where attention is allowed and `torch.finfo(dtype).min` where it is
+# not (`eager_mask`). Note `finfo.min`, not `-1e9`: the fp16 pitfall of chapter 03 is avoided the same
+# way there. Our converters produce both from our masks, and they must agree exactly, for the
+# encoder's padding mask and for the decoder's causal-plus-padding mask:
+
+# %%
+def to_additive(mask, dtype=torch.float32):
+    """Ours (bool, True = blocked) -> an additive float mask: 0 = attend, finfo.min = blocked."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, torch.finfo(dtype).min)
+
+
+B, Ls, Lt = src.size(0), src.size(1), tgt_in.size(1)
+enc_ours = make_padding_mask(src).expand(B, 1, Ls, Ls)  # the same row for every query
+dec_ours = make_causal_mask(Lt) | make_padding_mask(tgt_in)
+src_embeds, tgt_embeds = torch.zeros(B, Ls, d_model), torch.zeros(B, Lt, d_model)
+
+eager_cfg, sdpa_cfg = tiny_bart_config("eager"), tiny_bart_config("sdpa")
+enc_hf = masking_utils.create_bidirectional_mask(eager_cfg, src_embeds, to_hf_attention_mask(src))
+dec_hf = masking_utils.create_causal_mask(eager_cfg, tgt_embeds, to_hf_attention_mask(tgt_in), cache=None)
+enc_hf_bool = masking_utils.create_bidirectional_mask(sdpa_cfg, src_embeds, to_hf_attention_mask(src))
+dec_hf_bool = masking_utils.create_causal_mask(sdpa_cfg, tgt_embeds, to_hf_attention_mask(tgt_in), cache=None)
+
+print("HF attention_mask for tgt_in[0]:", to_hf_attention_mask(tgt_in)[0].tolist())
+print("HF eager causal mask, sequence 0, first 4 queries x 6 keys (finfo.min shown as -inf):")
+print(dec_hf[0, 0, :4, :6].clamp(min=-1).masked_fill(dec_hf[0, 0, :4, :6] < -1, float("-inf")))
+for name, hf, ours in [("encoder, additive", enc_hf, to_additive(enc_ours)),
+                       ("decoder, additive", dec_hf, to_additive(dec_ours)),
+                       ("encoder, bool", enc_hf_bool, to_sdpa_mask(enc_ours)),
+                       ("decoder, bool", dec_hf_bool, to_sdpa_mask(dec_ours))]:
+    assert hf.shape == ours.shape and torch.equal(hf, ours), name
+    print(f"{name:<18} {str(hf.dtype):<14} {list(hf.shape)}  == ours converted")
+
+# %% [markdown]
+# One optimisation to know about when you read the code: when the batch has **no** padding,
+# `create_bidirectional_mask` returns `None` (nothing to mask: with SDPA this lets it pick its
+# fastest kernel), and with SDPA `create_causal_mask` returns `None` too, leaving causality to
+# SDPA's own `is_causal` flag. Only the eager path still materialises the causal mask. A mask of
+# `None` in that code does not mean "unmasked by mistake":
+
+# %%
+no_padding = torch.ones(B, Lt, dtype=torch.long)
+for name, cfg in [("eager", eager_cfg), ("sdpa", sdpa_cfg)]:
+    bidi = masking_utils.create_bidirectional_mask(cfg, tgt_embeds, no_padding)
+    causal = masking_utils.create_causal_mask(cfg, tgt_embeds, no_padding, cache=None)
+    print(f"{name:>5}, no padding: bidirectional -> {bidi}, causal -> "
+          f"{None if causal is None else list(causal.shape)}")
+    assert bidi is None and (causal is None) == (name == "sdpa")
+
+# %% [markdown]
+# ## Differences worth knowing
+#
+# ### 1. BART is Post-Norm
+#
+# Our layers are **Pre-Norm**: $x + f(\mathrm{LN}(x))$, with a final LayerNorm after each stack
+# (chapter 05). BART keeps the original paper's **Post-Norm**: $\mathrm{LN}(x + f(x))$, after the
+# attention and again after the feed-forward network, plus a `layernorm_embedding` on the input and
+# no final LayerNorm. To prove it rather than read it, we load one of our `EncoderLayer`s into a
+# `BartEncoderLayer` and compare it with two functions written from our modules: the Pre-Norm one
+# our layer computes, and the Post-Norm one.
+
+# %%
+ours_layer = EncoderLayer(d_model, heads, 4 * d_model, dropout=0.0).eval()
+bart_layer = modeling_bart.BartEncoderLayer(tiny_bart_config("eager")).eval()
+for theirs, mine in [("self_attn.q_proj", "mha.W_q"), ("self_attn.k_proj", "mha.W_k"),
+                     ("self_attn.v_proj", "mha.W_v"), ("self_attn.out_proj", "mha.W_o"),
+                     ("self_attn_layer_norm", "ln1"), ("fc1", "ffn.net.0"), ("fc2", "ffn.net.2"),
+                     ("final_layer_norm", "ln2")]:
+    bart_layer.get_submodule(theirs).load_state_dict(ours_layer.get_submodule(mine).state_dict())
+
+
+def pre_norm(layer, x, mask):  # what helpers.EncoderLayer computes
+    h = layer.ln1(x)
+    x = x + layer.mha(h, h, h, attn_mask=mask)[0]
+    return x + layer.ffn(layer.ln2(x))
+
+
+def post_norm(layer, x, mask):  # the original paper, and BART
+    x = layer.ln1(x + layer.mha(x, x, x, attn_mask=mask)[0])
+    return layer.ln2(x + layer.ffn(x))
+
+
+x_big = 3 * torch.randn(B, Ls, d_model)  # a residual stream that has grown, as it does in deep stacks
+with torch.no_grad():
+    out_bart = bart_layer(x_big, enc_hf)
+    out_post, out_pre = post_norm(ours_layer, x_big, pad_mask), pre_norm(ours_layer, x_big, pad_mask)
+    torch.testing.assert_close(ours_layer(x_big, pad_mask)[0], out_pre)
+print(f"max |BART - our Post-Norm| = {(out_bart - out_post).abs().max():.1e}")
+print(f"max |BART - our Pre-Norm|  = {(out_bart - out_pre).abs().max():.2f}")
+print(f"std of each output row: BART {out_bart.std(-1).mean():.2f}, Pre-Norm {out_pre.std(-1).mean():.2f}"
+      f" (input {x_big.std(-1).mean():.2f})")
+torch.testing.assert_close(out_bart, out_post, atol=1e-5, rtol=1e-5)
+assert (out_bart - out_pre).abs().max() > 0.1
+assert abs(out_bart.std(-1).mean() - 1) < 0.05 < abs(out_pre.std(-1).mean() - 1)
+
+# %% [markdown]
+# The last line is the practical difference. A Post-Norm layer's output is normalised (each row
+# has standard deviation about 1, whatever came in), so the residual stream is squashed at every
+# layer and gradients must pass through every LayerNorm; that is why Post-Norm stacks need a
+# learning-rate warmup to train at all. A Pre-Norm layer leaves the residual stream alone and
+# only normalises what each sublayer reads.
+#
+# ### 2. Positions: learned with an offset of 2 (BART), sinusoidal in halves (Marian)
+#
+# `BartLearnedPositionalEmbedding` is a plain learned table with **two extra rows**: position $p$
+# reads row $p + 2$ (a leftover from fairseq, where positions started after the padding index).
+# Marian uses fixed sinusoids like ours, but lays them out differently: all the sines in the first
+# half of the vector, all the cosines in the second, instead of interleaving them on even and odd
+# dimensions. Same information, permuted columns, which matters the moment you copy weights:
+
+# %%
+max_pos, L = 16, 5
+bart_pos = modeling_bart.BartLearnedPositionalEmbedding(max_pos, d_model)
+print("BART position table:", tuple(bart_pos.weight.shape), "for max_position_embeddings =", max_pos,
+      "| offset:", bart_pos.offset)
+rows = bart_pos(torch.zeros(1, L, dtype=torch.long))  # only the shape of the input matters
+assert bart_pos.weight.shape[0] == max_pos + 2 and torch.equal(rows[0], bart_pos.weight[2:2 + L])
+
+marian_pos = modeling_marian.MarianSinusoidalPositionalEmbedding(max_pos, d_model)
+marian_table = marian_pos.create_weight()  # [max_pos, d]: sin(...) | cos(...)
+ours_table = sinusoidal_position_encoding(max_pos, d_model)  # sin on even dims, cos on odd dims
+ours_in_halves = torch.cat([ours_table[:, 0::2], ours_table[:, 1::2]], dim=1)
+print(f"max |Marian - ours| as stored: {(marian_table - ours_table).abs().max():.2f}; "
+      f"after moving sines to the front: {(marian_table - ours_in_halves).abs().max():.1e}")
+torch.testing.assert_close(marian_table, ours_in_halves, atol=1e-5, rtol=0)
+assert not torch.allclose(marian_table, ours_table, atol=1e-2)
+
+# %% [markdown]
+# ### 3. Embedding scale and initialisation
+#
+# We multiply token embeddings by $\sqrt{d}$ and initialise them with standard deviation
+# $d^{-1/2}$, so that scaled tokens (std about 1) and sinusoidal positions (amplitude at most 1) are
+# of the same size (chapters 02 and 12). BART and Marian make the scale optional
+# (`scale_embedding`, **off** by default: `embed_scale` is 1.0), and initialise every embedding,
+# tokens and learned positions alike, from $\mathcal{N}(0, 0.02^2)$ (`init_std`). Different recipe,
+# same goal: tokens and positions start at the same scale. A tiny randomly initialised `BartModel`
+# shows both:
+
+# %%
+bart = modeling_bart.BartModel(tiny_bart_config("eager"))
+tok_std = bart.encoder.embed_tokens.weight.std().item()
+pos_std = bart.encoder.embed_positions.weight.std().item()
+print(f"BartConfig().scale_embedding = {BartConfig().scale_embedding}, MarianConfig().scale_embedding = "
+      f"{MarianConfig().scale_embedding}; embed_scale = {bart.encoder.embed_tokens.embed_scale}")
+print(f"init_std = {bart.config.init_std}; std of token embeddings {tok_std:.3f}, of positions {pos_std:.3f}")
+assert not BartConfig().scale_embedding and not MarianConfig().scale_embedding
+assert bart.encoder.embed_tokens.embed_scale == 1.0
+assert abs(tok_std - 0.02) < 0.005 and abs(pos_std - 0.02) < 0.005
+
+# %% [markdown]
+# ### 4. The decoder's first token, and the shift
+#
+# We build the decoder input by dropping the last target token (`tgt[:, :-1]`, which starts with
+# BOS). Hugging Face builds it from the **labels** with `shift_tokens_right`: shift right by one,
+# put `decoder_start_token_id` in front, and turn the ignore value **-100** (the labels' padding,
+# and `CrossEntropyLoss`'s default `ignore_index`) back into the padding id. From our data the two
+# constructions agree:
+
+# %%
+labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == PAD_ID, -100)  # what a HF data collator produces
+decoder_input_ids = modeling_bart.shift_tokens_right(labels, pad_token_id=PAD_ID, decoder_start_token_id=BOS_ID)
+print("labels[0]           :", labels[0].tolist())
+print("decoder_input_ids[0]:", decoder_input_ids[0].tolist())
+print("tgt_in[0]           :", tgt_in[0].tolist())
+assert torch.equal(decoder_input_ids, tgt_in)
+
+# %% [markdown]
+# The start symbol itself differs between models, and one choice looks like a bug from our side:
+
+# %%
+for name, cfg in [("BART", BartConfig()), ("Marian", MarianConfig())]:
+    print(f"{name:<7} pad_token_id={cfg.pad_token_id:<6} bos_token_id={str(cfg.bos_token_id):<5} "
+          f"eos_token_id={cfg.eos_token_id:<3} decoder_start_token_id={cfg.decoder_start_token_id}")
+assert BartConfig().decoder_start_token_id == BartConfig().eos_token_id  # BART starts with </s>
+assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id  # Marian starts with <pad>
+
+# %% [markdown]
+# BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
+# In our model that would be a bug: our decoder derives its padding mask from the ids
+# (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
+# (chapter 17 shows the damage). Marian gets away with it because Hugging Face never derives the
+# decoder's padding mask from the ids: it comes from the `decoder_attention_mask` argument, which
+# is all ones when not given. A mask derived from token ids and a mask passed alongside them are
+# different designs; know which one the code you read uses.
+#
+# ### 5. Generation and the cache
+#
+# `generate()` works out a *generation mode* from its arguments (`num_beams=1, do_sample=False` is
+# greedy search) and runs `_sample`, which takes the argmax at every step when sampling is off. It
+# keeps an `EncoderDecoderCache`: a `DynamicCache` for the self-attention keys and values, which
+# grows by one position per step (our `self_k`/`self_v`), and one for cross-attention, filled at
+# the first step and then reused, with a per-layer `is_updated` flag (our `cross_k`/`cross_v`,
+# projected once). We run `generate` on a tiny random BART and compare it with a plain argmax loop
+# that re-runs the whole decoder every step without any cache: the tokens must be identical, the
+# same property our KV-cache chapter checks. A spy on `_sample` confirms which loop ran. Like our
+# `greedy_decode`, `generate` pads a sequence with PAD once it has produced EOS (id 2).
+
+# %%
+torch.manual_seed(2)
+# init_std=1.0: large random weights, so that the untrained model's argmax varies from step to step
+gen_model = modeling_bart.BartForConditionalGeneration(tiny_bart_config("eager", init_std=1.0)).eval()
+src_ids, src_keep = src, to_hf_attention_mask(src)
+
+calls = []
+original_sample = generation_utils.GenerationMixin._sample
+
+
+def spy(self, *args, **kwargs):
+    calls.append(type(self).__name__)
+    return original_sample(self, *args, **kwargs)
+
+
+generation_utils.GenerationMixin._sample = spy
+try:
+    with torch.no_grad():
+        hf_tokens = gen_model.generate(input_ids=src_ids, attention_mask=src_keep, max_new_tokens=8,
+                                       do_sample=False, num_beams=1)
+finally:
+    generation_utils.GenerationMixin._sample = original_sample
+
+out = torch.full((B, 1), BOS_ID)  # decoder_start_token_id
+with torch.no_grad():
+    for _ in range(8):
+        logits = gen_model(input_ids=src_ids, attention_mask=src_keep, decoder_input_ids=out, use_cache=False).logits
+        out = torch.cat([out, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+print("generate() with its cache:", hf_tokens.tolist())
+print("argmax loop, no cache:    ", out.tolist())
+print("_sample called for:", calls)
+assert calls == ["BartForConditionalGeneration"]
+# generate() pads a row after it produced EOS; compare up to and including the first EOS
+finished = 0
+for row_hf, row_loop in zip(hf_tokens, out):
+    end = (row_loop == EOS_ID).nonzero()
+    n = int(end[0]) + 1 if len(end) else len(row_loop)
+    assert torch.equal(row_hf[:n], row_loop[:n])
+    if len(end):  # after EOS: only PAD
+        finished += 1
+        assert (row_hf[n:] == PAD_ID).all()
+assert finished >= 1  # this seed produces at least one EOS, so the padding rule is exercised
+
+edc = cache_utils.EncoderDecoderCache(cache_utils.DynamicCache(), cache_utils.DynamicCache())
+print("EncoderDecoderCache parts:", type(edc.self_attention_cache).__name__, "+",
+      type(edc.cross_attention_cache).__name__, "| is_updated:", edc.is_updated)
+assert hasattr(edc, "self_attention_cache") and hasattr(edc, "cross_attention_cache")
+
+# %% [markdown]
+# ## Reading order
+#
+# With the map, `models/bart/modeling_bart.py` reads top to bottom in one sitting:
+# `shift_tokens_right`, the two embeddings, `eager_attention_forward` and `BartAttention` (our
+# chapter 03), `BartEncoderLayer` and `BartDecoderLayer` (chapters 05 and 06, in Post-Norm),
+# `BartEncoder` and `BartDecoder` (the masks of chapter 07 arrive through `masking_utils`), then
+# `BartForConditionalGeneration.forward` for the loss with -100 labels. Then follow the cache
+# into `cache_utils.py` and `generate` into `generation/utils.py`. The differences that bite when
+# you move weights or habits between the two codebases, all checked above:
+#
+# | | this book | BART / Marian in `transformers` |
+# | --- | --- | --- |
+# | normalisation | Pre-Norm, final LayerNorm per stack | Post-Norm, `layernorm_embedding`, no final LayerNorm |
+# | positions | sinusoidal, interleaved sin/cos | BART: learned, offset 2; Marian: sinusoidal, sines then cosines |
+# | token scale | $\times\sqrt{d}$, init std $d^{-1/2}$ | `scale_embedding` off by default, init std 0.02 |
+# | masks | `bool`, True = blocked | `[B, L]` ints, 1 = attend; inside: additive float (eager) or `bool` True = attend (SDPA) |
+# | decoder padding | derived from `tgt_in == PAD_ID` | passed as `decoder_attention_mask` (all ones by default) |
+# | start symbol | BOS (differs from PAD) | BART: EOS; Marian: PAD |
+# | ignored targets | `ignore_index=PAD_ID` | labels set to -100 |
