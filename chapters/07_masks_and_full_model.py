@@ -302,7 +302,8 @@ assert torch.equal(hf_as_ours, self_mask)
 # ... and what Hugging Face models do with it inside: an additive float mask (0 or a huge negative)
 neg = torch.finfo(torch.float32).min
 hf_additive = (1 - hf_mask)[:, None, None, :].float() * neg + causal.float() * neg
-hf_additive = hf_additive.clamp(min=neg)  # two huge negatives added together overflow to -inf
+assert hf_additive.isinf().any()  # padding AND future: two huge negatives overflow to -inf
+hf_additive = hf_additive.clamp(min=neg)
 sdpa_hf = F.scaled_dot_product_attention(Q, K, V, attn_mask=hf_additive)
 
 for name, t in [("SDPA, bool True = attend", sdpa), ("Hugging Face, from_hf_attention_mask", attention_ours(Q, K, V, hf_as_ours)),
@@ -311,10 +312,11 @@ for name, t in [("SDPA, bool True = attend", sdpa), ("Hugging Face, from_hf_atte
     print(f"{name:<40} == ours")
 
 # %% [markdown]
-# The `clamp` in that cell is not decoration: a key that is both padding and in the future gets
-# two huge negatives, and $2 \times$ `finfo.min` overflows float32 to `-inf`. Real libraries take
-# the minimum of the two masks (or combine booleans first, then convert once), which is what we
-# do with `|`.
+# The `clamp` in that cell keeps the additive mask finite. A key that is both padding and in the
+# future gets two huge negatives, and $2 \times$ `finfo.min` overflows float32 to `-inf` (the
+# cell asserts it). Here that is harmless, because every row keeps a visible key; in a row where
+# every key is blocked, `-inf` brings back the NaN of the section on fully masked rows below.
+# Combining the booleans first (`|`) and converting once, as `helpers` does, avoids the question.
 #
 # Now the classic mistake: our mask handed to SDPA **without** flipping it. Every visible key
 # becomes blocked and every blocked one visible. Nothing complains:
@@ -501,7 +503,8 @@ print("both paths of MultiHeadAttention agree; the fully masked rows are W_o(0) 
 # $U(-1/\sqrt{n_{in}},\ 1/\sqrt{n_{in}})$ and a standard deviation of $1/\sqrt{3 n_{in}}$.
 # Xavier (Glorot) uniform draws from $U(-a, a)$ with $a = \sqrt{6/(n_{in}+n_{out})}$: standard
 # deviation $\sqrt{2/(n_{in}+n_{out})}$. `nn.Transformer` applies `xavier_uniform_` to every
-# matrix it owns, and so do The Annotated Transformer and this book. For a 128x128 layer, measured:
+# matrix it owns, and so do The Annotated Transformer and this book (for every `nn.Linear`). For a
+# 128x128 layer, measured:
 
 # %%
 torch.manual_seed(0)
@@ -519,9 +522,11 @@ print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
 # %% [markdown]
 # What that does to a signal: the default shrinks a unit-variance input by about $1/\sqrt 3$ per
 # layer, Xavier keeps it near 1 (for a square layer). Through a stack of linear maps the
-# difference compounds. The Transformer's residual connections and LayerNorms soften this, but the
-# embeddings and attention logits still start out smaller than intended; the chapter on correct code
-# that learns slowly measures what the default initialisation costs in training.
+# difference compounds. The Transformer's residual connections and LayerNorms soften this, but not
+# everywhere: an attention score is the product of *two* projections, $q \cdot k$, so it shrinks by
+# about $(1/\sqrt 3)^2 = 1/3$, and the softmax starts out flatter than with Xavier (second cell
+# below). The chapter on correct code that learns slowly measures what the default initialisation
+# costs in training.
 
 # %%
 x = torch.randn(4096, 128)
@@ -541,6 +546,22 @@ with torch.no_grad():
             assert 0.5 < stds[0] < 0.65 and stds[-1] < 0.1
         else:
             assert 0.9 < stds[0] < 1.1 and 0.6 < stds[-1] < 1.5
+
+# %%
+torch.manual_seed(2)
+x = torch.randn(1, 64, 128)  # 64 unit-variance token vectors
+score_std = {}
+with torch.no_grad():
+    for name in ("default", "xavier"):
+        W_q, W_k = nn.Linear(128, 128), nn.Linear(128, 128)
+        if name == "xavier":
+            for lin in (W_q, W_k):
+                nn.init.xavier_uniform_(lin.weight)
+                nn.init.zeros_(lin.bias)
+        score_std[name] = (W_q(x) @ W_k(x).transpose(-2, -1) / math.sqrt(128)).std().item()
+        print(f"{name:<8} std of the attention scores q.k/sqrt(d): {score_std[name]:.2f}")
+print(f"ratio default/xavier: {score_std['default'] / score_std['xavier']:.2f}")
+assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
 
 # %% [markdown]
 # ## The full model
@@ -624,6 +645,10 @@ for name, count in by_formula.items():
     assert counted == count, (name, counted, count)
 print(f"{'total':<24} {n_params:>9,}")
 assert n_params == sum(by_formula.values()) == 931_213
+
+ffn_share = 2 * N * ffn / n_params  # one FFN per encoder layer and per decoder layer
+print(f"share of the feed-forward blocks: {ffn_share:.1%}; of the embeddings: {2 * V * d / n_params:.1%}")
+assert ffn_share > 0.5
 
 # %% [markdown]
 # The feed-forward blocks hold more than half of all parameters; the embeddings, with a

@@ -16,14 +16,14 @@
 # %% [markdown]
 # # Test before you train
 #
-# A wrong mask does not crash. The model still trains and its loss still falls: without a causal
-# mask the decoder learns to copy the next input token, which is the answer, and the loss drops
-# *faster* than it should; without a padding mask the encoder reads `<pad>` and its output depends
-# on how much padding the batch happened to need. Both bugs surface only at inference, where the
-# model is suddenly bad.
+# A wrong mask does not crash. The model still trains and its loss still falls. Without a causal
+# mask the decoder can read the next input token, which is the very label it is asked to predict,
+# so the training loss looks fine; without a padding mask the encoder reads `<pad>`, and its output
+# depends on how much padding the batch happened to need. Such bugs surface later, at inference,
+# as a model that is mysteriously bad.
 #
 # So before training anything, we test two properties that a correct model has **whatever its
-# weights**. They need no training and run in well under a second:
+# weights**. They need no training, only a few forward passes:
 #
 # 1. **Causality.** The decoder output at position $t$ depends on the target tokens at positions
 #    $\le t$ only: rewrite every token after $t$ and the outputs at $0..t$ stay the same, while the
