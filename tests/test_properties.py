@@ -60,3 +60,15 @@ def test_broken_causal_mask_is_caught(monkeypatch):
         changed[:, 4:] = 5
         b = m(src, changed)
     assert not torch.allclose(a[:, :3], b[:, :3], atol=1e-5)
+
+
+def test_every_decoder_query_sees_a_key():
+    """Over-masking (e.g. diagonal=0) leaves queries with no key at all: catch it where masks are built."""
+    from helpers import fully_masked_rows, make_causal_mask, make_padding_mask
+
+    _, tgt = make_reversal_dataset(8, seed=5)
+    tgt_in = tgt[:, :-1]
+    m = make_causal_mask(tgt_in.size(1)) | make_padding_mask(tgt_in)
+    assert not fully_masked_rows(m).any()
+    # every real (non-PAD) query may attend to itself
+    assert (~m[:, 0].diagonal(dim1=-2, dim2=-1))[tgt_in != 0].all()
