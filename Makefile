@@ -21,13 +21,14 @@ export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
 .PHONY: help venv book test test-unit test-pairing test-notebooks test-book lab execute \
-        clean distclean
+        clean distclean check-browser
 
 help:
 	@echo "make book     build the book into _build/html/index.html (installs first if needed)"
 	@echo "make test     unit tests, pairing check, notebook outputs (nbval), book build with -W"
 	@echo "make lab      JupyterLab on the chapters"
 	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
+	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
 	@echo "make clean    remove build outputs; make distclean also removes .venv"
 
 # ---------------------------------------------------------------------------- set-up
@@ -82,6 +83,19 @@ test-book: $(STAMP)
 	thebe=$$(grep -rl THEBE_JS_URL --include='*.html' _build/html || true); \
 	if [ -n "$$thebe" ]; then echo "pages with sphinx-thebe's inline script:"; echo "$$thebe"; exit 1; fi; \
 	echo "book: _build/html/index.html built; no remote resources, no thebe script"
+
+# ---------------------------------------------------------------------------- browser
+# tools/check_browser.py in Debian's headless Chromium: (a) every page of the built book
+# (math rendered, images loaded, no request off localhost, no JavaScript error); (b) the
+# heatmap chapter run in JupyterLab, its layer control switched, the heatmap redrawn.
+# Chromium is installed from Debian's packages when missing (as root, or through sudo).
+SUDO := $(if $(filter 0,$(shell id -u 2>/dev/null)),,sudo)
+check-browser: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium (apt-get)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@test -f _build/html/index.html || $(BOOK_BUILD)
+	$(BIN)/python tools/check_browser.py
 
 # ---------------------------------------------------------------------------- authoring
 # The server runs at the repository root (so jupytext.toml applies and src/ is at hand)

@@ -140,3 +140,21 @@ def test_explorer_widget_updates_on_control_changes(model):
     assert not np.allclose(first, second)
     ex.controls["text"].value = "abc"
     assert ex.last_figure is None and "only the digits" in ex.controls["status"].value
+
+
+def test_mirror_weight_batch_matches_the_single_sequence_measure(model):
+    from helpers import make_reversal_dataset
+    from helpers.visualize import mirror_weight_batch
+
+    src, tgt = make_reversal_dataset(6, seed=3)
+    batch = mirror_weight_batch(model, src, tgt)
+    assert batch.shape == (2, 4)
+    # the same number by hand for sequence 0, last layer, head 1, teacher-forced
+    n = int((src[0] != 0).sum()) - 1
+    memory, mask = model.encode(src[:1, : n + 1])
+    _, cross = model.decode(tgt[:1, : n + 1], memory, mask)
+    w = cross[-1][0, 1].detach().numpy()
+    one = w[np.arange(n + 1), mirrored_columns(n)].mean()
+    single = mirror_weight_batch(model, src[:1], tgt[:1])[-1, 1].item()
+    assert single == pytest.approx(one, abs=1e-5)
+    assert ((batch > 0) & (batch < 1)).all()

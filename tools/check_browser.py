@@ -406,6 +406,7 @@ def start_lab(workdir: Path):
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
          "--ServerApp.password=", f"--ServerApp.root_dir={workdir / 'root'}",
+         "--ServerApp.allow_root=True",  # CI runs as root; JupyterLab refuses root otherwise
          "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         cwd=workdir / "root", env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True,

@@ -155,6 +155,31 @@ def attention_sharpness(amap: AttentionMap) -> dict:
     }
 
 
+@torch.no_grad()
+def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced batch -> [layers, heads]: mean cross-attention weight on the mirrored source position.
+
+    src, tgt as from make_reversal_dataset. The decoder gets the correct prefix tgt[:, :-1];
+    for every real (non-pad) decoder row of every sequence we read the weight on the source
+    column that row should look at (mirrored_columns) and average over rows and sequences.
+    """
+    from .vocab import PAD_ID
+
+    model.eval()
+    memory, src_mask = model.encode(src)
+    tgt_in = tgt[:, :-1]
+    _, cross = model.decode(tgt_in, memory, src_mask, need_weights=True)
+    w = torch.stack(cross, dim=0)  # [layers, B, h, Lt, Ls]
+    n = (src != PAD_ID).sum(dim=1) - 1  # digits per sequence (without <eos>)
+    rows = torch.arange(tgt_in.size(1))[None, :]  # [1, Lt]
+    target = torch.where(rows < n[:, None], n[:, None] - 1 - rows, n[:, None])  # [B, Lt]
+    valid = rows <= n[:, None]  # <bos> + n digits = n + 1 real rows
+    idx = target.clamp(max=src.size(1) - 1)[None, :, None, :, None].expand(w.size(0), -1, w.size(2), -1, 1)
+    on = w.gather(-1, idx).squeeze(-1)  # [layers, B, h, Lt]
+    mask = valid[None, :, None, :].to(on.dtype)
+    return (on * mask).sum(dim=(1, 3)) / mask.sum(dim=(1, 3))
+
+
 # ------------------------------------------------------------------ plotting
 
 def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate: bool = False):
