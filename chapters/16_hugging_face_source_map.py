@@ -90,6 +90,7 @@ pinned = re.search(r"^transformers==(\S+)", requirements, re.M).group(1)
 print("transformers pinned in requirements.txt:", pinned)
 print("transformers installed:                 ", transformers.__version__)
 assert transformers.__version__ == pinned
+torch.set_num_threads(1)  # every tensor here is small: one CPU thread is enough, and steady on a busy machine
 _ = torch.manual_seed(0)
 
 # %% [markdown]
