@@ -124,10 +124,12 @@ _ = torch.manual_seed(0)
 # - Generation: until 4.38 greedy decoding was the public method `greedy_search`; 4.39 made it
 #   private (`_greedy_search`) and 4.41 merged it into `_sample`, which picks the argmax when
 #   `do_sample=False`.
-# - Masks: from late 2023 (4.35) through the 4.x series, BART built its 4D masks with
-#   `_prepare_4d_attention_mask` and `_prepare_4d_causal_attention_mask` from
-#   `modeling_attn_mask_utils.py` (class `AttentionMaskConverter`). The pinned release builds them
-#   with `masking_utils.py`, and `modeling_attn_mask_utils.py` no longer exists.
+# - Masks: in the 4.x series BART built its masks in methods of the model (in 4.57, the last 4.x
+#   line: `_update_full_mask`, `_update_causal_mask`, `_update_cross_attn_mask`) on top of
+#   `_prepare_4d_attention_mask` from `modeling_attn_mask_utils.py`, the home of the class
+#   `AttentionMaskConverter`; earlier 4.x releases also took `_prepare_4d_causal_attention_mask`
+#   from there. The pinned release builds every mask in `masking_utils.py`, and
+#   `modeling_attn_mask_utils.py` no longer exists.
 # - The cache argument of BART's attention and decoder is `cache` here; it used to be
 #   `past_key_values` (still accepted, with a deprecation warning).
 #
@@ -198,6 +200,8 @@ gone = {
     "transformers.modeling_attn_mask_utils (module)": importlib.util.find_spec("transformers.modeling_attn_mask_utils") is None,
     "GenerationMixin.greedy_search": not hasattr(generation_utils.GenerationMixin, "greedy_search"),
     "GenerationMixin._greedy_search": not hasattr(generation_utils.GenerationMixin, "_greedy_search"),
+    "BartDecoder._update_causal_mask (4.57)": not hasattr(modeling_bart.BartDecoder, "_update_causal_mask"),
+    "BartDecoder._update_cross_attn_mask (4.57)": not hasattr(modeling_bart.BartDecoder, "_update_cross_attn_mask"),
 }
 for name, is_gone in gone.items():
     print(f"{name:<48} {'absent' if is_gone else 'PRESENT'}")
@@ -377,9 +381,9 @@ assert abs(out_bart.std(-1).mean() - 1) < 0.05 < abs(out_pre.std(-1).mean() - 1)
 # %% [markdown]
 # The last line is the practical difference. A Post-Norm layer's output is normalised (each row
 # has standard deviation about 1, whatever came in), so the residual stream is squashed at every
-# layer and gradients must pass through every LayerNorm; that is why Post-Norm stacks need a
-# learning-rate warmup to train at all. A Pre-Norm layer leaves the residual stream alone and
-# only normalises what each sublayer reads.
+# layer and gradients must pass through every LayerNorm, one reason Post-Norm stacks depend on a
+# learning-rate warmup (chapter 05 compares the two). A Pre-Norm layer leaves the residual stream
+# alone and only normalises what each sublayer reads.
 #
 # ### 2. Positions: learned with an offset of 2 (BART), sinusoidal in halves (Marian)
 #

@@ -26,7 +26,8 @@
 # The second half turns the checklist into a **debugging order** (shapes, then masks, then data,
 # then the loss at initialisation, then gradients) and a function that runs it,
 # `helpers.check_model(model, batch)`. It finds each break by what the model *does*, with probes,
-# and we watch it catch eight broken models while passing the healthy one.
+# and we watch it catch nine breaks (seven broken models, two broken batches) while passing the
+# healthy model.
 #
 # | # | pitfall | symptom | fix | in depth |
 # | --- | --- | --- | --- | --- |
@@ -190,7 +191,7 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 #
 # If a query may attend to no key at all, the textbook softmax computes $0/0$. An all-PAD row in a
 # batch (an empty example) is enough. One NaN is not local: the loss is a mean over the batch, so
-# it is NaN, and so is every gradient, and one optimizer step later every weight.
+# it is NaN, and so is every gradient; one optimizer step would write NaN into every weight.
 
 # %%
 ids = torch.tensor([[5, 6, 7, 2], [PAD_ID] * 4])  # the second example is empty
@@ -278,14 +279,16 @@ assert start_grad["BOS"] > 0 and start_grad["PAD"] == 0
 # %%
 scores16 = torch.randn(2, 4, dtype=torch.float16)
 blocked = torch.tensor([[False, True, True, False], [True, True, True, True]])
-print("torch.tensor(-1e9).half() =", torch.tensor(-1e9).half().item())
+print("torch.tensor(-1e9).half() =", torch.tensor(-1e9).half().item(),
+      "| .bfloat16() =", torch.tensor(-1e9).bfloat16().item())
+assert torch.tensor(-1e9).half().isinf() and torch.tensor(-1e9).bfloat16().isfinite()
 try:
     scores16.masked_fill(blocked, -1e9)
     raise AssertionError("expected an error")
 except RuntimeError as e:
     print("masked_fill(-1e9):", type(e).__name__, "|", e)
 additive = (scores16 + blocked.half() * -1e9).softmax(-1)
-print("additive -1e9 mask, softmax:", additive.tolist())
+print("additive -1e9 mask, softmax:", [[round(v, 3) for v in row] for row in additive.tolist()])
 assert additive[1].isnan().all()
 
 fixed = scores16.masked_fill(blocked, torch.finfo(torch.float16).min).softmax(-1)
@@ -457,6 +460,13 @@ wrong = pe[:1]  # "positions for a sequence of length 1": position 0
 print("cached step 9 with pe[:1]: same as position 9?", torch.equal(wrong[0], pe[step]))
 assert not torch.equal(wrong[0], pe[step])
 
+learned_positions = nn.Embedding(14, 16)  # a learned table has no row 14 or beyond
+try:
+    learned_positions(torch.arange(20))
+    raise AssertionError("expected an error")
+except IndexError as e:
+    print("learned table, 20 positions:", type(e).__name__, "|", e)
+
 emb = TokenAndPosition(VOCAB_SIZE, 16, max_len=14)
 try:
     emb(torch.full((1, 20), 5))
@@ -469,8 +479,8 @@ torch.testing.assert_close(emb(one_token, start_pos=step) - emb(one_token), (pe[
 
 # %% [markdown]
 # **Fix:** check the length against `max_len` with an error that says what to do, and pass the
-# absolute position when decoding step by step (`start_pos`). Chapter 02 shows the learned-position
-# variant, which fails with an index error instead.
+# absolute position when decoding step by step (`start_pos`, as `helpers.greedy_decode` does with
+# its cache). Chapter 02 builds the length check and compares learned and sinusoidal positions.
 #
 # ## 12. The default initialisation
 #
@@ -643,8 +653,8 @@ report = check_model(healthy, (src, tgt))
 assert report.ok and not report.failures
 
 # %% [markdown]
-# Now eight ways to break it, each built in a few lines by subclassing or editing a healthy model,
-# and the checks we expect each to fail:
+# Now nine ways to break it: seven models, each built in a few lines by subclassing or editing a
+# healthy one, and two batches with a data bug. Next to each, the checks we expect it to fail:
 
 # %%
 class CausalVariant(Transformer):
