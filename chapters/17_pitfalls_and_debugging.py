@@ -123,14 +123,16 @@ def textbook_attention():
 # The causal mask blocks every key *after* the query: `True` strictly above the diagonal, which is
 # `torch.triu(ones, diagonal=1)`. Two slips are common. `diagonal=0` also blocks the diagonal:
 # position $i$ may not see itself, and position 0 may see nothing at all. Writing the mask in the
-# "keep" polarity (`tril`) while the code expects "blocked" opens the future instead.
+# "keep" polarity (`tril`, True on and below the diagonal) while the code expects "blocked" blocks
+# the past and opens the future.
 
 # %%
 L = 5
 right = make_causal_mask(L)[0, 0]  # triu(diagonal=1)
 diag0 = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=0)
-keep_polarity = torch.tril(torch.ones(L, L, dtype=torch.bool), diagonal=-1)  # blocks the past instead
-for name, m in [("right: triu(diagonal=1)", right), ("diagonal=0", diag0), ("tril(diagonal=-1)", keep_polarity)]:
+keep_polarity = torch.tril(torch.ones(L, L, dtype=torch.bool))  # "may attend", read as "blocked"
+assert torch.equal(keep_polarity, ~right)
+for name, m in [("right: triu(diagonal=1)", right), ("diagonal=0", diag0), ("tril, the keep-mask", keep_polarity)]:
     print(f"{name}\n{m.int()}")
 
 x5 = torch.randn(1, 1, L, 8)
@@ -139,8 +141,9 @@ print("diagonal=0, attention weights of query 0:", w[0, 0, 0].tolist())
 assert fully_masked_rows(diag0)[0] and w[0, 0, 0].isnan().all()
 
 # %% [markdown]
-# The `tril` slip raises nothing and produces no NaN; it leaks. The test that catches it is the
-# **causality probe** of chapter 08: change the last input token, and no earlier output may move.
+# The `tril` slip also leaves a row with nothing to attend to (the last one), but its real damage
+# is the leak: every other position sees the future. The test that catches it is the **causality
+# probe** of chapter 08: change the last input token, and no earlier output may move.
 
 # %%
 mha = MultiHeadAttention(16, 2, dropout=0.0).eval()
@@ -707,7 +710,7 @@ tgt_pad_start[:, 0] = PAD_ID
 cases = [
     ("causal mask with diagonal=0", seeded(lambda: CausalVariant(lambda L: torch.triu(ones(L), diagonal=0))), (src, tgt),
      {"fully masked rows"}),
-    ("tril instead of triu", seeded(lambda: CausalVariant(lambda L: torch.tril(ones(L), diagonal=-1))), (src, tgt),
+    ("tril instead of triu", seeded(lambda: CausalVariant(lambda L: torch.tril(ones(L)))), (src, tgt),
      {"causality probe", "fully masked rows"}),
     ("no causal mask at all", seeded(lambda: CausalVariant(lambda L: torch.zeros(L, L, dtype=torch.bool))), (src, tgt),
      {"causality probe"}),

@@ -91,6 +91,7 @@ def test_causal_mask_with_diagonal_zero_leaves_rows_fully_masked(batch, fn):
 @pytest.mark.parametrize("name, fn", [
     ("no mask at all", lambda L: torch.zeros(1, 1, L, L, dtype=torch.bool)),
     ("tril instead of triu", lambda L: torch.tril(ones(L), diagonal=-1)[None, None]),
+    ("the keep-mask passed as blocked", lambda L: torch.tril(ones(L))[None, None]),
     ("mask transposed", lambda L: torch.triu(ones(L), diagonal=1).T[None, None]),
 ])
 def test_leaky_causal_masks_fail_the_causality_probe(batch, name, fn):
