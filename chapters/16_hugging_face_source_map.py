@@ -273,8 +273,8 @@ with torch.no_grad():
         hf_mask = masking_utils.create_bidirectional_mask(
             config=tiny_bart_config(attn), inputs_embeds=x, attention_mask=to_hf_attention_mask(src))
         out_hf, _ = bart_attn[attn](x, attention_mask=hf_mask)
-        print(f"{attn:>5}: mask {hf_mask.dtype}, {list(hf_mask.shape)}; max |BART - ours| = "
-              f"{(out_hf - out_ours).abs().max():.1e}")
+        gap = (out_hf - out_ours).abs().max().item()
+        print(f"{attn:>5}: mask {hf_mask.dtype}, {list(hf_mask.shape)}; max |BART - ours| < 1e-5: {gap < 1e-5}")
         torch.testing.assert_close(out_hf, out_ours, atol=1e-5, rtol=1e-5)
 
 # %% [markdown]
@@ -370,13 +370,18 @@ with torch.no_grad():
     out_bart = bart_layer(x_big, enc_hf)
     out_post, out_pre = post_norm(ours_layer, x_big, pad_mask), pre_norm(ours_layer, x_big, pad_mask)
     torch.testing.assert_close(ours_layer(x_big, pad_mask)[0], out_pre)
-print(f"max |BART - our Post-Norm| = {(out_bart - out_post).abs().max():.1e}")
+print(f"max |BART - our Post-Norm| < 1e-5: {(out_bart - out_post).abs().max().item() < 1e-5}")
 print(f"max |BART - our Pre-Norm|  = {(out_bart - out_pre).abs().max():.2f}")
 print(f"std of each output row: BART {out_bart.std(-1).mean():.2f}, Pre-Norm {out_pre.std(-1).mean():.2f}"
       f" (input {x_big.std(-1).mean():.2f})")
 torch.testing.assert_close(out_bart, out_post, atol=1e-5, rtol=1e-5)
 assert (out_bart - out_pre).abs().max() > 0.1
 assert abs(out_bart.std(-1).mean() - 1) < 0.05 < abs(out_pre.std(-1).mean() - 1)
+
+# where the LayerNorms of a whole (one-layer) BART encoder sit: one on the input, two per layer, none at the end
+bart_norms = [n for n, m in modeling_bart.BartEncoder(tiny_bart_config()).named_modules() if isinstance(m, nn.LayerNorm)]
+print("LayerNorms in a BartEncoder:", bart_norms)
+assert sorted(bart_norms) == ["layernorm_embedding", "layers.0.final_layer_norm", "layers.0.self_attn_layer_norm"]
 
 # %% [markdown]
 # The last line is the practical difference. A Post-Norm layer's output is normalised (each row
@@ -406,7 +411,7 @@ marian_table = marian_pos.create_weight()  # [max_pos, d]: sin(...) | cos(...)
 ours_table = sinusoidal_position_encoding(max_pos, d_model)  # sin on even dims, cos on odd dims
 ours_in_halves = torch.cat([ours_table[:, 0::2], ours_table[:, 1::2]], dim=1)
 print(f"max |Marian - ours| as stored: {(marian_table - ours_table).abs().max():.2f}; "
-      f"after moving sines to the front: {(marian_table - ours_in_halves).abs().max():.1e}")
+      f"after moving sines to the front: < 1e-5: {(marian_table - ours_in_halves).abs().max().item() < 1e-5}")
 torch.testing.assert_close(marian_table, ours_in_halves, atol=1e-5, rtol=0)
 assert not torch.allclose(marian_table, ours_table, atol=1e-2)
 
@@ -459,14 +464,28 @@ for name, cfg in [("BART", BartConfig()), ("Marian", MarianConfig())]:
 assert BartConfig().decoder_start_token_id == BartConfig().eos_token_id  # BART starts with </s>
 assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id  # Marian starts with <pad>
 
+# %%
+pad_start = tgt_in.clone()
+pad_start[:, 0] = PAD_ID
+with torch.no_grad():
+    out = modeling_bart.BartModel(tiny_bart_config("eager")).eval()(
+        input_ids=src, attention_mask=to_hf_attention_mask(src), decoder_input_ids=pad_start, output_attentions=True)
+first_query = out.decoder_attentions[0][:, :, 0, 0]  # layer 0, every batch and head: query 0 -> key 0
+print("decoder input starts with:", pad_start[:, 0].tolist(), "| weight of query 0 on key 0:", first_query.unique().tolist())
+assert torch.equal(first_query, torch.ones_like(first_query)) and out.last_hidden_state.isfinite().all()
+
+# %% [markdown]
+# A mask derived from token ids and a mask passed alongside them are different designs; know which
+# one the code you read uses.
+
 # %% [markdown]
 # BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
 # In our model that would be a bug: our decoder derives its padding mask from the ids
 # (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
 # (chapter 17 shows the damage). Marian gets away with it because Hugging Face never derives the
 # decoder's padding mask from the ids: it comes from the `decoder_attention_mask` argument, which
-# is all ones when not given. A mask derived from token ids and a mask passed alongside them are
-# different designs; know which one the code you read uses.
+# is all ones when not given. A tiny BART fed a decoder input that starts with PAD shows it: query
+# 0 attends to key 0, the PAD, with weight 1.
 #
 # ### 5. Generation and the cache
 #

@@ -16,9 +16,9 @@
 # %% [markdown]
 # # Pitfalls and debugging
 #
-# A Transformer has little code, and most of its bugs do not crash. A wrong mask, a wrong scale or
-# a forgotten `eval()` gives a model that runs, trains, and quietly learns less (or cheats). This
-# chapter is a checklist: sixteen pitfalls, each **reproduced** (the wrong number or the error is
+# A Transformer has little code, and most of its bugs do not crash. A wrong mask or a wrong scale
+# gives a model that runs, trains, and quietly learns less (or cheats); a forgotten `eval()` gives
+# answers that change from one call to the next. This chapter is a checklist: sixteen pitfalls, each **reproduced** (the wrong number or the error is
 # printed and asserted) and then fixed. Several chapters already show one of them in depth; each
 # entry names that chapter, and still reproduces the pitfall in a few lines so this page works on
 # its own.
@@ -549,8 +549,8 @@ assert sum(p.numel() for p in Stack(list).parameters()) == 0
 #
 # ## 14. Forgetting `eval()`
 #
-# Dropout is on in training mode. A model left in that mode gives a different answer every time it
-# is asked, and worse answers on average:
+# Dropout is on in training mode, and a module starts in training mode. A model left that way
+# gives a different answer every time it is asked:
 
 # %%
 model = new_model()
