@@ -138,8 +138,15 @@ def test_explorer_widget_updates_on_control_changes(model):
     ex.controls["layer"].value = 0
     second = ex.last_figure.axes[0].images[0].get_array()
     assert not np.allclose(first, second)
+    png = ex.controls["image"].value
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    ex.controls["head"].value = 3
+    assert ex.controls["image"].value != png  # the picture shown was replaced
     ex.controls["text"].value = "abc"
     assert ex.last_figure is None and "only the digits" in ex.controls["status"].value
+    assert ex.controls["image"].layout.display == "none"
+    ex.controls["text"].value = "3 2 1"
+    assert ex.last_figure is not None and ex.controls["image"].layout.display is None
 
 
 def test_mirror_weight_batch_matches_the_single_sequence_measure(model):

@@ -183,6 +183,9 @@ class Chromium:
         self.page = CDP(pages[0]["webSocketDebuggerUrl"])
         for domain in ("Page", "Runtime", "Network", "Log"):
             self.page.call(f"{domain}.enable")
+        # a headless window never has the OS focus; JupyterLab tracks its "current" notebook
+        # by focus, and commands such as runmenu:run-all act on the current one
+        self.page.call("Emulation.setFocusEmulationEnabled", enabled=True)
 
     def close(self) -> None:
         self.page.close()
@@ -325,11 +328,11 @@ def check_book(browser: Chromium) -> list[str]:
 
 # ---------------------------------------------------------------- (b) JupyterLab
 
-LAB_STATE_JS = r"""
+LAB_STATE_TEMPLATE = r"""
 (() => {
   const app = window.jupyterapp;
   if (!app) return null;
-  const panel = app.shell.currentWidget;
+  const panel = [...app.shell.widgets('main')].find(w => w.context && w.context.path === NOTEBOOK_PATH);
   if (!panel || !panel.content || !panel.sessionContext) return {ready: false};
   const s = panel.sessionContext;
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
@@ -346,23 +349,32 @@ LAB_STATE_JS = r"""
 })()
 """
 
-# The explorer: the widget box holding a <select> labelled "layer"; its heatmap is the
-# <img> in the same box, its status line the element with class explorer-status.
+# The explorer: the widget box with class attention-explorer (the last one on the page).
+# Its heatmap is an ipywidgets Image (an <img> with a blob: URL, replaced on every change):
+# we hash the PNG bytes behind it, so "the heatmap changed" means different image data.
 EXPLORER_JS = r"""
-(() => {
-  const labels = [...document.querySelectorAll('.widget-dropdown label')].filter(l => l.textContent.trim() === 'layer');
-  if (!labels.length) return null;
-  const select = labels[labels.length - 1].parentElement.querySelector('select');
-  let box = select.closest('.widget-vbox');
-  const img = box ? box.querySelector('img') : null;
-  const status = box ? box.querySelector('.explorer-status') : null;
+(async () => {
+  const boxes = document.querySelectorAll('.attention-explorer');
+  if (!boxes.length) return null;
+  const box = boxes[boxes.length - 1];
+  const select = [...box.querySelectorAll('.widget-dropdown')]
+      .find(d => d.querySelector('label').textContent.trim() === 'layer').querySelector('select');
+  const img = box.querySelector('img');
+  const shown = !!img && getComputedStyle(img).display !== 'none' && img.naturalWidth > 0;
+  let hash = null, bytes = 0;
+  if (shown) {
+    const data = new Uint8Array(await (await fetch(img.src)).arrayBuffer());
+    let h = 0x811c9dc5;
+    for (const b of data) { h ^= b; h = Math.imul(h, 0x01000193) >>> 0; }
+    hash = h.toString(16); bytes = data.length;
+  }
+  const status = box.querySelector('.explorer-status');
   return {
-    options: [...select.options].map(o => o.textContent),
+    options: [...select.options].map(o => o.textContent.replace(/\u00a0/g, ' ')),
     selected: select.selectedIndex,
-    img: img ? img.src : null,
-    img_width: img ? img.naturalWidth : 0,
+    shown: shown, hash: hash, bytes: bytes, width: shown ? img.naturalWidth : 0,
     status: status ? status.textContent : null,
-    tracebacks: box ? box.querySelectorAll('.jp-RenderedText[data-mime-type="application/vnd.jupyter.stderr"]').length : 0,
+    tracebacks: box.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]').length,
   };
 })()
 """
@@ -371,24 +383,41 @@ EXPLORER_JS = r"""
 def select_option_js(label: str, index: int) -> str:
     return f"""
 (() => {{
-  const labels = [...document.querySelectorAll('.widget-dropdown label')].filter(l => l.textContent.trim() === {json.dumps(label)});
-  const select = labels[labels.length - 1].parentElement.querySelector('select');
+  const boxes = document.querySelectorAll('.attention-explorer');
+  const select = [...boxes[boxes.length - 1].querySelectorAll('.widget-dropdown')]
+      .find(d => d.querySelector('label').textContent.trim() === {json.dumps(label)}).querySelector('select');
   select.selectedIndex = {index};
   select.dispatchEvent(new Event('change', {{bubbles: true}}));
-  return select.options[{index}].textContent;
+  return select.options[{index}].textContent.replace(/\u00a0/g, ' ');
 }})()"""
 
 
 def type_text_js(label: str, text: str) -> str:
     return f"""
 (() => {{
-  const labels = [...document.querySelectorAll('.widget-text label')].filter(l => l.textContent.trim() === {json.dumps(label)});
-  const input = labels[labels.length - 1].parentElement.querySelector('input');
+  const boxes = document.querySelectorAll('.attention-explorer');
+  const input = [...boxes[boxes.length - 1].querySelectorAll('.widget-text')]
+      .find(d => d.querySelector('label').textContent.trim() === {json.dumps(label)}).querySelector('input');
   input.value = {json.dumps(text)};
   input.dispatchEvent(new Event('input', {{bubbles: true}}));
   input.dispatchEvent(new KeyboardEvent('keydown', {{key: 'Enter', bubbles: true}}));
   return input.value;
 }})()"""
+
+
+ACTIVATE_JS = r"""
+(() => {
+  const app = window.jupyterapp;
+  const panel = [...app.shell.widgets('main')].find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  app.shell.activateById(panel.id);
+  panel.content.activate();
+  return panel.id;
+})()
+"""
+
+
+def lab_state_js(notebook_name: str) -> str:
+    return LAB_STATE_TEMPLATE.replace("NOTEBOOK_PATH", json.dumps(notebook_name))
 
 
 def start_lab(workdir: Path):
@@ -399,6 +428,10 @@ def start_lab(workdir: Path):
                      ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("IPYTHONDIR", "ipython")):
         (workdir / sub).mkdir()
         env[var] = str(workdir / sub)
+    # no "get notified about Jupyter news?" toast over the screenshots
+    news = workdir / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     env["PYTHONHASHSEED"] = "0"
     env.pop("MPLBACKEND", None)
     logfile = open(workdir / "jupyterlab.log", "w")
@@ -436,24 +469,28 @@ def stop(proc) -> None:
         pass
 
 
-def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float) -> list[str]:
-    if not CHAPTER.exists():
-        return [f"{CHAPTER.relative_to(ROOT)} does not exist"]
+def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
+              notebook: Path = CHAPTER) -> list[str]:
+    if not notebook.exists():
+        return [f"{notebook} does not exist"]
     workdir = Path(tempfile.mkdtemp(prefix="check-browser-lab-"))
     (workdir / "root").mkdir()
-    shutil.copy2(CHAPTER, workdir / "root" / CHAPTER.name)  # a copy: the repository file stays untouched
+    shutil.copy2(notebook, workdir / "root" / notebook.name)  # a copy: the repository file stays untouched
     failures: list[str] = []
     proc = None
     page = browser.page
+    LAB_STATE_JS = lab_state_js(notebook.name)
     try:
         t0 = time.monotonic()
         proc, port = start_lab(workdir)
         log(f"  JupyterLab up on 127.0.0.1:{port} in {time.monotonic() - t0:.1f} s")
-        page.navigate(f"http://127.0.0.1:{port}/lab/tree/{CHAPTER.name}", timeout=90)
+        page.navigate(f"http://127.0.0.1:{port}/lab/tree/{notebook.name}", timeout=90)
         state = page.wait_for(f"(() => {{ const s = {LAB_STATE_JS}; return s && s.ready && s.kernel === 'idle' && s; }})()",
                               timeout=90)
         log(f"  notebook open, kernel idle, {state['code_cells']} code cells")
         t1 = time.monotonic()
+        page.evaluate(ACTIVATE_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name)))
+        page.wait_for("!!window.jupyterapp.shell.currentWidget", timeout=30)
         page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all').then(() => true)")
         state = page.wait_for(
             f"(() => {{ const s = {LAB_STATE_JS}; return s && s.kernel === 'idle' && s.running === 0 && "
@@ -465,21 +502,21 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float) -
         if state["executed"] != state["code_cells"]:
             failures.append(f"only {state['executed']} of {state['code_cells']} code cells executed")
 
-        before = page.wait_for(f"(() => {{ const e = {EXPLORER_JS}; return e && e.img && e.img_width > 0 && e; }})()",
+        before = page.wait_for(f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.shown && e; }})()",
                                timeout=30)
         log(f"  explorer found: layer options {before['options']} (selected {before['selected']}); "
             f"status: {before['status']!r}")
         if screenshots:
-            page.call("Runtime.evaluate", expression="document.querySelector('.widget-vbox select').scrollIntoView()")
+            page.evaluate("document.querySelector('.attention-explorer').scrollIntoView()")
             page.screenshot(screenshots / "lab_before.png")
         target = 0 if before["selected"] != 0 else len(before["options"]) - 1
         chosen = page.evaluate(select_option_js("layer", target))
         try:
             after = page.wait_for(
-                f"(() => {{ const e = {EXPLORER_JS}; return e && e.img && e.img !== {json.dumps(before['img'])} && e; }})()",
-                timeout=30)
-            log(f"  layer -> {chosen!r}: the heatmap image changed "
-                f"({len(before['img'])} -> {len(after['img'])} characters of PNG data)")
+                f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.shown && "
+                f"e.hash !== {json.dumps(before['hash'])} && e; }})()", timeout=30)
+            log(f"  layer -> {chosen!r}: the heatmap image changed (PNG {before['bytes']} bytes, hash "
+                f"{before['hash']} -> {after['bytes']} bytes, hash {after['hash']}); status: {after['status']!r}")
             if screenshots:
                 page.screenshot(screenshots / "lab_after_layer.png")
         except TimeoutError:
@@ -487,15 +524,17 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float) -
 
         page.evaluate(type_text_js("digits", "12a"))
         try:
-            bad = page.wait_for(f"(() => {{ const e = {EXPLORER_JS}; return e && e.status && "
-                                f"e.status.startsWith('error:') && e; }})()", timeout=30)
-            log(f"  invalid input '12a' -> {bad['status']!r}, no image: {bad['img'] is None}")
-            if bad["img"] is not None or bad["tracebacks"]:
+            bad = page.wait_for(f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.status && "
+                                f"e.status.startsWith('error:') && !e.shown && e; }})()", timeout=30)
+            log(f"  invalid input '12a' -> {bad['status']!r}, heatmap hidden: {not bad['shown']}")
+            if bad["shown"] or bad["tracebacks"]:
                 failures.append("invalid input left a heatmap or printed a traceback")
             if screenshots:
                 page.screenshot(screenshots / "lab_invalid_input.png")
         except TimeoutError:
-            failures.append("typing an invalid input did not show the widget's error message")
+            e = page.evaluate(EXPLORER_JS)
+            failures.append(f"typing an invalid input did not show the widget's error message and hide "
+                            f"the heatmap: status {e['status']!r}, heatmap shown: {e['shown']}")
         errors, external, _ = page_problems(page.events, f"http://127.0.0.1:{port}/")
         if external:
             failures.append(f"JupyterLab page sent {len(external)} request(s) off localhost: {external[:3]}")
@@ -527,6 +566,8 @@ def main(argv) -> int:
     ap.add_argument("--html", type=Path, help="check this folder of HTML pages instead of the book "
                     "(no build; for testing the checker itself)")
     ap.add_argument("--screenshots", type=Path, help="save JupyterLab screenshots into this folder")
+    ap.add_argument("--notebook", type=Path, default=CHAPTER,
+                    help="the notebook for (b) (default: the heatmap chapter)")
     ap.add_argument("--run-timeout", type=float, default=240, help="seconds allowed for run-all (default 240)")
     args = ap.parse_args(argv)
     if args.screenshots:
@@ -549,7 +590,7 @@ def main(argv) -> int:
         if not args.book_only:
             log("(b) JupyterLab: run the heatmap chapter, change the layer, bad input")
             results["lab: run-all, layer change redraws the heatmap, bad input message"] = check_lab(
-                browser, args.screenshots, args.run_timeout)
+                browser, args.screenshots, args.run_timeout, args.notebook.resolve())
     except Exception as err:
         results.setdefault("setup", []).append(f"{type(err).__name__}: {err}")
     finally:

@@ -278,33 +278,47 @@ class AttentionExplorer:
         return fig, message
 
     def widget(self):
-        """The ipywidgets box: Text, layer and head Dropdowns, a status line and an Output."""
+        """The ipywidgets box: a Text, layer and head Dropdowns, a status line and the heatmap.
+
+        The heatmap is an ipywidgets.Image holding PNG bytes: it is replaced in place on every
+        change, whether or not the kernel's matplotlib backend displays figures.
+        """
         import ipywidgets as W
-        from IPython.display import display
 
         text = W.Text(value=self.initial, description="digits",
                       placeholder=f"up to {self.limit} digits, e.g. 7 3 0 9")
         layer = W.Dropdown(options=self.layer_options, value=self.n_layers - 1, description="layer")
         head = W.Dropdown(options=self.head_options, value=MEAN_OF_HEADS, description="head")
         status = W.HTML()
-        out = W.Output()
+        image = W.Image(format="png")
 
         def update(_change=None):
             fig, message = self.render(text.value, layer.value, head.value)
-            color = "#b00020" if fig is None else "#1b5e20"
+            if fig is None:
+                image.layout.display = "none"
+            else:
+                image.value = figure_png(fig)
+                image.layout.display = None
+            color = "#b00020" if fig is None else "#1b5e20"  # the status last: it signals "done"
             status.value = f'<span style="color:{color}" class="explorer-status">{_escape(message)}</span>'
-            with out:
-                out.clear_output(wait=True)
-                if fig is not None:
-                    display(fig)
 
         for w in (text, layer, head):
             w.observe(update, names="value")
         update()
-        self.controls = {"text": text, "layer": layer, "head": head, "status": status, "output": out}
+        self.controls = {"text": text, "layer": layer, "head": head, "status": status, "image": image}
         self.update = update
-        self._box = W.VBox([W.HBox([text, layer, head]), status, out])
+        self._box = W.VBox([W.HBox([text, layer, head]), status, image])
+        self._box.add_class("attention-explorer")
         return self._box
+
+
+def figure_png(fig, dpi: int = 100) -> bytes:
+    """A matplotlib Figure as PNG bytes."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 
 def _escape(s: str) -> str:
