@@ -15,6 +15,15 @@ def small(cls=Transformer, seed=0, **kw):
     return cls(VOCAB_SIZE, VOCAB_SIZE, **{**CFG, **kw})
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one thread is enough, and it keeps these tests fast on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def batch():
     return make_reversal_dataset(8, seed=3)
