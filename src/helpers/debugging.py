@@ -21,7 +21,8 @@ Every check looks at what the model *does* on one batch, never at its source cod
 
 The model is any nn.Module with forward(src, tgt_in) -> logits [B, Lt, V]; helpers.Transformer
 is the reference. check_model leaves the model as it found it: same train/eval mode, no
-.grad written (gradients come from torch.autograd.grad), no global random state consumed.
+.grad written (gradients come from torch.autograd.grad), and its probes draw their random tokens
+from a private generator (a healthy model in eval mode consumes no global random state).
 """
 
 from __future__ import annotations
