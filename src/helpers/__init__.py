@@ -35,3 +35,4 @@ from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
 from .visualize import MEAN_OF_HEADS, AttentionExplorer, AttentionMap, attention_sharpness, cross_attention, mirrored_columns, parse_digits, plot_attention, plot_attention_grid  # noqa: E501
 from .benchmark import Workload, cpu_peak_bytes, load_results, measure, results_table, score_matrix_bytes, sweep  # noqa: E501
 from .debugging import Finding, ModelReport, check_model  # noqa: E501
+from .gpt import CharTokenizer, GPTBlock, MiniGPT, generate, load_corpus, next_token, top_k_filter, train_gpt  # noqa: E501

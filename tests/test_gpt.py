@@ -1,0 +1,236 @@
+"""helpers.gpt: tokenizer, the decoder-only model, its KV cache, sampling and training."""
+
+import pytest
+import torch
+
+from helpers import PAD_ID, EncoderLayer, make_causal_mask
+from helpers.gpt import (
+    CharTokenizer,
+    GPTBlock,
+    MiniGPT,
+    causal_mask_with_past,
+    fixed_windows,
+    generate,
+    load_corpus,
+    next_token,
+    split_train_val,
+    top_k_filter,
+    train_gpt,
+)
+
+TEXT = "the quick brown fox jumps over the lazy dog. THE END\n"
+
+
+def tiny_gpt(vocab_size=20, seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(d_model=32, num_heads=4, dff=64, num_layers=2, max_len=40, dropout=0.0)
+    cfg.update(kw)
+    return MiniGPT(vocab_size, **cfg).eval()
+
+
+# ---------------------------------------------------------------- corpus and tokenizer
+
+def test_corpus_ships_with_the_package():
+    text = load_corpus()
+    assert 15_000 <= len(text.encode()) <= 60_000
+    assert text.isascii()
+
+
+def test_tokenizer_round_trip_and_reserved_pad():
+    tok = CharTokenizer(TEXT)
+    ids = tok.encode(TEXT)
+    assert ids.dtype == torch.long and ids.shape == (len(TEXT),)
+    assert tok.decode(ids) == TEXT
+    assert tok.decode(ids.tolist()) == TEXT
+    assert int(ids.min()) >= 1 and PAD_ID == 0  # id 0 is never a character
+    assert tok.vocab_size == len(set(TEXT)) + 1
+
+
+def test_tokenizer_unknown_character_is_a_clear_error():
+    tok = CharTokenizer(TEXT)
+    with pytest.raises(ValueError, match=r"'Z' at position 3 is not in the vocabulary"):
+        tok.encode("theZ")
+    with pytest.raises(ValueError, match="reserved padding id"):
+        tok.decode([1, PAD_ID])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([tok.vocab_size])
+    with pytest.raises(ValueError, match="1-D"):
+        tok.decode(torch.ones(2, 3, dtype=torch.long))
+
+
+def test_split_is_contiguous_and_windows_shift_by_one():
+    ids = torch.arange(100)
+    tr, va = split_train_val(ids, 0.1)
+    assert torch.equal(torch.cat([tr, va]), ids) and len(va) == 10
+    x, y = fixed_windows(ids, 8, max_windows=3)
+    assert x.shape == (3, 8) and torch.equal(y, x + 1)
+
+
+# ---------------------------------------------------------------- model
+
+def test_gpt_block_is_the_encoder_layer_under_a_causal_mask():
+    torch.manual_seed(0)
+    block = GPTBlock(32, 4, 64, dropout=0.0).eval()
+    assert isinstance(block, EncoderLayer)
+    x = torch.randn(2, 7, 32)
+    mask = make_causal_mask(7)
+    ours, _ = block(x, mask)
+    theirs, _ = EncoderLayer.forward(block, x, mask, need_weights=False)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_logits_shape_and_max_len_error():
+    m = tiny_gpt()
+    ids = torch.randint(1, 20, (3, 11))
+    assert m(ids).shape == (3, 11, 20)
+    with pytest.raises(ValueError, match="max_len=40"):
+        m(torch.randint(1, 20, (1, 41)))
+
+
+def test_tied_head_shares_the_embedding():
+    m = tiny_gpt()
+    assert m.head.weight is m.embed.emb.weight
+    untied = tiny_gpt(tie_weights=False)
+    assert untied.head.weight is not untied.embed.emb.weight
+
+
+def test_causality_future_tokens_do_not_change_the_past():
+    m = tiny_gpt()
+    ids = torch.randint(1, 20, (2, 16))
+    t = 9
+    changed = ids.clone()
+    changed[:, t:] = torch.randint(1, 20, (2, 16 - t))
+    changed[:, t] = ids[:, t] % 19 + 1  # surely different at t
+    a, b = m(ids), m(changed)
+    torch.testing.assert_close(a[:, :t], b[:, :t])
+    assert (a[:, t:] - b[:, t:]).abs().amax() > 1e-3
+
+
+def test_causality_breaks_without_the_mask():
+    """The test above has teeth: the same blocks without a causal mask let the future leak."""
+    m = tiny_gpt()
+    ids = torch.randint(1, 20, (1, 12))
+    changed = ids.clone()
+    changed[0, -1] = ids[0, -1] % 19 + 1
+
+    def unmasked(x):
+        h = m.embed(x)
+        for block in m.blocks:
+            h, _ = block(h, None)
+        return m.head(m.ln_final(h))
+
+    assert (unmasked(ids)[:, :-1] - unmasked(changed)[:, :-1]).abs().amax() > 1e-3
+
+
+def test_causal_mask_with_past():
+    assert causal_mask_with_past(1, 5) is None
+    torch.testing.assert_close(causal_mask_with_past(4, 0), make_causal_mask(4))
+    m = causal_mask_with_past(2, 3)
+    assert m.shape == (1, 1, 2, 5)
+    assert m[0, 0].tolist() == [[False] * 4 + [True], [False] * 5]
+
+
+# ---------------------------------------------------------------- KV cache
+
+def test_cached_logits_match_full_forward():
+    m = tiny_gpt()
+    ids = torch.randint(1, 20, (2, 15))
+    full = m(ids)
+    caches = [{} for _ in m.blocks]
+    parts = [m(ids[:, :6], caches=caches)]  # a prompt, then chunks and single tokens
+    parts.append(m(ids[:, 6:9], caches=caches))
+    for t in range(9, 15):
+        parts.append(m(ids[:, t:t + 1], caches=caches))
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert caches[0]["k"].shape == (2, 4, 15, 8) and MiniGPT.cached_length(caches) == 15
+
+
+@pytest.mark.parametrize("cfg", [dict(), dict(num_layers=3, num_heads=2), dict(d_model=48, num_heads=6)])
+def test_generate_cache_equals_no_cache_greedy(cfg):
+    m = tiny_gpt(**cfg)
+    prompt = torch.randint(1, 20, (3, 5))
+    a = generate(m, prompt, 30, temperature=0, use_cache=False)
+    b = generate(m, prompt, 30, temperature=0, use_cache=True)
+    assert a.shape == (3, 35) and torch.equal(a[:, :5], prompt)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("temperature,top_k", [(1.0, None), (0.7, 5), (1.5, None)])
+def test_generate_cache_equals_no_cache_seeded_sampling(temperature, top_k):
+    m = tiny_gpt()
+    prompt = torch.randint(1, 20, (4, 3))
+    runs = [generate(m, prompt, 30, temperature=temperature, top_k=top_k, use_cache=c,
+                     generator=torch.Generator().manual_seed(7)) for c in (False, True)]
+    assert torch.equal(runs[0], runs[1])
+    other = generate(m, prompt, 30, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(8))
+    assert not torch.equal(runs[0], other)  # the seed matters: the test compares samples, not argmaxes
+
+
+def test_generate_bad_arguments():
+    m = tiny_gpt()
+    prompt = torch.randint(1, 20, (1, 10))
+    with pytest.raises(ValueError, match="max_len=40"):
+        generate(m, prompt, 31)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(m, prompt, 3, temperature=-1.0)
+    with pytest.raises(ValueError, match="token id 20"):
+        generate(m, torch.tensor([[20]]), 3)
+
+
+# ---------------------------------------------------------------- sampling
+
+def test_top_k_keeps_exactly_k_candidates():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 30)
+    for k in (1, 3, 30):
+        kept = torch.isfinite(top_k_filter(logits, k))
+        assert (kept.sum(-1) == k).all()
+        # the kept ones are the k largest
+        assert torch.equal(kept.nonzero()[:, 1].view(5, k).sort(-1).values,
+                           logits.topk(k, -1).indices.sort(-1).values)
+    with pytest.raises(ValueError, match="top_k"):
+        top_k_filter(logits, 0)
+
+
+def test_sampling_stays_inside_top_k():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 30).expand(2000, 30)
+    g = torch.Generator().manual_seed(0)
+    draws = next_token(logits, temperature=3.0, top_k=4, generator=g)
+    allowed = set(logits[0].topk(4).indices.tolist()) - {PAD_ID}
+    assert set(draws.tolist()) <= allowed and len(set(draws.tolist())) >= 3
+
+
+def test_temperature_zero_is_argmax_and_pad_is_never_chosen():
+    logits = torch.randn(6, 10)
+    logits[:, PAD_ID] = 100.0  # the model "wants" padding
+    greedy = next_token(logits, temperature=0)
+    masked = logits.clone()
+    masked[:, PAD_ID] = float("-inf")
+    assert torch.equal(greedy, masked.argmax(-1))
+    g = torch.Generator().manual_seed(0)
+    assert (next_token(logits.repeat(100, 1), temperature=5.0, generator=g) != PAD_ID).all()
+
+
+def test_low_temperature_concentrates_samples():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 30).expand(3000, 30)
+    g = torch.Generator().manual_seed(0)
+    cold = next_token(logits, temperature=0.2, generator=g)
+    hot = next_token(logits, temperature=2.0, generator=g)
+    assert len(cold.unique()) < len(hot.unique())
+
+
+# ---------------------------------------------------------------- training
+
+def test_train_gpt_learns_and_keeps_best():
+    text = "abcabcabdabcabcabd" * 20
+    tok = CharTokenizer(text)
+    tr, va = split_train_val(tok.encode(text), 0.2)
+    m = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
+    hist = train_gpt(m, tr, va, steps=60, batch_size=8, lr=3e-3, warmup=10, eval_every=20,
+                     eval_windows=8, progress=False)
+    assert hist["eval_step"] == [20, 40, 60]
+    assert hist["val_loss"][-1] < hist["val_loss"][0] < 2.0
+    assert hist["best_val_loss"] == min(hist["val_loss"])
+    assert not m.training

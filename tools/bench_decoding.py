@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Benchmark greedy decoding: naive (re-run the decoder over the whole prefix every step)
+versus the KV cache (feed only the newest token), side by side in one run.
+
+Usage:
+    python tools/bench_decoding.py                  # lengths 16 64 256 512
+    python tools/bench_decoding.py --lengths 16 64 256 --repeats 5 --threads 1
+
+The model is an untrained encoder-decoder Transformer with the book's default shape
+(d_model=128, 4 heads, dff=512, 2 layers) and max_len large enough for the longest output:
+timing does not need a trained model, and stop_at_eos=False keeps an early <eos> from
+ending the run. Each row decodes one source sequence (batch 1, the usual generation case)
+for exactly N new tokens. Naive and cached runs alternate and the fastest of --repeats
+runs is kept, which makes the ratio robust to other processes on a shared machine.
+
+Prints a table (new tokens, naive ms, cached ms, speedup, identical) and, last, the line
+    speedup_at_256=<x> identical=<True|False>
+where identical is True only if the two paths produced the same tokens at every length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from helpers import VOCAB_SIZE, Transformer, greedy_decode, make_reversal_dataset
+
+
+def time_decoding(model, src, new_tokens: int, use_cache: bool):
+    """(seconds, tokens) for one greedy decoding of exactly new_tokens tokens."""
+    t0 = time.perf_counter()
+    out = greedy_decode(model, src, max_len=new_tokens + 1, use_cache=use_cache, stop_at_eos=False)
+    return time.perf_counter() - t0, out
+
+
+def bench(lengths, repeats: int = 3, batch: int = 1, seed: int = 0):
+    """-> list of dicts: new_tokens, naive_ms, cached_ms, speedup, identical."""
+    torch.manual_seed(seed)
+    model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=max(lengths) + 1).eval()
+    src, _ = make_reversal_dataset(batch, seed=seed)
+    time_decoding(model, src, 4, False), time_decoding(model, src, 4, True)  # warm-up
+    rows = []
+    for n in lengths:
+        best = {False: float("inf"), True: float("inf")}
+        outs = {}
+        for _ in range(repeats):
+            for use_cache in (False, True):
+                sec, outs[use_cache] = time_decoding(model, src, n, use_cache)
+                best[use_cache] = min(best[use_cache], sec)
+        rows.append(dict(new_tokens=n, naive_ms=1e3 * best[False], cached_ms=1e3 * best[True],
+                         speedup=best[False] / best[True],
+                         identical=bool(torch.equal(outs[False], outs[True]))))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 512])
+    ap.add_argument("--repeats", type=int, default=3, help="runs per path and length; the fastest is kept")
+    ap.add_argument("--batch", type=int, default=1, help="source sequences decoded together")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lengths = sorted(set(args.lengths) | {256})
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
+          f"best of {args.repeats}")
+    rows = bench(lengths, repeats=args.repeats, batch=args.batch)
+    print(f"{'new tokens':>10}  {'naive ms':>10}  {'cached ms':>10}  {'speedup':>8}  identical")
+    for r in rows:
+        print(f"{r['new_tokens']:>10}  {r['naive_ms']:>10.1f}  {r['cached_ms']:>10.1f}  "
+              f"{r['speedup']:>7.1f}x  {r['identical']}")
+    at_256 = next(r for r in rows if r["new_tokens"] == 256)
+    identical = all(r["identical"] for r in rows)
+    print(f"speedup_at_256={at_256['speedup']:.1f} identical={identical}")
+
+
+if __name__ == "__main__":
+    main()
