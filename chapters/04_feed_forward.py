@@ -140,7 +140,7 @@ print("same input vector at (0, 0) and (1, 4) -> same output:", torch.allclose(o
 # %% [markdown]
 # ## GELU vs ReLU
 #
-# The original Transformer used ReLU, $\max(0, x)$. BERT, GPT-2 and most later models use
+# The original Transformer used ReLU, $\max(0, x)$. BERT, GPT-2 and many later models use
 # GELU, the Gaussian error linear unit:
 #
 # $$
@@ -198,8 +198,8 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # %% [markdown]
 # ### Exact GELU and the tanh approximation
 #
-# When BERT and GPT-2 were written, the error function was slow on accelerators, so
-# their code used a tanh approximation:
+# The GELU paper also gave a cheaper tanh approximation, and the original BERT and GPT-2
+# code used it:
 #
 # $$
 # \operatorname{GELU}_{\tanh}(x) = \frac{x}{2}\left(1 + \tanh\!\left[\sqrt{2/\pi}\,\left(x + 0.044715\,x^3\right)\right]\right).
@@ -321,9 +321,9 @@ assert 0.65 < shares[4][0] < 0.68 and 0.48 < shares[4][1] < 0.51
 # %% [markdown]
 # At the book's setting ($d_{ff} = 512$) the FFN is 131,712 parameters: two thirds of an
 # encoder layer and half of a decoder layer (the table's 4x row). Doubling the ratio
-# roughly doubles the FFN while the attention stays fixed, so the share climbs towards
-# 1. The factor 4 comes from the original paper (512 to 2048); it is a rule of thumb, not
-# a derived optimum, and on small data sets a narrower FFN can do as well. Models that
+# roughly doubles the FFN while the attention stays fixed, so the share climbs towards 1.
+# The factor 4 comes from the original paper (512 to 2048); it is a rule of thumb, not a
+# derived optimum, and worth sweeping (2x, 3x, 4x) on a small data set. Models that
 # replace GELU with a gated unit such as SwiGLU have *three* $d \times d_{ff}$ matrices,
 # and shrink $d_{ff}$ to $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget.
 #

@@ -229,8 +229,8 @@ torch.testing.assert_close(y_post, post.ln2(post.ln1(x)))
 # ## Through a deep stack: the residual stream's scale
 #
 # Stack 24 layers of each kind (random weights, Xavier-initialised like the book's
-# model, chapter 07; eval mode) and feed them the same input, whose per-position RMS is
-# 1. After every layer, measure the residual stream's size: the RMS of each position's
+# model, chapter 07; eval mode) and feed them the same input, whose per-position RMS is 1.
+# After every layer, measure the residual stream's size: the RMS of each position's
 # vector, $\sqrt{\tfrac1d \sum_i x_i^2}$, averaged over the positions. Three curves:
 #
 # - **Post-Norm**: every layer ends with a LayerNorm;
@@ -306,9 +306,10 @@ plt.show()
 #
 # Without that final LayerNorm, whatever reads the encoder's output (the decoder's
 # cross-attention keys and values, chapter 06) would see vectors whose scale depends on
-# the depth and drifts during training, and the last layer's output would be the only
-# activation in the network that no LayerNorm ever touched. GPT-2 (`ln_f`) and Llama
-# (`norm`) end their stacks the same way; a Post-Norm stack does not need it.
+# the depth and can drift as training changes the layers, and the last layer's output
+# would be the only activation in the network that no LayerNorm ever touched. GPT-2
+# (`ln_f`) and Llama (`norm`) end their stacks the same way; a Post-Norm stack does not
+# need it.
 #
 # The right panel is Pre-Norm's side effect: since the stream keeps growing while each
 # update stays about the same size, every layer changes the stream relatively less than
@@ -507,7 +508,7 @@ assert torch.equal(train_lab == PAD_ID, train_src == PAD_ID)  # labels exactly w
 # batches**; the only difference is where the LayerNorms sit (and Pre-Norm's final
 # LayerNorm, whose initial values are not random). Adam with a constant learning rate
 # of $2 \times 10^{-3}$, batch 64, 300 steps, no warmup. Each run takes a few seconds.
-# (Tensors this small gain nothing from several CPU threads, and on a busy machine the
+# (Tensors this small gain little from several CPU threads, and on a busy machine the
 # threads wait for one another, so training runs on one thread.)
 
 # %%
