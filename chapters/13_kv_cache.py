@@ -424,22 +424,28 @@ for n_new in lengths:
 assert timing[256][1] < timing[256][0] and timing[512][1] < timing[512][0]
 
 # %% [markdown]
-# The plot shows the milliseconds per generated token. The cached loop's cost per token stays
+# The right panel shows the milliseconds per generated token. The cached loop's cost per token stays
 # roughly flat: every step does the same amount of work except the attention row, which grows by
 # one key. The naive loop's cost per token grows with the length, because step $t$ reprocesses $t$
 # tokens. (The output of this cell is not compared by the tests either.)
 
 # %% tags=["nbval-ignore-output"]
-fig, ax = plt.subplots(figsize=(6, 3.6))
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for j, (label, style) in enumerate((("naive", "o-"), ("KV cache", "s--"))):
-    ax.plot(lengths, [1e3 * timing[n_new][j] / n_new for n_new in lengths], style, label=label)
-ax.set_xscale("log", base=2)
-ax.set_yscale("log")
-ax.set_xticks(lengths, [str(n_new) for n_new in lengths])
-ax.set_xlabel("new tokens")
-ax.set_ylabel("ms per generated token")
-ax.set_title("Greedy decoding, untrained d=128 model, batch 1")
-ax.legend()
+    axes[0].plot(lengths, [timing[n_new][j] for n_new in lengths], style, label=label)
+    axes[1].plot(lengths, [1e3 * timing[n_new][j] / n_new for n_new in lengths], style, label=label)
+axes[0].set_yscale("log")
+axes[0].set_ylabel("seconds (log scale)")
+axes[0].set_title("Total decoding time")
+axes[1].set_ylim(bottom=0)
+axes[1].set_ylabel("ms per generated token")
+axes[1].set_title("Time per generated token")
+for ax in axes:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(n_new) for n_new in lengths])
+    ax.set_xlabel("new tokens")
+    ax.legend()
+fig.suptitle("Greedy decoding, untrained d=128 model, batch 1", fontsize=11)
 plt.tight_layout()
 plt.show()
 

@@ -4,14 +4,16 @@ versus the KV cache (feed only the newest token), side by side in one run.
 
 Usage:
     python tools/bench_decoding.py                  # lengths 16 64 256 512
-    python tools/bench_decoding.py --lengths 16 64 256 --repeats 5 --threads 1
+    python tools/bench_decoding.py --lengths 16 64 256 --repeats 5 --threads 2
 
 The model is an untrained encoder-decoder Transformer with the book's default shape
 (d_model=128, 4 heads, dff=512, 2 layers) and max_len large enough for the longest output:
 timing does not need a trained model, and stop_at_eos=False keeps an early <eos> from
 ending the run. Each row decodes one source sequence (batch 1, the usual generation case)
 for exactly N new tokens. Naive and cached runs alternate and the fastest of --repeats
-runs is kept, which makes the ratio robust to other processes on a shared machine.
+runs is kept, which makes the ratio robust to other processes on a shared machine. One CPU
+thread by default: the tensors are small, and several threads fighting other processes for
+two cores make tiny operations wildly slower (the chapter uses one thread too).
 
 Prints a table (new tokens, naive ms, cached ms, speedup, identical) and, last, the line
     speedup_at_256=<x> identical=<True|False>
@@ -60,7 +62,8 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 512])
     ap.add_argument("--repeats", type=int, default=3, help="runs per path and length; the fastest is kept")
     ap.add_argument("--batch", type=int, default=1, help="source sequences decoded together")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads; 1 (the default) is steady on a shared machine, 0 = torch's choice")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
