@@ -88,10 +88,12 @@ def test_logits_shape_and_max_len_error():
 
 
 def test_tied_head_shares_the_embedding():
-    m = tiny_gpt()
+    m = tiny_gpt(tie_weights=True)
     assert m.head.weight is m.embed.emb.weight
-    untied = tiny_gpt(tie_weights=False)
+    untied = tiny_gpt()
     assert untied.head.weight is not untied.embed.emb.weight
+    n = lambda mod: sum(p.numel() for p in mod.parameters())  # noqa: E731
+    assert n(untied) - n(m) == 20 * 32
 
 
 def test_causality_future_tokens_do_not_change_the_past():

@@ -120,11 +120,14 @@ class MiniGPT(nn.Module):
     """ids [B, L] -> next-token logits [B, L, vocab_size]. Decoder-only, causal mask only.
 
     tie_weights=True shares the output head with the token embedding (one matrix used both
-    ways, as in GPT-2): fewer parameters, and it usually helps a small model.
+    ways, as in GPT-2): V * d fewer parameters. Off by default: with a character vocabulary the
+    saving is tiny, and with the book's sqrt(d)-scaled embedding the untrained tied model
+    predicts "the same character again" (the residual stream carries the input's own
+    embedding, which the tied head reads back), so it starts well above the ln V loss.
     """
 
     def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, dff: int = 512,
-                 num_layers: int = 4, max_len: int = 128, dropout: float = 0.1, tie_weights: bool = True):
+                 num_layers: int = 4, max_len: int = 128, dropout: float = 0.1, tie_weights: bool = False):
         super().__init__()
         self.config = dict(vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, dff=dff,
                            num_layers=num_layers, max_len=max_len, dropout=dropout, tie_weights=tie_weights)
@@ -135,7 +138,6 @@ class MiniGPT(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         xavier_init_linears(self.blocks)
         if tie_weights:
-            # N(0, d^-1/2) rows (TokenAndPosition's init) give unit-scale logits from LayerNorm'd inputs
             self.head.weight = self.embed.emb.weight
 
     @staticmethod

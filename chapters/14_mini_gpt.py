@@ -1,0 +1,532 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # A decoder-only mini GPT
+#
+# The reversal model reads a source with its encoder and writes the answer with its decoder. A
+# language model of the GPT family has no source to read: it continues a text. Take away the
+# encoder, and the decoder's cross-attention has nothing to attend to, so it goes too. What is
+# left is a stack of blocks with two parts each, causal self-attention and a feed-forward network,
+# trained to predict the next token.
+#
+# That block is not new. It is chapter 05's encoder layer (Pre-Norm self-attention, then the
+# feed-forward network), run under chapter 07's causal mask. `helpers.gpt` builds the model from
+# the book's own pieces: `TokenAndPosition`, `EncoderLayer` (as `GPTBlock`, which adds a KV cache),
+# `FeedForward` and `MultiHeadAttention` inside it.
+#
+# In this chapter we
+#
+# 1. tokenize a small English text that ships with the book, one id per character;
+# 2. assemble the model from the book's blocks and test its causality before training;
+# 3. train it for well under a minute on a CPU, and watch it over-fit;
+# 4. generate text greedily and by sampling, and measure what temperature and top-k do;
+# 5. use the KV cache of chapter 13 for generation, and check that it changes no token, greedy
+#    or sampled.
+
+# %%
+import math
+import re
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from helpers import (
+    PAD_ID,
+    CharTokenizer,
+    EncoderLayer,
+    MiniGPT,
+    TokenAndPosition,
+    count_parameters,
+    generate,
+    load_corpus,
+    make_causal_mask,
+    top_k_filter,
+    train_gpt,
+)
+from helpers.gpt import causal_mask_with_past, fixed_windows, random_windows, split_train_val
+
+torch.manual_seed(0)
+torch.set_num_threads(1)  # the tensors are small: one CPU thread is enough, and steady on a busy machine
+
+# %% [markdown]
+# ## 1. The text
+#
+# The corpus is a short essay about the Transformer, written for this book and placed in the public
+# domain. It ships inside the package (`helpers/data/corpus.txt`), so nothing is downloaded.
+
+# %%
+text = load_corpus()
+print(f"{len(text)} characters, {len(text.encode())} bytes, {text.count(chr(10))} lines")
+print(text[:400])
+
+# %% [markdown]
+# ## 2. A character tokenizer
+#
+# One id per distinct character: sort the characters, number them. One choice needs a reason:
+# the numbering starts at **1**, not 0. The book's `TokenAndPosition` builds its embedding with
+# `padding_idx=PAD_ID` (= 0), which keeps row 0 at zero and never updates it, the right thing for
+# `<pad>` in the reversal task. A real character that got id 0 would never learn an embedding.
+# Watch it happen: backpropagate through the embedding of ids 0, 1, 2 and look at the gradients.
+
+# %%
+emb = TokenAndPosition(vocab_size=4, d_model=8, max_len=4, dropout=0.0)
+emb(torch.tensor([[0, 1, 2]])).pow(2).sum().backward()
+row_grad = emb.emb.weight.grad.abs().sum(dim=1)
+for i in range(3):
+    print(f"id {i}: gradient of its embedding row = {row_grad[i].item():.3f}")
+assert row_grad[0] == 0 and (row_grad[1:3] > 0).all()
+
+# %% [markdown]
+# So id 0 stays reserved: it is not a character. The tokenizer by hand, then `helpers.CharTokenizer`,
+# which does the same and adds clear errors:
+
+# %%
+chars = sorted(set(text))
+stoi = {c: i + 1 for i, c in enumerate(chars)}  # 0 is reserved
+itos = {i: c for c, i in stoi.items()}
+print(f"{len(chars)} characters: {''.join(chars)!r}")
+
+tok = CharTokenizer(text)
+print(tok, "(the characters + the reserved id 0)")
+assert tok.stoi == stoi and tok.vocab_size == len(chars) + 1
+
+sample = "Attention is a soft lookup."
+ids = tok.encode(sample)
+print(sample, "->", ids.tolist())
+assert tok.decode(ids) == sample and [stoi[c] for c in sample] == ids.tolist()
+
+# %% [markdown]
+# A tokenizer must not guess. A character it has never seen (the text has no digits and no
+# accented letters) is an error that names the character and where it is, not a silent
+# substitution:
+
+# %%
+for bad in ("Attention in 2017", "café"):
+    try:
+        tok.encode(bad)
+        raise AssertionError("expected a ValueError")
+    except ValueError as e:
+        print(f"{bad!r}: ValueError: {e}")
+
+# %% [markdown]
+# ## 3. Training data: windows shifted by one
+#
+# The whole text becomes one long sequence of ids. The last 10 % is held out for validation, as
+# one contiguous piece: training windows are cut at random places, so a random split of windows
+# would put overlapping copies of the same text on both sides.
+#
+# A training example is a window of `block_size` ids, `x`, and the same window shifted by one, `y`:
+# at every position the target is the next character. One window of 128 characters is 128
+# lessons at once.
+
+# %%
+data = tok.encode(text)
+train_ids, val_ids = split_train_val(data, val_fraction=0.1)
+print(f"train {len(train_ids)} ids, validation {len(val_ids)} ids")
+
+x, y = random_windows(train_ids, batch_size=4, block_size=128, generator=torch.Generator().manual_seed(0))
+print("x", tuple(x.shape), x.dtype, "| y", tuple(y.shape))
+print("x[0][:40]:", repr(tok.decode(x[0][:40])))
+print("y[0][:40]:", repr(tok.decode(y[0][:40])))
+assert torch.equal(x[:, 1:], y[:, :-1])
+
+# %% [markdown]
+# ## 4. The model
+#
+# | part | shape |
+# | --- | --- |
+# | ids | `[B, L]` |
+# | `TokenAndPosition`: embedding $\cdot \sqrt{d}$ + sinusoidal positions | `[B, L, d]` |
+# | $N$ blocks: $x + \text{attn}(\text{LN}(x))$ under the causal mask, then $x + \text{FFN}(\text{LN}(x))$ | `[B, L, d]` |
+# | final LayerNorm (Pre-Norm never normalises the residual stream itself) | `[B, L, d]` |
+# | output head: a linear map to the vocabulary | `[B, L, V]` |
+#
+# A small configuration, sized to train in well under a minute here. Dropout is **off** on
+# purpose: with it, the over-fitting of section 5 would take longer to show.
+
+# %%
+config = dict(d_model=64, num_heads=4, dff=256, num_layers=2, max_len=128, dropout=0.0)
+torch.manual_seed(0)
+model = MiniGPT(tok.vocab_size, **config)
+print(model.config)
+print(f"parameters: {count_parameters(model):,}")
+assert all(type(b) is not EncoderLayer and isinstance(b, EncoderLayer) for b in model.blocks)
+
+# %% [markdown]
+# Every block *is* an `EncoderLayer` (a subclass, for the cache). To be sure the model is nothing
+# more than the pieces in the table, run them by hand, with the encoder layer's own `forward` and
+# the causal mask, and compare with the model's logits:
+
+# %%
+xb = x[:2, :16]
+with torch.no_grad():
+    h = model.embed(xb)
+    print("embedded ", tuple(h.shape))
+    mask = make_causal_mask(xb.size(1))
+    for i, block in enumerate(model.blocks):
+        h, _ = EncoderLayer.forward(block, h, mask, need_weights=False)
+        print(f"block {i}  ", tuple(h.shape))
+    logits_by_hand = model.head(model.ln_final(h))
+    print("logits   ", tuple(logits_by_hand.shape))
+    torch.testing.assert_close(model(xb), logits_by_hand)
+
+# %% [markdown]
+# Two checks before training (chapter 08's habit). **Causality**: rewrite every token from position
+# 10 on, and the logits at positions 0..9 must not move while the later ones do. **The initial loss**:
+# an untrained model should be about uniformly unsure, with a cross entropy near $\ln V$.
+
+# %%
+with torch.no_grad():
+    changed = xb.clone()
+    changed[:, 10:] = torch.randint(1, tok.vocab_size, (2, 6))
+    changed[:, 10] = xb[:, 10] % (tok.vocab_size - 1) + 1  # surely different at position 10
+    a, b = model(xb), model(changed)
+    past = (a[:, :10] - b[:, :10]).abs().max().item()
+    future = (a[:, 10:] - b[:, 10:]).abs().max().item()
+print(f"positions 0-9 unchanged (< 1e-5): {past < 1e-5} | positions 10-15 changed (> 1e-3): {future > 1e-3}")
+assert past < 1e-5 and future > 1e-3
+
+with torch.no_grad():
+    xv, yv = fixed_windows(val_ids, 128)
+    init_loss = F.cross_entropy(model(xv).flatten(0, 1), yv.flatten()).item()
+print(f"initial validation loss within 0.3 of ln V = {math.log(tok.vocab_size):.2f}: "
+      f"{abs(init_loss - math.log(tok.vocab_size)) < 0.3}")
+assert abs(init_loss - math.log(tok.vocab_size)) < 0.3
+
+# %% [markdown]
+# ### Weight tying, and a surprise at initialisation
+#
+# GPT-2 **ties** its output head to its token embedding: the same `[V, d]` matrix turns ids into
+# vectors at the bottom and vectors into scores at the top, saving $V \cdot d$ parameters
+# (`MiniGPT(..., tie_weights=True)`). Here the saving is small, and the initial-loss check shows a
+# catch. The residual stream carries each input token's own embedding, scaled by $\sqrt{d}$, all the
+# way to the top; a tied head scores every character by its dot product with that same embedding
+# matrix, so the input character wins. The untrained tied model predicts that every character
+# repeats itself, confidently, and starts far above $\ln V$:
+
+# %%
+torch.manual_seed(0)
+tied = MiniGPT(tok.vocab_size, **config, tie_weights=True)
+with torch.no_grad():
+    tied_logits = tied(xv)
+    tied_loss = F.cross_entropy(tied_logits.flatten(0, 1), yv.flatten()).item()
+    repeats = (tied_logits.argmax(-1) == xv).float().mean().item()
+print(f"tied: {count_parameters(model) - count_parameters(tied):,} fewer parameters (V * d = "
+      f"{tok.vocab_size} * {config['d_model']}); initial loss more than 1 nat above ln V: "
+      f"{tied_loss > math.log(tok.vocab_size) + 1}; predicts the input character again at more "
+      f"than 90 % of positions: {repeats > 0.9}")
+assert count_parameters(model) - count_parameters(tied) == tok.vocab_size * config["d_model"]
+assert tied_loss > math.log(tok.vocab_size) + 1 and repeats > 0.9
+
+# %% [markdown]
+# Training has to unlearn this before it learns anything else. With 60 characters the saving is
+# small, so `MiniGPT` leaves the head untied by default, and this chapter trains the untied model.
+
+# %% [markdown]
+# ## 5. Training, and over-fitting
+#
+# `helpers.train_gpt` samples random windows of 128 characters, 16 per batch, and minimises the
+# next-character cross entropy with AdamW (a linear warm-up, then cosine decay, gradients clipped at
+# norm 1). Every 50 steps it measures the loss on fixed windows of the training text and of the
+# held-out text, in eval mode, so the two numbers are comparable. At the end it restores the
+# weights that had the **lowest validation loss** (early stopping, decided after the fact).
+#
+# 800 steps of 16 windows of 128 characters are about 1.6 million characters, many passes over the
+# training text (the cell prints how many). The progress bar and the time are not compared by the
+# tests.
+
+# %% tags=["nbval-ignore-output"]
+steps = 800
+hist = train_gpt(model, train_ids, val_ids, steps=steps, batch_size=16, block_size=128, lr=1e-2,
+                 warmup=80, eval_every=50, seed=0)
+print(f"{steps * 16 * 128 / len(train_ids):.0f} passes over the training text")
+print(f"{steps} steps in {hist['seconds']:.1f} s; best validation loss {hist['best_val_loss']:.3f} "
+      f"at step {hist['best_step']}; restored those weights")
+
+# %% [markdown]
+# The curves: the loss of every training batch (faint), and the two evaluations.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.8))
+ax.plot(hist["step"], hist["batch_loss"], color="tab:blue", alpha=0.25, lw=0.8, label="training batches")
+ax.plot(hist["eval_step"], hist["train_loss"], "o-", color="tab:blue", ms=3, label="training text")
+ax.plot(hist["eval_step"], hist["val_loss"], "o-", color="tab:orange", ms=3, label="held-out text")
+ax.axvline(hist["best_step"], color="gray", ls=":", label="lowest held-out loss (kept)")
+ax.axhline(math.log(tok.vocab_size), color="black", lw=0.8, ls="--", label="ln V (uniform guess)")
+ax.set_xlabel("step")
+ax.set_ylabel("cross entropy (nats per character)")
+ax.set_title("Mini GPT on the book's corpus")
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The two curves fall together at first: the model learns what is true of English in general (common
+# letters, then common pairs, then short words), and that helps on the held-out text as much as on
+# the training text. Then they part. The training loss keeps falling; the held-out loss stops
+# falling and **rises**. From that point on each step teaches the model more about the exact
+# sentences it reads and less about the language they are written in: it is memorising.
+#
+# This is not a bug. The model has far more capacity than the training text can use, and
+# no regulariser: dropout is off, and weight decay is light. The honest remedies are the usual
+# ones: keep the weights from the best step (as `train_gpt` did), turn dropout on, shrink the model,
+# and above all use more text. None of them turns a few pages into a corpus: a model trained on a
+# few pages can only ever write things that sound like those pages.
+#
+# The numbers, with what the cell asserts: the held-out loss ends well above its best, the
+# training loss ends well below the held-out loss, and the kept weights are far better than a
+# uniform guess. (The exact values depend on the CPU's floating-point details, so the tests do
+# not compare the printout.)
+
+# %% tags=["nbval-ignore-output"]
+best_i = hist["eval_step"].index(hist["best_step"])
+print(f"step {hist['best_step']:>3} (best): training {hist['train_loss'][best_i]:.3f}, held-out {hist['val_loss'][best_i]:.3f}")
+print(f"step {steps} (last): training {hist['train_loss'][-1]:.3f}, held-out {hist['val_loss'][-1]:.3f}")
+assert hist["best_step"] < steps
+assert hist["val_loss"][-1] > hist["best_val_loss"] + 0.1  # held-out loss turned up
+assert hist["train_loss"][-1] < hist["val_loss"][-1] - 0.5  # the gap of memorisation
+assert hist["best_val_loss"] < math.log(tok.vocab_size) - 1.5  # and yet it learned a lot
+
+# %% [markdown]
+# ## 6. Generating text
+#
+# Generation is a loop: feed the text so far, take the distribution of the next character,
+# choose one, append it. `helpers.generate` does it for a batch of prompts; `temperature=0` means
+# **greedy**: always the most likely character. Greedy text from a small model is a famous
+# disappointment: the most likely continuation of a common phrase is often the phrase again, and
+# once it repeats, the repetition makes itself more likely. The cell measures it: for four prompts,
+# the longest substring that occurs twice in the text, greedy against sampled (at temperature 1,
+# explained next). The texts depend on the trained weights, so the tests do not compare them; the
+# cell asserts that greedy text repeats itself more.
+
+# %% tags=["nbval-ignore-output"]
+def longest_repeat(s: str) -> int:
+    """Length of the longest substring that occurs at least twice without overlapping (>= 4)."""
+    best = 0
+    for n in range(4, len(s) // 2):
+        if any(s.find(s[i:i + n], i + n) >= 0 for i in range(len(s) - 2 * n + 1)):
+            best = n
+        else:
+            break
+    return best
+
+
+prompts = torch.stack([tok.encode(p) for p in ("The model ", "Attention ", "A mask is ", "The cache ")])
+prompt = prompts[:1]  # "The model ", used alone below
+greedy = generate(model, prompts, max_new_tokens=118, temperature=0)
+sampled = generate(model, prompts, max_new_tokens=118, temperature=1.0, generator=torch.Generator().manual_seed(0))
+rep_greedy = [longest_repeat(tok.decode(r)) for r in greedy]
+rep_sampled = [longest_repeat(tok.decode(r)) for r in sampled]
+for r in greedy[:2]:
+    print(repr(tok.decode(r)))
+print("longest repeated substring, greedy: ", rep_greedy)
+print("longest repeated substring, sampled:", rep_sampled)
+assert greedy.shape == (4, 128) and sum(rep_greedy) > sum(rep_sampled)
+
+# %% [markdown]
+# ### Temperature and top-k
+#
+# Sampling draws the next character at random from the model's distribution. Two knobs reshape the
+# distribution before the draw:
+#
+# - **temperature** $T$ divides the logits: $p_i \propto e^{z_i / T}$. $T < 1$ sharpens the
+#   distribution toward the likely characters; $T > 1$ flattens it; $T \to 0$ is greedy.
+# - **top-k** keeps the $k$ most likely characters and gives every other one probability zero
+#   (the others' logits become $-\infty$), then renormalises.
+#
+# One distribution, from the held-out text, before and after each knob (the probabilities depend
+# on the trained weights, so the tests do not compare this output; they check the top-k
+# assertions):
+
+# %% tags=["nbval-ignore-output"]
+with torch.no_grad():
+    z = model(val_ids[None, :60])[0, -1]  # the next character after 60 held-out characters
+z[PAD_ID] = float("-inf")  # id 0 is not a character: generate never picks it
+context = tok.decode(val_ids[:60])
+print("context:", repr(context[-40:]))
+for label, zz in (("T=1", z), ("T=0.5", z / 0.5), ("T=2", z / 2), ("T=1, top-5", top_k_filter(z[None], 5)[0])):
+    p = zz.softmax(-1)
+    top = p.topk(6)
+    shown = "  ".join(f"{tok.decode([int(i)])!r}:{v:.2f}" for v, i in zip(top.values, top.indices))
+    print(f"{label:>10}: non-zero {int((p > 0).sum()):>2} | {shown}")
+    if "top-5" in label:
+        assert int((p > 0).sum()) == 5
+        assert set(p.nonzero().flatten().tolist()) == set(z.topk(5).indices.tolist())
+
+# %% [markdown]
+# Over many positions, the knobs have a measurable effect on the
+# **entropy** of the distribution the sampler draws from, in nats: $H = -\sum_i p_i \ln p_i$. We
+# compute it at every position of the held-out windows, for several temperatures, with and
+# without top-k. Entropy rises with temperature (for any logits that are not all equal), and
+# top-k, which zeroes the tail, lowers it.
+
+# %%
+with torch.no_grad():
+    zv = model(xv).flatten(0, 1)  # every position of the held-out windows
+zv[:, PAD_ID] = float("-inf")
+temperatures = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0]
+ks = [None, 10, 3]
+
+
+def mean_entropy(logits):
+    p = logits.softmax(-1)
+    return -(p * p.clamp_min(1e-30).log()).sum(-1).mean().item()
+
+
+entropy = {k: [mean_entropy(top_k_filter(zv / T, k) if k else zv / T) for T in temperatures] for k in ks}
+fig, ax = plt.subplots(figsize=(6, 3.6))
+for k in ks:
+    ax.plot(temperatures, entropy[k], "o-", ms=3, label="all characters" if k is None else f"top-{k}")
+ax.axhline(math.log(tok.vocab_size - 1), color="black", lw=0.8, ls="--", label="uniform over all characters")
+ax.set_xlabel("temperature")
+ax.set_ylabel("mean entropy (nats)")
+ax.set_title("What the sampler draws from, on held-out text")
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+for k in ks:
+    assert all(a < b for a, b in zip(entropy[k], entropy[k][1:]))  # rises with temperature
+assert all(entropy[3][i] < entropy[10][i] < entropy[None][i] for i in range(len(temperatures)))
+assert entropy[3][-1] < math.log(3) + 1e-6  # top-3 can never exceed the entropy of 3 equal choices
+
+# %% [markdown]
+# What this does to the text: eight samples of 110 characters for each setting, all from the same
+# prompt and the same random seed. We count how many of the sampled words (runs of letters) are
+# real, meaning they occur in the training text. The samples change with the weights, so the tests
+# do not compare this output; the cell asserts the two robust effects: a lower temperature gives
+# more real words, and top-k rescues a high temperature.
+
+# %% tags=["nbval-ignore-output"]
+train_words = set(re.findall(r"[a-z]+", tok.decode(train_ids).lower()))
+
+
+def sample_stats(temperature, top_k=None, n=8):
+    g = torch.Generator().manual_seed(0)
+    out = generate(model, prompt.repeat(n, 1), 110, temperature=temperature, top_k=top_k,
+                   use_cache=True, generator=g)
+    texts = [tok.decode(row[prompt.size(1):]) for row in out]
+    words = [w for t in texts for w in re.findall(r"[a-z]+", t.lower())]
+    return texts, sum(w in train_words for w in words) / len(words)
+
+
+settings = [(0.5, None), (1.0, None), (2.0, None), (2.0, 5)]
+real = {}
+for T, k in settings:
+    texts, real[T, k] = sample_stats(T, k)
+    print(f"T={T}, top_k={k}: {real[T, k]:.0%} real words | {texts[0][:75]!r}")
+assert real[0.5, None] > real[1.0, None] > real[2.0, None]
+assert real[2.0, 5] > real[2.0, None] + 0.1
+
+# %% [markdown]
+# Low temperatures are safe and repetitive; high temperatures invent words and scatter rare
+# characters (capitals, punctuation) everywhere. Top-k removes the long tail of unlikely characters,
+# where most of that noise lives, so it lets a high temperature stay varied without falling apart.
+#
+# ## 7. The KV cache for a decoder-only model
+#
+# Generation feeds the whole text every step, and the same argument as in chapter 13 applies:
+# under the causal mask the keys and values of earlier positions never change, so each block can
+# keep them. A decoder-only model is simpler than the encoder-decoder: one attention per block,
+# no cross-attention keys to compute once. One thing is new: the **prompt**. It is fed in one pass
+# (a "prefill" of several positions), which needs a causal mask for the prompt's own positions.
+# After that, one token per step, and no mask at all.
+#
+# `MiniGPT.forward(ids, caches)` counts the positions already cached and builds the mask for the
+# new ones: new query $i$ sits at position `past + i` and may see keys `0 .. past + i`. For 3 new
+# positions after 4 cached ones (a prompt fed in two chunks, say):
+
+# %%
+print(causal_mask_with_past(3, past=4)[0, 0].int())
+assert torch.equal(causal_mask_with_past(5, past=0), make_causal_mask(5))
+assert causal_mask_with_past(1, past=9) is None  # one new query: it sees everything
+
+# %% [markdown]
+# Prefill, then two single steps, with the cache of block 0 printed as it grows: `[B, h, t, d_k]`,
+# appended along `dim=2`.
+
+# %%
+caches = [{} for _ in model.blocks]
+seq = prompt.clone()
+with torch.no_grad():
+    for step in range(3):
+        feed = seq if step == 0 else seq[:, -1:]
+        logits = model(feed, caches=caches)
+        nxt = logits[:, -1].argmax(-1, keepdim=True)
+        print(f"fed {tuple(feed.shape)} -> logits {tuple(logits.shape)} | block 0 cache K "
+              f"{tuple(caches[0]['k'].shape)}, V {tuple(caches[0]['v'].shape)}")
+        seq = torch.cat([seq, nxt], dim=1)
+assert caches[0]["k"].shape == (1, config["num_heads"], prompt.size(1) + 2, config["d_model"] // config["num_heads"])
+
+# %% [markdown]
+# Now the check that matters: `generate(..., use_cache=True)` against `use_cache=False`, for the
+# batch of four prompts of section 6. Greedy decoding must give the same tokens. So must **sampling**, provided
+# both runs draw from generators seeded the same way: each step draws once from the generator in
+# both loops, and the probabilities it draws from are the same up to float rounding.
+
+# %%
+outs = {}
+for label, kw in (("greedy", dict(temperature=0)),
+                  ("sampled, T=1", dict(temperature=1.0)),
+                  ("sampled, T=0.8, top-10", dict(temperature=0.8, top_k=10))):
+    naive_out, cached_out = [generate(model, prompts, 100, use_cache=c, generator=torch.Generator().manual_seed(42), **kw)
+                             for c in (False, True)]
+    assert torch.equal(naive_out, cached_out)
+    outs[label] = cached_out
+    print(f"{label:>22}: naive and cached tokens identical, {tuple(cached_out.shape)}")
+
+# another seed gives other samples: the sampled comparison is not trivially true
+other = generate(model, prompts, 100, temperature=1.0, generator=torch.Generator().manual_seed(43))
+assert not torch.equal(other, outs["sampled, T=1"])
+
+# %% [markdown]
+# And the time, for a prompt of 10 characters and 118 new ones (the longest the model's
+# `max_len = 128` allows). At this length the cache saves a factor of a few; chapter 13 shows the
+# factor growing with length. Timings are not compared by the tests.
+
+# %% tags=["nbval-ignore-output"]
+timing = {}
+for use_cache in (False, True):
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        generate(model, prompt, 118, temperature=0, use_cache=use_cache)
+        runs.append(time.perf_counter() - t0)
+    timing[use_cache] = min(runs)
+print(f"naive {1e3 * timing[False]:.0f} ms, cached {1e3 * timing[True]:.0f} ms, "
+      f"speed-up {timing[False] / timing[True]:.1f}x")
+assert timing[True] < timing[False]
+
+# %% [markdown]
+# ## What a real GPT adds
+#
+# Everything above is the real architecture at toy scale. GPT-2 and its successors add, mostly,
+# scale and engineering:
+#
+# - **tokens**: byte-pair encoding instead of characters, so that a token carries a word piece and
+#   the same context window holds several times more text;
+# - **positions**: learned position vectors (GPT-2) or rotations of the queries and keys (RoPE)
+#   instead of fixed sinusoids;
+# - **data and size**: billions of tokens and of parameters, where over-fitting a corpus is no
+#   longer the limit;
+# - **speed**: fused attention kernels (`F.scaled_dot_product_attention` with `is_causal=True`, which
+#   never builds the mask; chapter 19 measures the fused path), 16-bit floats, and
+#   `torch.compile`.
+#
+# The pieces of this chapter live in `helpers.gpt`: `CharTokenizer`, `GPTBlock`, `MiniGPT`,
+# `train_gpt`, `generate` (with `temperature`, `top_k`, `use_cache` and `generator`) and
+# `load_corpus`.
