@@ -39,9 +39,9 @@ def time_decoding(model, src, new_tokens: int, use_cache: bool):
 
 def bench(lengths, repeats: int = 3, batch: int = 1, seed: int = 0):
     """-> list of dicts: new_tokens, naive_ms, cached_ms, speedup, identical."""
-    torch.manual_seed(seed)
-    model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=max(lengths) + 1).eval()
     src, _ = make_reversal_dataset(batch, seed=seed)
+    torch.manual_seed(seed)
+    model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=max(max(lengths) + 1, src.size(1))).eval()
     time_decoding(model, src, 4, False), time_decoding(model, src, 4, True)  # warm-up
     rows = []
     for n in lengths:
@@ -55,6 +55,13 @@ def bench(lengths, repeats: int = 3, batch: int = 1, seed: int = 0):
                          speedup=best[False] / best[True],
                          identical=bool(torch.equal(outs[False], outs[True]))))
     return rows
+
+
+def final_line(rows) -> str:
+    """'speedup_at_256=<x> identical=<True|False>'; identical covers every measured length."""
+    at_256 = next(r for r in rows if r["new_tokens"] == 256)
+    identical = all(r["identical"] for r in rows)
+    return f"speedup_at_256={at_256['speedup']:.1f} identical={identical}"
 
 
 def main() -> None:
@@ -75,9 +82,7 @@ def main() -> None:
     for r in rows:
         print(f"{r['new_tokens']:>10}  {r['naive_ms']:>10.1f}  {r['cached_ms']:>10.1f}  "
               f"{r['speedup']:>7.1f}x  {r['identical']}")
-    at_256 = next(r for r in rows if r["new_tokens"] == 256)
-    identical = all(r["identical"] for r in rows)
-    print(f"speedup_at_256={at_256['speedup']:.1f} identical={identical}")
+    print(final_line(rows))
 
 
 if __name__ == "__main__":
