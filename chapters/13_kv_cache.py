@@ -42,6 +42,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from helpers import (
+    BOOK_RECIPE,
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -61,13 +62,14 @@ torch.set_num_threads(1)  # every tensor here is small: one CPU thread is enough
 
 # %% [markdown]
 # The trained reversal model of chapter 10 (loaded from the checkpoint cache; the first call in a
-# fresh clone trains it), and the 1000 validation sequences it was never trained on.
+# fresh clone trains it), and the 1000 validation sequences of its recipe (drawn with another seed
+# than the training data).
 
 # %%
 model = trained_reversal_model(progress=False, verbose=False)
 cfg = model.config
 print({k: cfg[k] for k in ("d_model", "num_heads", "num_layers", "max_len")})
-src_val, tgt_val = make_reversal_dataset(1000, seed=1)
+src_val, tgt_val = make_reversal_dataset(1000, seed=BOOK_RECIPE.val_seed)
 print("validation src", tuple(src_val.shape), "| e.g.", describe(src_val[0]))
 
 # %% [markdown]
@@ -349,7 +351,7 @@ assert agreement(ours) == 1.0
 # - **first causal row**: someone keeps the causal mask "to be safe" but slices its *first* row.
 #   That row blocks every key except the first, so the new query sees only `<bos>`. Silent.
 # - **full causal mask**: the `[1, 1, t, t]` mask does not broadcast against the `[B, h, 1, t]`
-#   scores of a single query. At least it fails loudly, from step 2 on.
+#   scores of a single query. At least it fails loudly, from the second step on.
 # - **cat on heads**: appending along `dim=1` (heads) instead of `dim=2` (positions) makes a key
 #   tensor with $2h$ "heads" of one position each, which no longer lines up with the $h$ query
 #   heads. Here it errors; in code that reshapes before it checks, it can run and be wrong.
