@@ -235,9 +235,8 @@ def split_train_val(ids: torch.Tensor, val_fraction: float = 0.1):
 def random_windows(ids: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator):
     """(x, y) int64 [batch_size, block_size]: random windows and the same windows shifted by one."""
     starts = torch.randint(0, len(ids) - block_size, (batch_size,), generator=generator)
-    x = torch.stack([ids[s:s + block_size] for s in starts.tolist()])
-    y = torch.stack([ids[s + 1:s + block_size + 1] for s in starts.tolist()])
-    return x, y
+    idx = starts[:, None] + torch.arange(block_size)  # [batch_size, block_size]
+    return ids[idx], ids[idx + 1]
 
 
 def fixed_windows(ids: torch.Tensor, block_size: int, max_windows: int | None = None):
