@@ -36,3 +36,4 @@ from .visualize import MEAN_OF_HEADS, AttentionExplorer, AttentionMap, attention
 from .benchmark import Workload, cpu_peak_bytes, load_results, measure, results_table, score_matrix_bytes, sweep  # noqa: E501
 from .debugging import Finding, ModelReport, check_model  # noqa: E501
 from .gpt import CharTokenizer, GPTBlock, MiniGPT, generate, load_corpus, next_token, top_k_filter, train_gpt  # noqa: E501
+from .training import COMPARISON_STEPS, SEED_RECIPE, fixed_budget_recipe, teacher_forced_exact_match, trained_fixed_budget_model  # noqa: E501

@@ -1,0 +1,253 @@
+"""The training loop, the cheap exact-match proxy, and the checkpoint cache (tiny configs: seconds)."""
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset
+from helpers.training import (
+    BOOK_RECIPE,
+    COMPARISON_STEPS,
+    SEED_RECIPE,
+    TrainConfig,
+    build_model,
+    checkpoint_path,
+    default_init_recipe,
+    lr_factor,
+    epoch_batches,
+    fixed_budget_recipe,
+    load_checkpoint,
+    load_or_train,
+    save_checkpoint,
+    teacher_forced_exact_match,
+    train_reversal,
+)
+from helpers.schedule import noam_lambda
+
+TINY = TrainConfig(d_model=16, num_heads=2, dff=32, num_layers=1, dropout=0.0, train_size=256, val_size=64,
+                   batch_size=32, warmup=10, max_steps=6, eval_every=3, eval_size=64)
+import helpers
+
+SRC_DIR = Path(helpers.__file__).resolve().parents[1]  # the folder that holds the package
+
+
+def test_train_records_history_and_respects_the_budget():
+    res = train_reversal(TINY, progress=False)
+    h = res.history
+    assert h["step"] == list(range(1, TINY.max_steps + 1))
+    assert len(h["loss"]) == len(h["token_acc"]) == len(h["lr"]) == TINY.max_steps
+    assert h["eval_step"] == [3, 6] and len(h["exact_match"]) == len(h["seconds"]) == 2
+    assert all(0.0 <= a <= 1.0 for a in h["token_acc"] + h["exact_match"])
+    assert not res.model.training and not res.from_cache
+
+
+def test_training_is_reproducible():
+    a, b = train_reversal(TINY, progress=False), train_reversal(TINY, progress=False)
+    assert a.history["loss"] == b.history["loss"]
+    for (k, va), vb in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        torch.testing.assert_close(va, vb, rtol=0, atol=0, msg=k)
+
+
+def test_early_stop_at_target():
+    cfg = dataclasses.replace(TINY, max_steps=50, eval_every=2, target_exact_match=0.0)
+    res = train_reversal(cfg, progress=False)
+    assert res.history["step"][-1] == 2 and res.history["eval_step"] == [2]
+
+
+def test_eval_gate_skips_evaluations_until_the_batch_is_right():
+    cfg = dataclasses.replace(TINY, eval_every=1, eval_gate=1.01)  # never satisfied
+    h = train_reversal(cfg, progress=False).history
+    assert h["eval_step"] == [TINY.max_steps]  # only the final evaluation
+    assert len(h["batch_exact"]) == TINY.max_steps
+
+
+def test_threads_are_set_for_training_and_restored():
+    before = torch.get_num_threads()
+    seen = []
+    real = torch.optim.Adam.step
+
+    def spy(self, *a, **k):
+        seen.append(torch.get_num_threads())
+        return real(self, *a, **k)
+
+    torch.optim.Adam.step = spy
+    try:
+        train_reversal(dataclasses.replace(TINY, threads=1), progress=False)
+    finally:
+        torch.optim.Adam.step = real
+    assert set(seen) == {1} and torch.get_num_threads() == before
+
+
+def test_cooldown_ramps_the_noam_factor_down_to_zero():
+    cfg = dataclasses.replace(TINY, d_model=32, warmup=10, max_steps=100, cooldown=60)
+    f, noam = lr_factor(cfg), noam_lambda(32, 10)
+    assert all(f(s) == noam(s) for s in range(0, 41))  # untouched before the cooldown
+    assert f(70) == pytest.approx(noam(70) * 0.5) and f(100) == 0.0
+    assert lr_factor(dataclasses.replace(cfg, cooldown=0))(80) == noam(80)
+    with pytest.raises(ValueError, match="cooldown"):
+        lr_factor(dataclasses.replace(cfg, cooldown=101))
+
+
+@pytest.mark.parametrize("bucket", [0, 3])
+def test_epoch_batches_use_each_sequence_at_most_once(bucket):
+    _, tgt = make_reversal_dataset(1000, seed=0)
+    lengths = (tgt != PAD_ID).sum(1)
+    batches = epoch_batches(lengths, 64, bucket, torch.Generator().manual_seed(0))
+    flat = torch.cat(batches)
+    assert all(b.numel() == 64 for b in batches) and len(batches) == 1000 // 64
+    assert flat.unique().numel() == flat.numel()  # no sequence twice in one epoch
+    spread = torch.tensor([int(lengths[b].max() - lengths[b].min()) for b in batches]).float().mean()
+    if bucket:
+        assert spread < 3  # bucketed batches hold sequences of about the same length
+    else:
+        assert spread > 6
+
+
+def test_trimming_padding_columns_does_not_change_the_loss():
+    torch.manual_seed(0)
+    model = build_model(dataclasses.replace(TINY, d_model=32)).eval()
+    src, tgt = make_reversal_dataset(16, seed=3, max_len=6)  # width 8, but the model's max_len is 14
+    lens_s, lens_t = (src != PAD_ID).sum(1).max(), (tgt != PAD_ID).sum(1).max()
+
+    def loss(s, t):
+        logits = model(s, t[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID)
+
+    wide_s = F.pad(src, (0, 6), value=PAD_ID)
+    wide_t = F.pad(tgt, (0, 6), value=PAD_ID)
+    torch.testing.assert_close(loss(wide_s, wide_t), loss(src[:, :lens_s], tgt[:, :lens_t]))
+
+
+def test_teacher_forced_exact_match_equals_greedy_exact_match():
+    cfg = dataclasses.replace(TINY, d_model=32, num_heads=4, dff=64, train_size=2000, val_size=300,
+                              batch_size=64, warmup=50, lr_scale=2.0, max_steps=150, eval_every=150, eval_size=300)
+    model = train_reversal(cfg, progress=False).model
+    src, tgt = make_reversal_dataset(300, seed=1)
+    tf = teacher_forced_exact_match(model, src, tgt)
+    assert 0.02 < tf < 0.98, tf  # a partly trained model: the check is not trivially 0 or 1
+    assert tf == exact_match(model, src, tgt)
+    assert tf == teacher_forced_exact_match(model, src, tgt, batch_size=7)
+
+
+# ---------------------------------------------------------------- checkpoint cache
+
+def test_same_config_reuses_the_checkpoint(tmp_path, capsys):
+    first = load_or_train(TINY, cache_dir=tmp_path, progress=False)
+    second = load_or_train(TINY, cache_dir=tmp_path, progress=False)
+    assert not first.from_cache and second.from_cache
+    assert "loaded cached checkpoint" in capsys.readouterr().out
+    for va, vb in zip(first.model.state_dict().values(), second.model.state_dict().values()):
+        assert torch.equal(va, vb)
+    assert second.history == first.history
+    other = dataclasses.replace(TINY, seed=1)
+    assert checkpoint_path(other, tmp_path) != checkpoint_path(TINY, tmp_path)
+
+
+def test_every_field_is_part_of_the_key():
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(TINY, f.name)
+        changed = {bool: lambda v: not v, str: lambda v: v + "x", type(None): lambda v: 0.5}.get(
+            type(value), lambda v: v + 1)(value)
+        assert dataclasses.replace(TINY, **{f.name: changed}).key() != TINY.key(), f.name
+
+
+def test_truncated_checkpoint_is_detected_and_retrained(tmp_path, capsys):
+    good = load_or_train(TINY, cache_dir=tmp_path, progress=False)
+    path = checkpoint_path(TINY, tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # what a non-atomic writer leaves when killed
+    with pytest.raises(Exception):
+        load_checkpoint(path, TINY)
+    again = load_or_train(TINY, cache_dir=tmp_path, progress=False)
+    out = capsys.readouterr().out
+    assert "unusable" in out and "retraining" in out
+    assert not again.from_cache
+    assert load_checkpoint(path, TINY).from_cache  # the rewritten file is valid
+    for va, vb in zip(good.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(va, vb)
+
+
+def test_garbage_and_wrong_config_files_are_retrained(tmp_path, capsys):
+    path = checkpoint_path(TINY, tmp_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a checkpoint at all")
+    assert not load_or_train(TINY, cache_dir=tmp_path, progress=False).from_cache
+    other = dataclasses.replace(TINY, seed=7)
+    save_checkpoint(train_reversal(other, progress=False), path)  # right name, wrong content
+    with pytest.raises(ValueError, match="different config"):
+        load_checkpoint(path, TINY)
+    assert not load_or_train(TINY, cache_dir=tmp_path, progress=False).from_cache
+    assert capsys.readouterr().out.count("retraining") == 2
+
+
+WRITER = textwrap.dedent("""
+    import os, sys, time, torch
+    sys.path.insert(0, {src!r})
+    from helpers.training import TrainConfig, save_checkpoint, train_reversal
+    cfg = TrainConfig(**{cfg!r})
+    result = train_reversal(cfg, progress=False)
+    real_save = torch.save
+    def slow_save(obj, f):          # write part of the file, then hang: killed mid-write
+        real_save(obj, f)
+        f.flush(); f.seek(f.tell() // 2); f.truncate()
+        print("writing", flush=True)
+        time.sleep(60)
+    torch.save = slow_save
+    save_checkpoint(result, {path!r})
+""")
+
+
+def test_killing_the_writer_mid_write_leaves_no_valid_looking_checkpoint(tmp_path):
+    path = checkpoint_path(TINY, tmp_path)
+    script = WRITER.format(src=str(SRC_DIR), cfg=dataclasses.asdict(TINY), path=str(path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        tmp_files = list(tmp_path.glob(".*.tmp"))
+        assert len(tmp_files) == 1 and tmp_files[0].stat().st_size > 0  # half a file on disk
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no finally blocks, no cleanup: a hard crash
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert not path.exists()  # the final name never held the partial file
+    res = load_or_train(TINY, cache_dir=tmp_path, progress=False, verbose=False)
+    assert not res.from_cache and load_checkpoint(path, TINY).from_cache
+
+
+def test_a_successful_save_leaves_no_temporary_file(tmp_path):
+    res = train_reversal(TINY, progress=False)
+    path = checkpoint_path(TINY, tmp_path)
+    save_checkpoint(res, path)
+    save_checkpoint(res, path)  # overwriting is atomic too
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path):
+    res = load_or_train(TINY, cache_dir=tmp_path, progress=False, verbose=False)
+    payload = torch.load(checkpoint_path(TINY, tmp_path), weights_only=True)
+    assert set(payload) >= {"format", "config", "state_dict", "history"}
+
+
+# ---------------------------------------------------------------- recipes
+
+def test_recipes():
+    assert SEED_RECIPE.d_model == 128 and SEED_RECIPE.batch_size == 64 and SEED_RECIPE.warmup == 1000
+    assert BOOK_RECIPE.target_exact_match == 0.995 and BOOK_RECIPE.eval_size == BOOK_RECIPE.val_size == 1000
+    assert (BOOK_RECIPE.train_size, BOOK_RECIPE.data_seed, BOOK_RECIPE.val_seed) == (20000, 0, 1)
+    bad = default_init_recipe()
+    good = fixed_budget_recipe()
+    assert bad.init == "default" and good.init == "fixed"
+    assert bad.max_steps == good.max_steps == COMPARISON_STEPS  # the same step budget
+    assert bad.target_exact_match is None and good.target_exact_match is None  # no early stop
+    assert dataclasses.replace(bad, init="fixed") == good  # only the init differs
+    assert good.cooldown == COMPARISON_STEPS - BOOK_RECIPE.warmup  # the schedule keeps its shape
+    assert BOOK_RECIPE.cooldown == BOOK_RECIPE.max_steps - BOOK_RECIPE.warmup
