@@ -92,9 +92,12 @@ class CDP:
         while True:
             self.ws.settimeout(max(0.1, deadline - time.monotonic()))
             try:
-                msg = json.loads(self.ws.recv())
+                raw = self.ws.recv()
             except websocket.WebSocketTimeoutException:
                 raise TimeoutError(f"no answer to {method} within {timeout} s") from None
+            if self._noise(raw):
+                continue
+            msg = json.loads(raw)
             if msg.get("id") == my_id:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
@@ -108,11 +111,19 @@ class CDP:
         while (left := deadline - time.monotonic()) > 0:
             self.ws.settimeout(left)
             try:
-                msg = json.loads(self.ws.recv())
+                raw = self.ws.recv()
             except websocket.WebSocketTimeoutException:
                 return
+            if self._noise(raw):
+                continue
+            msg = json.loads(raw)
             if "method" in msg:
                 self.events.append(msg)
+
+    @staticmethod
+    def _noise(raw: str) -> bool:
+        """Websocket frame events (every kernel message, PNGs included): skipped unparsed."""
+        return raw.startswith('{"method":"Network.webSocketFrame')
 
     def evaluate(self, expression: str, timeout: float = 60):
         """Run JavaScript in the page (promises awaited) and return its JSON value."""
@@ -480,6 +491,7 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
     proc = None
     page = browser.page
     LAB_STATE_JS = lab_state_js(notebook.name)
+    page.events.clear()  # nothing from part (a) counts here
     try:
         t0 = time.monotonic()
         proc, port = start_lab(workdir)
