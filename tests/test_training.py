@@ -97,7 +97,7 @@ def test_cooldown_ramps_the_noam_factor_down_to_zero():
         lr_factor(dataclasses.replace(cfg, cooldown=101))
 
 
-@pytest.mark.parametrize("bucket", [0, 3])
+@pytest.mark.parametrize("bucket", [0, 10])
 def test_epoch_batches_use_each_sequence_at_most_once(bucket):
     _, tgt = make_reversal_dataset(1000, seed=0)
     lengths = (tgt != PAD_ID).sum(1)
@@ -107,7 +107,7 @@ def test_epoch_batches_use_each_sequence_at_most_once(bucket):
     assert flat.unique().numel() == flat.numel()  # no sequence twice in one epoch
     spread = torch.tensor([int(lengths[b].max() - lengths[b].min()) for b in batches]).float().mean()
     if bucket:
-        assert spread < 3  # bucketed batches hold sequences of about the same length
+        assert spread < 2  # bucketed batches hold sequences of about the same length
     else:
         assert spread > 6
 
