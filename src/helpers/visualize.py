@@ -298,6 +298,8 @@ class AttentionExplorer:
                 image.layout.display = "none"
             else:
                 image.value = figure_png(fig)
+                # at its own size: a VBox would otherwise stretch it to the cell's width
+                image.layout.width = f"{round(fig.get_size_inches()[0] * 100)}px"
                 image.layout.display = None
             color = "#b00020" if fig is None else "#1b5e20"  # the status last: it signals "done"
             status.value = f'<span style="color:{color}" class="explorer-status">{_escape(message)}</span>'
