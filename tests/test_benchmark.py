@@ -98,7 +98,7 @@ def test_records_round_trip_and_table(tmp_path):
     data = load_results(path)
     assert data["rows"] == rows
     table = results_table(data["rows"])
-    assert "skipped" in table and "4096" in table and "1.50" in table
+    assert "skipped" in table and "4096" in table and "1.5" in table
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="not a benchmark record"):
         load_results(tmp_path / "bad.json")

@@ -315,26 +315,25 @@ def load_results(path) -> dict:
 
 
 def results_table(rows: list[dict], variants=("handwritten", "sdpa")) -> str:
-    """A plain-text table: L, then ms and peak MiB per variant, then the score matrix size."""
+    """A plain-text table, about 80 columns: L, then time (ms) and peak memory (MiB) per
+    variant, then the size of one [B, h, L, L] score matrix (MiB)."""
     by = {(r["L"], r["variant"]): r for r in rows}
     lengths = sorted({r["L"] for r in rows})
-    head = f"{'L':>5}"
-    for v in variants:
-        head += f" | {v + ' ms':>16} {v + ' MiB':>16}"
-    head += f" | {'[B,h,L,L] MiB':>13}"
-    lines = [head, "-" * len(head)]
+    top = f"{'':>5}" + "".join(f" | {v:<17}" for v in variants) + f" | {'scores':>7}"
+    sub = f"{'L':>5}" + "".join(f" | {'ms':>8} {'MiB':>8}" for _ in variants) + f" | {'MiB':>7}"
+    lines = [top, sub, "-" * len(sub)]
     for L in lengths:
         line = f"{L:>5}"
         score = None
         for v in variants:
             r = by.get((L, v))
             if r is None or "skipped" in r:
-                line += f" | {'skipped' if r else '-':>16} {'':>16}"
+                line += f" | {'skipped' if r else '-':>17}"
             else:
-                line += f" | {r['ms']:>16.2f} {r['peak_mib']:>16.1f}"
+                line += f" | {r['ms']:>8.1f} {r['peak_mib']:>8.1f}"
             if r is not None:
                 score = r["score_matrix_mib"]
-        line += f" | {score:>13.1f}" if score is not None else f" | {'-':>13}"
+        line += f" | {score:>7.0f}" if score is not None else f" | {'-':>7}"
         lines.append(line)
     return "\n".join(lines)
 
