@@ -344,6 +344,10 @@ long = [r for r in rows if r["L"] >= 1024 and "ms" in r]
 for r in long:  # the handwritten peak is about three score matrices, as read off the code
     if r["variant"] == "handwritten":
         assert 2.5 < r["peak_mib"] / r["score_matrix_mib"] < 4
+for r in rows:  # SDPA's peak is about five [B, L, d_model] activations (section 2), nothing L x L
+    if r["variant"] != "handwritten":
+        activations = 5 * r["B"] * r["L"] * r["d_model"] * 4 / 2**20
+        assert 0.8 < r["peak_mib"] / activations < 1.3, r
 for L in sorted({r["L"] for r in long}):  # and at long sequences SDPA is faster as well
     by = {r["variant"]: r["ms"] for r in long if r["L"] == L}
     if "handwritten" in by:
