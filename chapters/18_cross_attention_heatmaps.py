@@ -18,10 +18,10 @@
 #
 # To reverse `7 3 0 9 5 1 8`, the decoder must, at every step, find the one source position
 # that holds the next output digit: the last digit first, then the one before it, and
-# finally the source's `<eos>` to know it is done. Nobody told the model to do this; the
-# loss only rewarded correct outputs. Cross-attention is where the model decides where to
-# look, and its weights are a matrix we can plot: one row per decoder step (the query), one
-# column per source token (the key), each row summing to 1.
+# finally notice that every digit has been written and emit `<eos>`. Nobody told the model
+# to do this; the loss only rewarded correct outputs. Cross-attention is where the model
+# decides where to look, and its weights are a matrix we can plot: one row per decoder step
+# (the query), one column per source token (the key), each row summing to 1.
 #
 # If the model learned to reverse, the rows should light up along the anti-diagonal. This
 # chapter checks that claim with asserts, compares the trained model with the badly
