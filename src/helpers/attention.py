@@ -47,6 +47,16 @@ class MultiHeadAttention(nn.Module):
         """Keys and values split into heads: what a KV cache stores, [B, h, Lk, d_k] each."""
         return self.split_heads(self.W_k(k)), self.split_heads(self.W_v(v))
 
+    def append_kv(self, x: torch.Tensor, cache: dict, prefix: str = ""):
+        """KV cache step: project the new positions in x, append them to cache[prefix + 'k'/'v']
+        along the sequence dim (2), and return the full K, V [B, h, L_so_far, d_k]."""
+        K, V = self.project_kv(x, x)
+        if prefix + "k" in cache:
+            K = torch.cat([cache[prefix + "k"], K], dim=2)
+            V = torch.cat([cache[prefix + "v"], V], dim=2)
+        cache[prefix + "k"], cache[prefix + "v"] = K, V
+        return K, V
+
     def forward(self, q, k, v, attn_mask=None, need_weights=True):
         for name, t in (("q", q), ("k", k), ("v", v)):
             check_rank(name, t, 3, "[B, L, d_model]")

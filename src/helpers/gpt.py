@@ -104,12 +104,7 @@ class GPTBlock(EncoderLayer):
 
     def forward(self, x, mask=None, need_weights=False, cache=None):
         h = self.ln1(x)
-        K, V = self.mha.project_kv(h, h)
-        if cache is not None:
-            if "k" in cache:
-                K = torch.cat([cache["k"], K], dim=2)
-                V = torch.cat([cache["v"], V], dim=2)
-            cache["k"], cache["v"] = K, V
+        K, V = self.mha.project_kv(h, h) if cache is None else self.mha.append_kv(h, cache)
         a, w = self.mha.attend(h, K, V, attn_mask=mask, need_weights=need_weights)
         x = x + self.drop(a)
         x = x + self.ffn(self.ln2(x))

@@ -69,11 +69,7 @@ class DecoderLayer(nn.Module):
         if cache is None:
             a, _ = self.self_mha(h, h, h, attn_mask=self_mask, need_weights=False)
         else:
-            K, V = self.self_mha.project_kv(h, h)
-            if "self_k" in cache:
-                K = torch.cat([cache["self_k"], K], dim=2)
-                V = torch.cat([cache["self_v"], V], dim=2)
-            cache["self_k"], cache["self_v"] = K, V
+            K, V = self.self_mha.append_kv(h, cache, prefix="self_")
             a, _ = self.self_mha.attend(h, K, V, attn_mask=self_mask, need_weights=False)
         x = x + self.drop1(a)
 
