@@ -354,6 +354,28 @@ for L in sorted({r["L"] for r in long}):  # and at long sequences SDPA is faster
         assert by["sdpa"] < by["handwritten"] and by["sdpa_causal"] < by["handwritten"]
 
 # %% [markdown]
+# **bfloat16 on the CPU.** The same sweep with `--dtype bfloat16` (recorded in
+# `chapters/data/attention_benchmark_cpu_bfloat16.json`): every buffer holds 2 bytes per
+# number instead of 4, so both paths should need half the memory at long sequences, and the
+# $L^2$ term stays. Whether bfloat16 is also faster depends on the CPU's bfloat16 support
+# (the time ratios below are for this machine only).
+
+# %%
+bf = load_results(f"{DATA}/attention_benchmark_cpu_bfloat16.json")
+benv = bf["environment"]
+print(f"recorded {benv['date']} on {benv['cpu']}, {bf['config']['dtype']}, "
+      f"load average before/after: {benv['load_average_before']} / {benv['load_average_after']}\n")
+print(results_table(bf["rows"], ("handwritten", "sdpa", "sdpa_causal")))
+f32 = {(r["variant"], r["L"]): r for r in rows if "ms" in r}
+print()
+for r in bf["rows"]:
+    ref = f32.get((r["variant"], r["L"]))
+    if "ms" in r and ref is not None and r["L"] >= 1024:
+        mem, t = r["peak_mib"] / ref["peak_mib"], r["ms"] / ref["ms"]
+        print(f"L={r['L']:5d} {r['variant']:<12}: bfloat16 / float32 memory {mem:.2f}, time {t:.2f}")
+        assert 0.4 < mem < 0.6
+
+# %% [markdown]
 # ## 6. On a GPU
 #
 # On CUDA the same tool times with CUDA events, reads `torch.cuda.max_memory_allocated()`,
