@@ -60,13 +60,15 @@ assert fixed_cfg.target_exact_match is None
 #
 # Before any training, compare the weights the two configs start from:
 #
-# - **Token embeddings.** `nn.Embedding` starts at $\mathcal{N}(0, 1)$. The model multiplies the
-#   embedding by $\sqrt{d_\text{model}}$ (as in the original paper), so the token vectors entering
-#   the first layer have a standard deviation of about $\sqrt{d_\text{model}}$. The fix draws the
-#   embedding from $\mathcal{N}(0, d_\text{model}^{-1/2})$: after the scaling, standard deviation 1.
-# - **Linear layers.** `nn.Linear` defaults to Kaiming-uniform with $a=\sqrt 5$, a uniform
-#   distribution with bound $1/\sqrt{\text{fan\_in}}$, so standard deviation $1/\sqrt{3\,\text{fan\_in}}$.
-#   Xavier-uniform has standard deviation $\sqrt{2/(\text{fan\_in}+\text{fan\_out})}$: for a square
+# - **Token embeddings.** `nn.Embedding` starts with standard normal entries (standard deviation 1).
+#   The model multiplies the embedding by $\sqrt{d_\text{model}}$ (as in the original paper), so the
+#   token vectors entering the first layer have a standard deviation of about $\sqrt{d_\text{model}}$.
+#   The fix draws the embedding with standard deviation $d_\text{model}^{-1/2}$: after the scaling,
+#   standard deviation 1.
+# - **Linear layers** with $n_\text{in}$ inputs and $n_\text{out}$ outputs. `nn.Linear` defaults to
+#   Kaiming-uniform with $a=\sqrt 5$, a uniform distribution with bound $1/\sqrt{n_\text{in}}$, so
+#   standard deviation $1/\sqrt{3\,n_\text{in}}$.
+#   Xavier-uniform has standard deviation $\sqrt{2/(n_\text{in}+n_\text{out})}$: for a square
 #   layer, $\sqrt{3}$ times larger.
 
 # %%
