@@ -20,12 +20,13 @@ BOOK_BUILD := $(BIN)/jupyter-book build -q -W --keep-going --all .
 export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv book test test-unit test-pairing test-notebooks test-book lab execute \
-        clean distclean check-browser
+.PHONY: help venv book test lint format test-unit test-pairing test-conventions test-notebooks \
+        test-book lab execute clean distclean check-browser record-gpu
 
 help:
 	@echo "make book     build the book into _build/html/index.html (installs first if needed)"
-	@echo "make test     unit tests, pairing check, notebook outputs (nbval), book build with -W"
+	@echo "make test     lint, unit tests, pairing, notebook conventions, nbval, book build with -W"
+	@echo "make lint     ruff (lint + format check) and codespell; make format applies ruff"
 	@echo "make lab      JupyterLab on the chapters"
 	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
 	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
@@ -55,8 +56,22 @@ book: $(STAMP)
 # yet. Any other failure still fails.
 PYTEST_ALLOW_EMPTY = rc=$$?; if [ $$rc -eq 5 ]; then echo "(no tests collected: nothing to check yet)"; rc=0; fi; exit $$rc
 
-test: test-unit test-pairing test-notebooks test-book
-	@echo "make test: all checks passed (unit tests, pairing, notebook outputs, book)"
+test: lint test-unit test-pairing test-conventions test-notebooks test-book
+	@echo "make test: all checks passed (lint, unit tests, pairing, conventions, notebook outputs, book)"
+
+# ruff (lint + format check, settings in pyproject.toml) over the package, tests, tools and
+# the chapter notebooks (their .py twins are generated from them); codespell over code and prose.
+LINT_PATHS := src tests tools chapters/*.ipynb conftest.py
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/codespell src tests tools chapters/*.py chapters/*.md README.md _config.yml _toc.yml
+
+# Apply ruff's formatting and safe fixes to the package, tests and tools. Chapters are
+# formatted by tools/execute_notebooks.py when they are executed.
+format: $(STAMP)
+	$(BIN)/ruff format src tests tools conftest.py
+	$(BIN)/ruff check --fix src tests tools conftest.py
 
 test-unit: $(STAMP)
 	@if [ -d tests ]; then \
@@ -66,9 +81,18 @@ test-unit: $(STAMP)
 test-pairing: $(STAMP)
 	$(BIN)/python tools/check_pairing.py
 
+# What nbval cannot see: unexecuted cells, addresses in outputs, checks printed as True,
+# long lines, titles, Summary/Exercises/solutions, a figure per chapter.
+test-conventions: $(STAMP)
+	$(BIN)/python tools/check_notebooks.py
+
+# Two workers, one notebook each at a time (--dist loadfile keeps a notebook's cells in
+# order in one kernel). A model that two notebooks need is trained once: the checkpoint
+# cache holds a lock while it trains.
+NBVAL_WORKERS ?= 2
 test-notebooks: $(STAMP)
-	@echo "$(BIN)/python -m pytest --nbval chapters/ -q"; \
-	$(BIN)/python -m pytest --nbval chapters/ -q; $(PYTEST_ALLOW_EMPTY)
+	@echo "$(BIN)/python -m pytest --nbval chapters/ -q -n $(NBVAL_WORKERS) --dist loadfile"; \
+	$(BIN)/python -m pytest --nbval chapters/ -q -n $(NBVAL_WORKERS) --dist loadfile; $(PYTEST_ALLOW_EMPTY)
 
 # The book must work offline and without JavaScript errors: no page may load a script,
 # stylesheet, image or frame from another host, and the sphinx-thebe inline script

@@ -33,8 +33,18 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyBboxPatch
 
-from helpers import (BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, Transformer, count_parameters,
-                     describe, make_reversal_dataset, token_name)
+from helpers import (
+    BOS_ID,
+    EOS_ID,
+    NUM_OFFSET,
+    PAD_ID,
+    VOCAB_SIZE,
+    Transformer,
+    count_parameters,
+    describe,
+    make_reversal_dataset,
+    token_name,
+)
 
 # %% [markdown]
 # ## Why sequence reversal
@@ -83,7 +93,9 @@ from helpers import (BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, Transformer
 # - digit $k$ is token $k + 3$.
 
 # %%
-print(f"PAD_ID={PAD_ID}  BOS_ID={BOS_ID}  EOS_ID={EOS_ID}  NUM_OFFSET={NUM_OFFSET}  VOCAB_SIZE={VOCAB_SIZE}")
+print(
+    f"PAD_ID={PAD_ID}  BOS_ID={BOS_ID}  EOS_ID={EOS_ID}  NUM_OFFSET={NUM_OFFSET}  VOCAB_SIZE={VOCAB_SIZE}"
+)
 for i in range(VOCAB_SIZE):
     print(f"  id {i:2d} -> {token_name(i)}")
 
@@ -108,7 +120,7 @@ print("tgt tokens:", describe(tgt[1]))
 # the target is <bos>, the reversed digits, <eos>
 n = int((src[1] >= NUM_OFFSET).sum())
 assert tgt[1, 0] == BOS_ID and tgt[1, n + 1] == EOS_ID and src[1, n] == EOS_ID
-assert torch.equal(tgt[1, 1:n + 1], src[1, :n].flip(0))
+assert torch.equal(tgt[1, 1 : n + 1], src[1, :n].flip(0))
 
 # %% [markdown]
 # The decoder is trained with **teacher forcing**: it reads the target shifted right by
@@ -131,7 +143,9 @@ assert torch.equal(tgt_in[:, 1:], tgt_out[:, :-1])
 # %%
 digits = src[1, :n]
 a, b = digits, digits.flip(0)
-same_bag = torch.equal(torch.bincount(a, minlength=VOCAB_SIZE), torch.bincount(b, minlength=VOCAB_SIZE))
+same_bag = torch.equal(
+    torch.bincount(a, minlength=VOCAB_SIZE), torch.bincount(b, minlength=VOCAB_SIZE)
+)
 print("source a      :", describe(a))
 print("source b      :", describe(b))
 print("same tokens?  :", same_bag, "   same target?", torch.equal(a.flip(0), b.flip(0)))
@@ -151,7 +165,10 @@ for i in range(n):
 print("columns: source digits  ", " ".join(str(d - NUM_OFFSET) for d in digits.tolist()))
 for i in range(n):
     out_digit = tgt_out[1, i].item() - NUM_OFFSET
-    print(f"output digit {i} ({out_digit}) reads  ", " ".join("#" if x else "." for x in align[i].tolist()))
+    print(
+        f"output digit {i} ({out_digit}) reads  ",
+        " ".join("#" if x else "." for x in align[i].tolist()),
+    )
 
 # each output digit is the source digit its row points at
 assert torch.equal(align @ digits, tgt_out[1, :n])
@@ -186,18 +203,42 @@ def draw_architecture():
     ax.axis("off")
 
     def box(x, y, w, h, text, color, weight="normal"):
-        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, fc=color, ec="0.25", lw=1.1,
-                                    boxstyle="round,pad=0.02,rounding_size=0.12"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - w / 2, y - h / 2),
+                w,
+                h,
+                fc=color,
+                ec="0.25",
+                lw=1.1,
+                boxstyle="round,pad=0.02,rounding_size=0.12",
+            )
+        )
         ax.text(x, y, text, ha="center", va="center", fontsize=9.5, weight=weight)
 
     def frame(x, y0, height, label):
-        ax.add_patch(FancyBboxPatch((x - 2.15, y0), 4.3, height, fc="#f7f7f7", ec="0.45", lw=1.2, ls="--",
-                                    boxstyle="round,pad=0.02,rounding_size=0.2"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - 2.15, y0),
+                4.3,
+                height,
+                fc="#f7f7f7",
+                ec="0.45",
+                lw=1.2,
+                ls="--",
+                boxstyle="round,pad=0.02,rounding_size=0.2",
+            )
+        )
         ax.text(x - 2.0, y0 + height - 0.25, label, fontsize=9.5, style="italic", va="center")
 
     def arrows(x, ys):
         for y0, y1 in zip(ys[::2], ys[1::2]):
-            ax.annotate("", xy=(x, y1), xytext=(x, y0), arrowprops=dict(arrowstyle="-|>", color="0.25", lw=1.3))
+            ax.annotate(
+                "",
+                xy=(x, y1),
+                xytext=(x, y0),
+                arrowprops=dict(arrowstyle="-|>", color="0.25", lw=1.3),
+            )
 
     emb, att, cross, ffn, norm, io = "#dbe9f6", "#fde2c8", "#f9c6c6", "#d8f0d2", "#ececec", "white"
     xe, xd = 2.4, 8.0
@@ -224,12 +265,30 @@ def draw_architecture():
     box(xd, 9.85, 3.2, 0.55, "logits  [B, Lt, V]", io, weight="bold")
     arrows(xd, [0.78, 1.2, 1.9, 2.65, 3.55, 4.3, 5.2, 5.9, 6.7, 7.72, 8.28, 8.67, 9.23, 9.57])
 
-    ax.annotate("", xy=(xd - 1.7, 4.75), xytext=(xe + 1.6, 8.2),
-                arrowprops=dict(arrowstyle="-|>", color="#c0392b", lw=2.0, connectionstyle="arc3,rad=0.2"))
-    ax.text(5.0, 9.35, "memory is K and V\nof the cross-attention\nin every decoder layer\n(source padding mask)",
-            ha="center", va="center", fontsize=9, color="#c0392b")
-    ax.text(5.2, -0.15, "every sub-layer: x + f(LayerNorm(x))   (Pre-Norm residual)",
-            ha="center", va="center", fontsize=9, color="0.3")
+    ax.annotate(
+        "",
+        xy=(xd - 1.7, 4.75),
+        xytext=(xe + 1.6, 8.2),
+        arrowprops=dict(arrowstyle="-|>", color="#c0392b", lw=2.0, connectionstyle="arc3,rad=0.2"),
+    )
+    ax.text(
+        5.0,
+        9.35,
+        "memory is K and V\nof the cross-attention\nin every decoder layer\n(source padding mask)",
+        ha="center",
+        va="center",
+        fontsize=9,
+        color="#c0392b",
+    )
+    ax.text(
+        5.2,
+        -0.15,
+        "every sub-layer: x + f(LayerNorm(x))   (Pre-Norm residual)",
+        ha="center",
+        va="center",
+        fontsize=9,
+        color="0.3",
+    )
     ax.set_title("The encoder-decoder Transformer of this book", fontsize=12, pad=4)
     fig.tight_layout()
 
@@ -280,9 +339,9 @@ torch.manual_seed(0)  # the untrained model's weights depend on it
 model = Transformer(VOCAB_SIZE, VOCAB_SIZE)
 cfg = model.config
 print(cfg)
-d, h = cfg["d_model"], cfg["num_heads"]
+d, h = cfg.d_model, cfg.num_heads
 print(f"d_k = d_model / num_heads = {d} / {h} = {d // h}")
-assert (d, h, d // h, cfg["dff"], cfg["num_layers"]) == (128, 4, 32, 512, 2)
+assert (d, h, d // h, cfg.dff, cfg.num_layers) == (128, 4, 32, 512, 2)
 assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the reversal data
 
 # %% [markdown]
@@ -322,12 +381,16 @@ print(f"src_mask      {tuple(src_mask.shape)}        [B, 1, 1, Ls] True = paddin
 print(f"memory        {tuple(memory.shape)}         [B, Ls, d]")
 print(f"tgt_in        {tuple(tgt_in.shape)}              [B, Lt] token ids")
 print(f"logits        {tuple(logits.shape)}          [B, Lt, V]")
-print(f"cross_weights {len(cross_weights)} x {tuple(cross_weights[0].shape)}  one [B, h, Lt, Ls] per decoder layer")
+print(
+    f"cross_weights {len(cross_weights)} x {tuple(cross_weights[0].shape)}  one [B, h, Lt, Ls] per decoder layer"
+)
 
 B, Ls, Lt = src.shape[0], src.shape[1], tgt_in.shape[1]
 assert memory.shape == (B, Ls, d) and logits.shape == (B, Lt, VOCAB_SIZE)
 assert src_mask.shape == (B, 1, 1, Ls) and src_mask.dtype == torch.bool
-assert all(w.shape == (B, h, Lt, Ls) for w in cross_weights) and len(cross_weights) == cfg["num_layers"]
+assert (
+    all(w.shape == (B, h, Lt, Ls) for w in cross_weights) and len(cross_weights) == cfg.num_layers
+)
 
 # %% [markdown]
 # Three properties of this output can already be checked. Each cross-attention row is a
@@ -355,7 +418,9 @@ with torch.no_grad():
 # %%
 real = tgt_out != PAD_ID
 acc = (logits.argmax(-1) == tgt_out)[real].float().mean().item()
-loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB_SIZE), tgt_out.reshape(-1), ignore_index=PAD_ID)
+loss = torch.nn.functional.cross_entropy(
+    logits.reshape(-1, VOCAB_SIZE), tgt_out.reshape(-1), ignore_index=PAD_ID
+)
 print(f"token accuracy: {acc:.0%}   loss: {loss.item():.1f}   ln 13 = {math.log(VOCAB_SIZE):.2f}")
 assert acc < 0.3 and loss.item() > math.log(VOCAB_SIZE)
 
@@ -376,7 +441,7 @@ assert acc < 0.3 and loss.item() > math.log(VOCAB_SIZE)
 # - the **output projection**: $d V + V$.
 
 # %%
-V, dff, N = VOCAB_SIZE, cfg["dff"], cfg["num_layers"]
+V, dff, N = VOCAB_SIZE, cfg.dff, cfg.num_layers
 embedding = V * d
 attention = 4 * (d * d + d)
 ffn = 2 * d * dff + dff + d
@@ -391,11 +456,21 @@ def numel(module):
 
 
 rows = [  # component, counted from the model, from the formulas
-    ("embeddings (source + target)", numel(model.encoder.embed) + numel(model.decoder.embed), 2 * embedding),
-    (f"encoder ({N} layers + final LayerNorm)", numel(model.encoder.layers) + numel(model.encoder.ln_final),
-     N * enc_layer + layer_norm),
-    (f"decoder ({N} layers + final LayerNorm)", numel(model.decoder.layers) + numel(model.decoder.ln_final),
-     N * dec_layer + layer_norm),
+    (
+        "embeddings (source + target)",
+        numel(model.encoder.embed) + numel(model.decoder.embed),
+        2 * embedding,
+    ),
+    (
+        f"encoder ({N} layers + final LayerNorm)",
+        numel(model.encoder.layers) + numel(model.encoder.ln_final),
+        N * enc_layer + layer_norm,
+    ),
+    (
+        f"decoder ({N} layers + final LayerNorm)",
+        numel(model.decoder.layers) + numel(model.decoder.ln_final),
+        N * dec_layer + layer_norm,
+    ),
     ("output projection", numel(model.out_proj), output),
 ]
 print(f"{'component':40s} {'counted':>9s} {'formula':>9s} {'share':>6s}")

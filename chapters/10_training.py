@@ -59,7 +59,9 @@ from helpers import (
     noam_lambda,
     teacher_forced_exact_match,
 )
-from helpers.training import TrainConfig, checkpoint_path, load_checkpoint, lr_factor
+from helpers.checkpoints import checkpoint_path, load_checkpoint
+from helpers.recipes import TrainConfig
+from helpers.train import lr_factor
 
 torch.manual_seed(0)
 src_train, tgt_train = make_reversal_dataset(20000, seed=0)
@@ -89,14 +91,24 @@ assert torch.equal(tgt_in[1:], tgt_out[:-1])  # the same sequence, shifted by on
 # batch below holds four sequences of 3, 5, 8 and 12 digits.
 
 # %%
-model = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14, dropout=0.0)
+model = Transformer(
+    VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14, dropout=0.0
+)
 lengths = (src_train != PAD_ID).sum(1) - 1
 pick = [int((lengths == L).nonzero()[0]) for L in (3, 5, 8, 12)]  # four lengths: lots of padding
 src_b, tgt_b = src_train[pick], tgt_train[pick]
 tgt_in_b, tgt_out_b = tgt_b[:, :-1], tgt_b[:, 1:]
 logits = model(src_b, tgt_in_b)
-print("src", tuple(src_b.shape), "tgt_in", tuple(tgt_in_b.shape), "tgt_out", tuple(tgt_out_b.shape),
-      "-> logits", tuple(logits.shape))
+print(
+    "src",
+    tuple(src_b.shape),
+    "tgt_in",
+    tuple(tgt_in_b.shape),
+    "tgt_out",
+    tuple(tgt_out_b.shape),
+    "-> logits",
+    tuple(logits.shape),
+)
 assert logits.shape == (*tgt_out_b.shape, VOCAB_SIZE)
 
 # %% [markdown]
@@ -126,7 +138,9 @@ assert not torch.isclose(loss_ignore, loss_all)
 always_pad = torch.full_like(flat_labels, PAD_ID)
 acc_counted = (always_pad == flat_labels).float().mean().item()
 acc_real = (always_pad[real] == flat_labels[real]).float().mean().item()
-print(f"'always <pad>' token accuracy: {acc_counted:.0%} with padding counted, {acc_real:.0%} without")
+print(
+    f"'always <pad>' token accuracy: {acc_counted:.0%} with padding counted, {acc_real:.0%} without"
+)
 assert acc_counted > 0.25 and acc_real == 0
 
 # %% [markdown]
@@ -167,8 +181,12 @@ labels = torch.arange(V)
 best = torch.full((V, V), lo).fill_diagonal_(hi).log()  # logits that predict the smoothed label
 confident = torch.eye(V) * 30.0  # logits of a perfect, fully confident model
 print(f"floor of the smoothed loss: {floor:.4f}")
-print(f"  best possible model     : {F.cross_entropy(best, labels, label_smoothing=eps).item():.4f}")
-print(f"  perfect, confident model: {F.cross_entropy(confident, labels, label_smoothing=eps).item():.2f}")
+print(
+    f"  best possible model     : {F.cross_entropy(best, labels, label_smoothing=eps).item():.4f}"
+)
+print(
+    f"  perfect, confident model: {F.cross_entropy(confident, labels, label_smoothing=eps).item():.2f}"
+)
 torch.testing.assert_close(F.cross_entropy(best, labels, label_smoothing=eps).item(), floor)
 assert F.cross_entropy(confident, labels, label_smoothing=eps) > 2 * floor
 
@@ -201,25 +219,42 @@ assert F.cross_entropy(confident, labels, label_smoothing=eps) > 2 * floor
 
 # %%
 def peak(d_model, warmup):
-    return d_model ** -0.5 * warmup ** -0.5
+    return d_model**-0.5 * warmup**-0.5
 
 
 peaks = {}
 fig, ax = plt.subplots(figsize=(7.5, 3.4))
-for name, cfg, color in (("reference recipe", SEED_RECIPE, "tab:gray"), ("book recipe", BOOK_RECIPE, "tab:blue")):
+for name, cfg, color in (
+    ("reference recipe", SEED_RECIPE, "tab:gray"),
+    ("book recipe", BOOK_RECIPE, "tab:blue"),
+):
     f_noam = noam_lambda(cfg.d_model, cfg.warmup)
     steps = range(cfg.max_steps)
     lr = [cfg.lr_scale * f_noam(s) for s in steps]
     p = cfg.lr_scale * peak(cfg.d_model, cfg.warmup)
     assert math.isclose(max(lr), p) and lr.index(max(lr)) == cfg.warmup - 1
     peaks[name] = p
-    print(f"{name:16s}: d_model {cfg.d_model:3d}, warmup {cfg.warmup:4d} -> peak lr {p:.2e} at step {cfg.warmup}")
-    ax.plot(steps, lr, color=color, lw=1.5, ls="--" if cfg.cooldown else "-",
-            label=f"{name}: Noam" + (" (without cooldown)" if cfg.cooldown else ""))
+    print(
+        f"{name:16s}: d_model {cfg.d_model:3d}, warmup {cfg.warmup:4d} -> peak lr {p:.2e} at step {cfg.warmup}"
+    )
+    ax.plot(
+        steps,
+        lr,
+        color=color,
+        lw=1.5,
+        ls="--" if cfg.cooldown else "-",
+        label=f"{name}: Noam" + (" (without cooldown)" if cfg.cooldown else ""),
+    )
     ax.plot([cfg.warmup - 1], [p], "o", color=color)
     if cfg.cooldown:
         f = lr_factor(cfg)
-        ax.plot(steps, [cfg.lr_scale * f(s) for s in steps], color=color, lw=2, label=f"{name}: Noam x cooldown")
+        ax.plot(
+            steps,
+            [cfg.lr_scale * f(s) for s in steps],
+            color=color,
+            lw=2,
+            label=f"{name}: Noam x cooldown",
+        )
 ax.set_xscale("log")
 ax.set_xlabel("step (log scale)")
 ax.set_ylabel("learning rate")
@@ -270,10 +305,20 @@ else:
 # %%
 with torch.autocast("cpu", dtype=torch.bfloat16):
     out = model(src_b, tgt_in_b)
-loss = F.cross_entropy(out.float().reshape(-1, VOCAB_SIZE), tgt_out_b.reshape(-1), ignore_index=PAD_ID)
+loss = F.cross_entropy(
+    out.float().reshape(-1, VOCAB_SIZE), tgt_out_b.reshape(-1), ignore_index=PAD_ID
+)
 loss.backward()
-print("logits:", out.dtype, "| loss:", loss.dtype, "| weights:", model.out_proj.weight.dtype,
-      "| gradients:", model.out_proj.weight.grad.dtype)
+print(
+    "logits:",
+    out.dtype,
+    "| loss:",
+    loss.dtype,
+    "| weights:",
+    model.out_proj.weight.dtype,
+    "| gradients:",
+    model.out_proj.weight.grad.dtype,
+)
 assert out.dtype == torch.bfloat16 and loss.dtype == torch.float32
 assert model.out_proj.weight.grad.dtype == torch.float32
 model.zero_grad()
@@ -288,7 +333,15 @@ model.zero_grad()
 # %% tags=["nbval-ignore-output"]
 def step_ms(d_model, batch, bf16, reps=8):
     torch.manual_seed(0)
-    m = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=4, dff=4 * d_model, max_len=14, dropout=0.0)
+    m = Transformer(
+        VOCAB_SIZE,
+        VOCAB_SIZE,
+        d_model=d_model,
+        num_heads=4,
+        dff=4 * d_model,
+        max_len=14,
+        dropout=0.0,
+    )
     opt = torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     s, t = src_train[:batch], tgt_train[:batch]
     times, losses = [], []
@@ -296,21 +349,27 @@ def step_ms(d_model, batch, bf16, reps=8):
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             lg = m(s, t[:, :-1])
-        ls = F.cross_entropy(lg.float().reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID)
+        ls = F.cross_entropy(
+            lg.float().reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID
+        )
         opt.zero_grad()
         ls.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
         losses.append(ls.item())
-    return 1000 * min(times[2:]), losses[0]  # the fastest timed step (the least disturbed), first loss
+    return 1000 * min(times[2:]), losses[
+        0
+    ]  # the fastest timed step (the least disturbed), first loss
 
 
 threads = torch.get_num_threads()
 torch.set_num_threads(1)
 for d_model, batch in ((128, 64), (32, 128)):
     (fp32, loss32), (bf16, loss16) = step_ms(d_model, batch, False), step_ms(d_model, batch, True)
-    print(f"d_model {d_model:3d}, batch {batch:3d}: float32 {fp32:5.1f} ms, bf16 {bf16:5.1f} ms per step "
-          f"({fp32 / bf16:.2f}x); first loss {loss32:.3f} vs {loss16:.3f}")
+    print(
+        f"d_model {d_model:3d}, batch {batch:3d}: float32 {fp32:5.1f} ms, bf16 {bf16:5.1f} ms per step "
+        f"({fp32 / bf16:.2f}x); first loss {loss32:.3f} vs {loss16:.3f}"
+    )
     assert abs(loss16 - loss32) < 0.02 * loss32  # same model, same batch: bf16 only rounds
 torch.set_num_threads(threads)
 
@@ -348,10 +407,18 @@ print(f"{'field':>18} | {'reference':>10} | {'book':>10}")
 for k in seed_fields:
     if seed_fields[k] != book_fields[k]:
         print(f"{k:>18} | {str(seed_fields[k]):>10} | {str(book_fields[k]):>10}")
-book_params = count_parameters(Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14))
-print(f"parameters: reference {count_parameters(Transformer(VOCAB_SIZE, VOCAB_SIZE)):,}, book {book_params:,}")
-assert (BOOK_RECIPE.train_size, BOOK_RECIPE.data_seed, BOOK_RECIPE.val_size, BOOK_RECIPE.val_seed) == (
-    SEED_RECIPE.train_size, SEED_RECIPE.data_seed, SEED_RECIPE.val_size, SEED_RECIPE.val_seed)
+book_params = count_parameters(
+    Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14)
+)
+print(
+    f"parameters: reference {count_parameters(Transformer(VOCAB_SIZE, VOCAB_SIZE)):,}, book {book_params:,}"
+)
+assert (
+    BOOK_RECIPE.train_size,
+    BOOK_RECIPE.data_seed,
+    BOOK_RECIPE.val_size,
+    BOOK_RECIPE.val_seed,
+) == (SEED_RECIPE.train_size, SEED_RECIPE.data_seed, SEED_RECIPE.val_size, SEED_RECIPE.val_seed)
 
 # %% [markdown]
 # Same data, same validation set, same architecture code. Now train. In a fresh clone the next cell
@@ -362,8 +429,10 @@ assert (BOOK_RECIPE.train_size, BOOK_RECIPE.data_seed, BOOK_RECIPE.val_size, BOO
 # %% tags=["nbval-ignore-output"]
 result = load_or_train(BOOK_RECIPE)
 model, hist = result.model, result.history
-print(f"{'loaded from the cache' if result.from_cache else 'trained'}: {hist['step'][-1]} steps, "
-      f"{result.seconds:.1f} s of training, last validation exact match {hist['exact_match'][-1]:.3f}")
+print(
+    f"{'loaded from the cache' if result.from_cache else 'trained'}: {hist['step'][-1]} steps, "
+    f"{result.seconds:.1f} s of training, last validation exact match {hist['exact_match'][-1]:.3f}"
+)
 assert hist["exact_match"][-1] >= 0.995
 
 # %% [markdown]
@@ -406,7 +475,9 @@ t_tf = time.perf_counter() - t0
 t0 = time.perf_counter()
 greedy = exact_match(model, src_val, tgt_val, use_cache=False)
 t_greedy = time.perf_counter() - t0
-print(f"teacher-forced {tf:.3f} in {1000 * t_tf:.0f} ms; greedy {greedy:.3f} in {1000 * t_greedy:.0f} ms")
+print(
+    f"teacher-forced {tf:.3f} in {1000 * t_tf:.0f} ms; greedy {greedy:.3f} in {1000 * t_greedy:.0f} ms"
+)
 assert tf == greedy == em
 
 # %% [markdown]
@@ -420,7 +491,10 @@ assert tf == greedy == em
 
 # %%
 def smooth(xs, k=10):
-    return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1]) for i in range(len(xs))]
+    return [
+        sum(xs[max(0, i - k + 1) : i + 1]) / len(xs[max(0, i - k + 1) : i + 1])
+        for i in range(len(xs))
+    ]
 
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -433,7 +507,9 @@ ax1.set_title("Loss")
 ax1.legend()
 ax2.plot(hist["step"], smooth(hist["token_acc"]), label="token accuracy (batch)")
 ax2.plot(hist["step"], smooth(hist["batch_exact"]), label="exact match (batch)")
-ax2.plot(hist["eval_step"], hist["exact_match"], "o", color="k", ms=4, label="exact match (validation)")
+ax2.plot(
+    hist["eval_step"], hist["exact_match"], "o", color="k", ms=4, label="exact match (validation)"
+)
 ax2.axhline(0.995, color="tab:red", lw=1, ls="--", label="target 99.5 %")
 ax2.set_xlabel("step")
 ax2.set_ylabel("accuracy")
@@ -468,8 +544,20 @@ for a, b in zip(model.state_dict().values(), again.model.state_dict().values()):
 # checks that no file appears under the checkpoint's name.)
 
 # %%
-tiny = TrainConfig(d_model=16, num_heads=2, dff=32, num_layers=1, dropout=0.0, train_size=256, val_size=64,
-                   batch_size=32, warmup=10, max_steps=4, eval_every=4, eval_size=64)
+tiny = TrainConfig(
+    d_model=16,
+    num_heads=2,
+    dff=32,
+    num_layers=1,
+    dropout=0.0,
+    train_size=256,
+    val_size=64,
+    batch_size=32,
+    warmup=10,
+    max_steps=4,
+    eval_every=4,
+    eval_size=64,
+)
 with tempfile.TemporaryDirectory() as tmp:
     load_or_train(tiny, cache_dir=tmp, progress=False, verbose=False)
     path = checkpoint_path(tiny, tmp)
@@ -483,7 +571,10 @@ with tempfile.TemporaryDirectory() as tmp:
     log = io.StringIO()
     with contextlib.redirect_stdout(log):  # keep the message, drop the line with the training time
         retrained = load_or_train(tiny, cache_dir=tmp, progress=False)
-    print("load_or_train says:", next(line for line in log.getvalue().splitlines() if "unusable" in line))
+    print(
+        "load_or_train says:",
+        next(line for line in log.getvalue().splitlines() if "unusable" in line),
+    )
     assert not retrained.from_cache and load_checkpoint(path, tiny).from_cache
 
 # %% [markdown]
@@ -501,21 +592,30 @@ with tempfile.TemporaryDirectory() as tmp:
 
 # %%
 ablation = json.loads(Path("data/training_ablation.json").read_text())
-print(f"measured {ablation['date'][:10]} on {ablation['hardware']['cpu']} "
-      f"({ablation['hardware']['cores']} cores, torch {ablation['hardware']['torch']}), "
-      f"load average {ablation['load_average_before']}")
+print(
+    f"measured {ablation['date'][:10]} on {ablation['hardware']['cpu']} "
+    f"({ablation['hardware']['cores']} cores, torch {ablation['hardware']['torch']}), "
+    f"load average {ablation['load_average_before']}"
+)
 print(f"{'':>9} {'seconds':>8} {'steps':>6}  change")
 for row in ablation["rows"]:
     mark = "~" if row.get("extrapolated") else " "
     missed = "" if row.get("reached", True) else "  (did not reach 99.5 %)"
-    print(f"{row['status']:>9} {mark}{row['seconds']:7.1f} {row['steps']:6d}  {row['lever']}{missed}")
+    print(
+        f"{row['status']:>9} {mark}{row['seconds']:7.1f} {row['steps']:6d}  {row['lever']}{missed}"
+    )
 kept = [r for r in ablation["rows"] if r["status"] == "kept"]
 assert kept[-1]["seconds"] < ablation["rows"][0]["seconds"] / 5
 
 # %%
 rows = ablation["rows"]
-colors = {"baseline": "tab:gray", "kept": "tab:blue", "rejected": "tab:red", "option": "tab:green",
-          "busy": "tab:purple"}
+colors = {
+    "baseline": "tab:gray",
+    "kept": "tab:blue",
+    "rejected": "tab:red",
+    "option": "tab:green",
+    "busy": "tab:purple",
+}
 fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1))
 ax.barh(range(len(rows)), [r["seconds"] for r in rows], color=[colors[r["status"]] for r in rows])
 ax.set_yticks(range(len(rows)), [textwrap.fill(r["lever"], 58) for r in rows], fontsize=7)
@@ -525,8 +625,11 @@ for i, r in enumerate(rows):
 ax.invert_yaxis()
 ax.set_xscale("log")
 ax.set_xlabel("seconds to 99.5 % exact match (log scale)")
-ax.set_title("Seconds to 99.5 %: reference (gray), kept (blue), rejected (red), option (green),\n"
-             "a busy CPU (purple)", fontsize=9)
+ax.set_title(
+    "Seconds to 99.5 %: reference (gray), kept (blue), rejected (red), option (green),\n"
+    "a busy CPU (purple)",
+    fontsize=9,
+)
 plt.show()
 
 # %% [markdown]
@@ -539,27 +642,64 @@ plt.show()
 
 # %%
 seed_run = json.loads(Path("data/seed_recipe_run.json").read_text())
-print(f"recorded {seed_run['date'][:10]} on {seed_run['hardware']['cpu']}: "
-      f"{seed_run['ms_per_step']:.0f} ms per step, {seed_run['seconds_total']:.0f} s for 10 epochs")
+print(
+    f"recorded {seed_run['date'][:10]} on {seed_run['hardware']['cpu']}: "
+    f"{seed_run['ms_per_step']:.0f} ms per step, {seed_run['seconds_total']:.0f} s for 10 epochs"
+)
 first = next(s for s, e in zip(seed_run["eval_step"], seed_run["exact_match"]) if e >= 0.995)
 print(f"reference recipe: first at >= 99.5 % after {first} steps = {first * 64:,} sequences")
-assert first * 64 > 2 * hist["step"][-1] * BOOK_RECIPE.batch_size  # the book needs far fewer sequences
+assert (
+    first * 64 > 2 * hist["step"][-1] * BOOK_RECIPE.batch_size
+)  # the book needs far fewer sequences
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-ax1.plot([s * 64 for s in seed_run["eval_step"]], seed_run["exact_match"], color="tab:gray", label="reference recipe")
-ax1.plot([s * BOOK_RECIPE.batch_size for s in hist["eval_step"]], hist["exact_match"], "o-", color="tab:blue",
-         ms=3, label="book recipe (validation)")
-ax1.plot([s * BOOK_RECIPE.batch_size for s in hist["step"]], smooth(hist["batch_exact"]), color="tab:blue",
-         alpha=0.4, label="book recipe (batch)")
+ax1.plot(
+    [s * 64 for s in seed_run["eval_step"]],
+    seed_run["exact_match"],
+    color="tab:gray",
+    label="reference recipe",
+)
+ax1.plot(
+    [s * BOOK_RECIPE.batch_size for s in hist["eval_step"]],
+    hist["exact_match"],
+    "o-",
+    color="tab:blue",
+    ms=3,
+    label="book recipe (validation)",
+)
+ax1.plot(
+    [s * BOOK_RECIPE.batch_size for s in hist["step"]],
+    smooth(hist["batch_exact"]),
+    color="tab:blue",
+    alpha=0.4,
+    label="book recipe (batch)",
+)
 ax1.set_xlabel("training sequences seen")
 ax1.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
 ax1.set_title("Exact match vs data")
 pace = result.seconds / hist["step"][-1]  # the run's average seconds per step
-ax2.plot(seed_run["seconds"], seed_run["exact_match"], color="tab:gray", label="reference recipe (recorded)")
-ax2.plot([s * pace for s in hist["step"]], smooth(hist["batch_exact"]), color="tab:blue", alpha=0.4,
-         label="book recipe (batch, at its average pace)")
-ax2.plot(hist["seconds"], hist["exact_match"], "o-", color="tab:blue", ms=3, label="book recipe (validation)")
+ax2.plot(
+    seed_run["seconds"],
+    seed_run["exact_match"],
+    color="tab:gray",
+    label="reference recipe (recorded)",
+)
+ax2.plot(
+    [s * pace for s in hist["step"]],
+    smooth(hist["batch_exact"]),
+    color="tab:blue",
+    alpha=0.4,
+    label="book recipe (batch, at its average pace)",
+)
+ax2.plot(
+    hist["seconds"],
+    hist["exact_match"],
+    "o-",
+    color="tab:blue",
+    ms=3,
+    label="book recipe (validation)",
+)
 ax2.set_xscale("log")
 ax2.set_xlim(1, None)
 ax2.set_xlabel("seconds (log scale)")
@@ -585,8 +725,10 @@ base, cheap = ablation["rows"][0], ablation["rows"][1]
 busy1 = row["1 thread, another program busy on one core (the book's recipe)"]
 busy2 = row["2 threads, another program busy on one core"]
 idle2 = row["2 threads (torch's default here) instead of 1"]
-print(f"book recipe {book['seconds']:.1f} s: {base['seconds'] / book['seconds']:.0f}x faster than the reference "
-      f"recipe, {cheap['seconds'] / book['seconds']:.0f}x faster than the reference model with cheap evaluation")
+print(
+    f"book recipe {book['seconds']:.1f} s: {base['seconds'] / book['seconds']:.0f}x faster than the reference "
+    f"recipe, {cheap['seconds'] / book['seconds']:.0f}x faster than the reference model with cheap evaluation"
+)
 print(f"idle CPU: 1 thread {book['seconds']:.1f} s, 2 threads {idle2['seconds']:.1f} s")
 print(f"one core busy: 1 thread {busy1['seconds']:.1f} s, 2 threads {busy2['seconds']:.1f} s")
 assert book["seconds"] <= 17  # the target: the reference chapter's RTX 4090 time

@@ -27,6 +27,8 @@
 # what happens when the model is left in training mode, one of the most common inference bugs.
 
 # %%
+import dataclasses
+
 import torch
 
 from helpers import (
@@ -65,12 +67,16 @@ with torch.no_grad():
     print("memory", tuple(memory.shape), "src_mask", tuple(src_mask.shape))
     out = torch.tensor([[BOS_ID]])
     for step in range(13):
-        logits, _ = model.decode(out, memory, src_mask, need_weights=False)  # [1, t, V]: a row per position
+        logits, _ = model.decode(
+            out, memory, src_mask, need_weights=False
+        )  # [1, t, V]: a row per position
         probs = logits[0, -1].softmax(-1)
         nxt = probs.argmax()
         out = torch.cat([out, nxt.view(1, 1)], dim=1)
-        print(f"step {step:2d}: logits {tuple(logits.shape)}  picked {describe([int(nxt)]):>5}"
-              f"  -> {describe(out[0])}")
+        print(
+            f"step {step:2d}: logits {tuple(logits.shape)}  picked {describe([int(nxt)]):>5}"
+            f"  -> {describe(out[0])}"
+        )
         assert probs[nxt] > 0.5  # the trained model is confident at every step
         if nxt == EOS_ID:
             break
@@ -108,7 +114,7 @@ def greedy_no_bookkeeping(model, src, steps):
 raw = greedy_no_bookkeeping(model, batch, steps=11)
 for row in raw:
     print(describe(row))
-after_eos = [row[(row == EOS_ID).nonzero()[0, 0] + 1:] for row in raw[:2]]
+after_eos = [row[(row == EOS_ID).nonzero()[0, 0] + 1 :] for row in raw[:2]]
 print("tokens produced after <eos> in the two short rows:", [describe(t) for t in after_eos])
 assert all((t != PAD_ID).any() for t in after_eos)  # junk, not padding
 
@@ -143,7 +149,7 @@ print("output shape", tuple(pred.shape), "- the loop stopped when the longest ro
 assert pred.shape == (3, 12)  # <bos> + 10 digits + <eos>
 for row, digits in zip(pred, ("123", "480265", "9081726354")):
     eos = int((row == EOS_ID).nonzero()[0, 0])
-    assert (row[eos + 1:] == PAD_ID).all()
+    assert (row[eos + 1 :] == PAD_ID).all()
     assert decode_digits(row) == [int(c) for c in reversed(digits)]
 
 # %% [markdown]
@@ -187,11 +193,16 @@ print("greedy == helpers.greedy_decode == cached decoding; exact match agrees")
 # Which sequences does the model still get wrong? With at least 99.5 % right there are at most five.
 
 # %% tags=["nbval-ignore-output"]
-wrong = [i for i, (p, t) in enumerate(zip(ours.tolist(), tgt_val.tolist()))
-         if p[:t.index(EOS_ID) + 1] != t[:t.index(EOS_ID) + 1]]
+wrong = [
+    i
+    for i, (p, t) in enumerate(zip(ours.tolist(), tgt_val.tolist()))
+    if p[: t.index(EOS_ID) + 1] != t[: t.index(EOS_ID) + 1]
+]
 print(len(wrong), "wrong")
 for i in wrong:
-    print(f"  src {describe(src_val[i][src_val[i] != PAD_ID])}\n  got {describe(ours[i][ours[i] != PAD_ID])}")
+    print(
+        f"  src {describe(src_val[i][src_val[i] != PAD_ID])}\n  got {describe(ours[i][ours[i] != PAD_ID])}"
+    )
 assert len(wrong) == round((1 - em) * 1000) <= 5
 
 # %% [markdown]
@@ -212,7 +223,7 @@ assert len(wrong) == round((1 - em) * 1000) <= 5
 # state dict fits as is.
 
 # %% tags=["nbval-ignore-output"]
-leaky = Transformer(**{**model.config, "dropout": 0.1})
+leaky = Transformer.from_config(dataclasses.replace(model.config, dropout=0.1))
 leaky.load_state_dict(model.state_dict())
 x, y = src_val[:200], tgt_val[:200]
 
@@ -261,7 +272,9 @@ em_train_mode = my_exact_match(first, y)
 leaky.eval()
 eval_pred = greedy_keeps_mode(leaky, x)
 em_eval_mode = my_exact_match(eval_pred, y)
-print(f"train mode: {n_diff} of {len(x)} outputs differ between two runs; exact match {em_train_mode:.3f}")
+print(
+    f"train mode: {n_diff} of {len(x)} outputs differ between two runs; exact match {em_train_mode:.3f}"
+)
 print(f"eval mode : exact match {em_eval_mode:.3f}")
 assert n_diff > 0 and em_train_mode < em_eval_mode
 assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout off: the trained model

@@ -43,15 +43,20 @@ from helpers import (
     load_or_train,
     make_reversal_dataset,
 )
-from helpers.training import build_model
+from helpers.train import build_model
 
 torch.manual_seed(0)
 fixed_cfg, default_cfg = fixed_budget_recipe(), default_init_recipe()
-diff = {k: (v, getattr(default_cfg, k)) for k, v in dataclasses.asdict(fixed_cfg).items()
-        if v != getattr(default_cfg, k)}
+diff = {
+    k: (v, getattr(default_cfg, k))
+    for k, v in dataclasses.asdict(fixed_cfg).items()
+    if v != getattr(default_cfg, k)
+}
 print("the two configs differ only in:", diff)
-print(f"both: {fixed_cfg.max_steps} steps, batch {fixed_cfg.batch_size}, seed {fixed_cfg.seed}, "
-      f"data seed {fixed_cfg.data_seed}, no early stop")
+print(
+    f"both: {fixed_cfg.max_steps} steps, batch {fixed_cfg.batch_size}, seed {fixed_cfg.seed}, "
+    f"data seed {fixed_cfg.data_seed}, no early stop"
+)
 assert diff == {"init": ("fixed", "default")} and fixed_cfg.max_steps == COMPARISON_STEPS
 assert fixed_cfg.target_exact_match is None
 
@@ -75,16 +80,18 @@ assert fixed_cfg.target_exact_match is None
 fixed0, default0 = build_model(fixed_cfg), build_model(default_cfg)
 d = fixed_cfg.d_model
 for name, m in (("fixed", fixed0), ("default", default0)):
-    emb = m.encoder.embed.emb.weight[PAD_ID + 1:]  # the <pad> row is zero in both
+    emb = m.encoder.embed.emb.weight[PAD_ID + 1 :]  # the <pad> row is zero in both
     w = m.encoder.layers[0].mha.W_q.weight
-    print(f"{name:>7}: embedding std {emb.std().item():.3f}, x sqrt(d) = {emb.std().item() * d ** 0.5:.2f};"
-          f"  W_q ({w.shape[1]}->{w.shape[0]}) std {w.std().item():.3f}")
+    print(
+        f"{name:>7}: embedding std {emb.std().item():.3f}, x sqrt(d) = {emb.std().item() * d**0.5:.2f};"
+        f"  W_q ({w.shape[1]}->{w.shape[0]}) std {w.std().item():.3f}"
+    )
 e_fixed = fixed0.encoder.embed.emb.weight[1:].std().item()
 e_default = default0.encoder.embed.emb.weight[1:].std().item()
-assert abs(e_fixed * d ** 0.5 - 1) < 0.15 and abs(e_default - 1) < 0.15
+assert abs(e_fixed * d**0.5 - 1) < 0.15 and abs(e_default - 1) < 0.15
 w_fixed = fixed0.encoder.layers[0].mha.W_q.weight.std().item()
 w_default = default0.encoder.layers[0].mha.W_q.weight.std().item()
-assert abs(w_fixed / w_default - 3 ** 0.5) < 0.15  # Xavier vs Kaiming(a=sqrt 5) on a square layer
+assert abs(w_fixed / w_default - 3**0.5) < 0.15  # Xavier vs Kaiming(a=sqrt 5) on a square layer
 
 # %% [markdown]
 # ## Token signal vs position signal
@@ -105,7 +112,7 @@ src_val, tgt_val = make_reversal_dataset(1000, seed=1)
 def token_and_position_std(model, src):
     emb = model.encoder.embed
     real = src != PAD_ID
-    tokens = emb.emb(src) * d ** 0.5  # [B, L, d]
+    tokens = emb.emb(src) * d**0.5  # [B, L, d]
     positions = emb.pe[: src.size(1)].expand_as(tokens)
     return tokens[real].std().item(), positions[real].std().item()
 
@@ -133,8 +140,10 @@ fixed_run = load_or_train(fixed_cfg)
 default_run = load_or_train(default_cfg)
 for name, run in (("fixed", fixed_run), ("default", default_run)):
     h = run.history
-    print(f"{name:>7} init: {h['step'][-1]} steps, final loss {h['loss'][-1]:.3f}, "
-          f"validation exact match {h['exact_match'][-1]:.3f}")
+    print(
+        f"{name:>7} init: {h['step'][-1]} steps, final loss {h['loss'][-1]:.3f}, "
+        f"validation exact match {h['exact_match'][-1]:.3f}"
+    )
 assert fixed_run.history["step"][-1] == default_run.history["step"][-1] == COMPARISON_STEPS
 
 # %% [markdown]
@@ -143,17 +152,24 @@ assert fixed_run.history["step"][-1] == default_run.history["step"][-1] == COMPA
 # %% tags=["nbval-ignore-output"]
 em_fixed = exact_match(fixed_run.model, src_val, tgt_val)
 em_default = exact_match(default_run.model, src_val, tgt_val)
-print(f"after {COMPARISON_STEPS} steps: fixed init {em_fixed:.3f}, default init {em_default:.3f}, "
-      f"gap {em_fixed - em_default:.3f}")
+print(
+    f"after {COMPARISON_STEPS} steps: fixed init {em_fixed:.3f}, default init {em_default:.3f}, "
+    f"gap {em_fixed - em_default:.3f}"
+)
 assert em_fixed >= 0.98 and em_fixed - em_default >= 0.1
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-for name, run, color in (("fixed init", fixed_run, "tab:blue"), ("default init", default_run, "tab:orange")):
+for name, run, color in (
+    ("fixed init", fixed_run, "tab:blue"),
+    ("default init", default_run, "tab:orange"),
+):
     h = run.history
     k = 10
-    smooth = [sum(h["loss"][max(0, i - k + 1):i + 1]) / len(h["loss"][max(0, i - k + 1):i + 1])
-              for i in range(len(h["loss"]))]
+    smooth = [
+        sum(h["loss"][max(0, i - k + 1) : i + 1]) / len(h["loss"][max(0, i - k + 1) : i + 1])
+        for i in range(len(h["loss"]))
+    ]
     ax1.plot(h["step"], smooth, color=color, label=name)
     ax2.plot(h["eval_step"], h["exact_match"], "o-", ms=3, color=color, label=name)
 ax1.set_yscale("log")
@@ -183,7 +199,9 @@ after = {}
 for name, run in (("fixed", fixed_run), ("default", default_run)):
     tok, pos = token_and_position_std(run.model, src_val)
     after[name] = tok / pos
-    print(f"{name:>7} init, trained: token std {tok:5.2f}, position std {pos:.2f}, ratio {tok / pos:5.1f}")
+    print(
+        f"{name:>7} init, trained: token std {tok:5.2f}, position std {pos:.2f}, ratio {tok / pos:5.1f}"
+    )
 assert after["default"] > 3 * after["fixed"]
 
 # %% [markdown]

@@ -37,6 +37,7 @@
 
 # %%
 import time
+from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import torch
@@ -58,7 +59,9 @@ from helpers import (
 )
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # every tensor here is small: one CPU thread is enough, and steady on a busy machine
+torch.set_num_threads(
+    1
+)  # every tensor here is small: one CPU thread is enough, and steady on a busy machine
 
 # %% [markdown]
 # The trained reversal model of chapter 10 (loaded from the checkpoint cache; the first call in a
@@ -68,7 +71,7 @@ torch.set_num_threads(1)  # every tensor here is small: one CPU thread is enough
 # %%
 model = trained_reversal_model(progress=False, verbose=False)
 cfg = model.config
-print({k: cfg[k] for k in ("d_model", "num_heads", "num_layers", "max_len")})
+print({k: getattr(cfg, k) for k in ("d_model", "num_heads", "num_layers", "max_len")})
 src_val, tgt_val = make_reversal_dataset(1000, seed=BOOK_RECIPE.val_seed)
 print("validation src", tuple(src_val.shape), "| e.g.", describe(src_val[0]))
 
@@ -89,11 +92,18 @@ print("validation src", tuple(src_val.shape), "| e.g.", describe(src_val[0]))
 def count_rows(model, run):
     """Call run(); return per call of each hooked module the number of rows it processed."""
     layer0 = model.decoder.layers[0]
-    where = {"tokens": model.decoder.embed.emb, "self queries": layer0.self_mha.W_q,
-             "memory rows -> cross keys": layer0.cross_mha.W_k}
+    where = {
+        "tokens": model.decoder.embed.emb,
+        "self queries": layer0.self_mha.W_q,
+        "memory rows -> cross keys": layer0.cross_mha.W_k,
+    }
     counts = {name: [] for name in where}
-    hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: counts[name].append(inp[0].shape[1]))
-             for name, m in where.items()]
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, inp, out, name=name: counts[name].append(inp[0].shape[1])
+        )
+        for name, m in where.items()
+    ]
     try:
         run()
     finally:
@@ -108,13 +118,21 @@ naive = count_rows(model, lambda: greedy_decode(model, src1, use_cache=False, st
 cached = count_rows(model, lambda: greedy_decode(model, src1, use_cache=True, stop_at_eos=False))
 steps = len(naive["tokens"])
 print(f"source length Ls = {Ls}, steps = {steps}")
-print(f"{'step':>4} | {'tokens':>13} | {'self queries':>13} | {'self scores':>13} | {'memory rows':>13}")
-print(f"{'':>4} | {'naive cached':>13} | {'naive cached':>13} | {'naive cached':>13} | {'naive cached':>13}")
-mem_cached = cached["memory rows -> cross keys"] + [0] * steps  # the cached path projects memory once
+print(
+    f"{'step':>4} | {'tokens':>13} | {'self queries':>13} | {'self scores':>13} | {'memory rows':>13}"
+)
+print(
+    f"{'':>4} | {'naive cached':>13} | {'naive cached':>13} | {'naive cached':>13} | {'naive cached':>13}"
+)
+mem_cached = (
+    cached["memory rows -> cross keys"] + [0] * steps
+)  # the cached path projects memory once
 for t in range(1, steps + 1):
     nq, cq = naive["self queries"][t - 1], cached["self queries"][t - 1]
-    print(f"{t:>4} | {naive['tokens'][t - 1]:>6} {cached['tokens'][t - 1]:>6} | {nq:>6} {cq:>6} | "
-          f"{nq * t:>6} {cq * t:>6} | {naive['memory rows -> cross keys'][t - 1]:>6} {mem_cached[t - 1]:>6}")
+    print(
+        f"{t:>4} | {naive['tokens'][t - 1]:>6} {cached['tokens'][t - 1]:>6} | {nq:>6} {cq:>6} | "
+        f"{nq * t:>6} {cq * t:>6} | {naive['memory rows -> cross keys'][t - 1]:>6} {mem_cached[t - 1]:>6}"
+    )
 
 assert naive["tokens"] == list(range(1, steps + 1)) and cached["tokens"] == [1] * steps
 assert naive["memory rows -> cross keys"] == [Ls] * steps  # memory re-projected every step
@@ -134,10 +152,14 @@ assert cached["memory rows -> cross keys"] == [Ls]  # ... versus exactly once
 # %%
 n = torch.arange(1, 513, dtype=torch.float64)
 work = {
-    "naive: tokens": n.cumsum(0), "cached: tokens": n.clone(),
-    "naive: self-attention scores": (n ** 2).cumsum(0), "cached: self-attention scores": n.cumsum(0),
+    "naive: tokens": n.cumsum(0),
+    "cached: tokens": n.clone(),
+    "naive: self-attention scores": (n**2).cumsum(0),
+    "cached: self-attention scores": n.cumsum(0),
 }
-assert work["naive: tokens"][12] == sum(naive["tokens"]) and work["cached: tokens"][12] == sum(cached["tokens"])
+assert work["naive: tokens"][12] == sum(naive["tokens"]) and work["cached: tokens"][12] == sum(
+    cached["tokens"]
+)
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
 for ax, what in zip(axes, ("tokens", "self-attention scores")):
@@ -152,8 +174,10 @@ for ax, what in zip(axes, ("tokens", "self-attention scores")):
 plt.tight_layout()
 plt.show()
 for m_ in (16, 64, 256, 512):
-    print(f"n = {m_:>3}: naive processes {int(work['naive: tokens'][m_ - 1]):>6} tokens, "
-          f"cached {m_:>3}  ({work['naive: tokens'][m_ - 1] / m_:.1f}x fewer)")
+    print(
+        f"n = {m_:>3}: naive processes {int(work['naive: tokens'][m_ - 1]):>6} tokens, "
+        f"cached {m_:>3}  ({work['naive: tokens'][m_ - 1] / m_:.1f}x fewer)"
+    )
 
 # %% [markdown]
 # Tokens processed is what costs time in the linear layers (the projections and the feed-forward
@@ -175,8 +199,11 @@ for m_ in (16, 64, 256, 512):
 def self_kv(model, tgt_in, memory, src_mask):
     """Per decoder layer, the self-attention keys and values [B, t, d] of a full naive pass."""
     out = []
-    hooks = [m.register_forward_hook(lambda mod, inp, o: out.append(o))
-             for layer in model.decoder.layers for m in (layer.self_mha.W_k, layer.self_mha.W_v)]
+    hooks = [
+        m.register_forward_hook(lambda mod, inp, o: out.append(o))
+        for layer in model.decoder.layers
+        for m in (layer.self_mha.W_k, layer.self_mha.W_v)
+    ]
     try:
         model.decode(tgt_in, memory, src_mask, need_weights=False)
     finally:
@@ -193,7 +220,9 @@ with torch.no_grad():
 for i, (b, a) in enumerate(zip(before, after)):
     name = f"layer {i // 2} {'KV'[i % 2]}"
     diff = (a[:, :5] - b).abs().max().item()
-    print(f"{name}: step 5 {tuple(b.shape)}, step 6 {tuple(a.shape)}, first 5 rows unchanged (< 1e-5): {diff < 1e-5}")
+    print(
+        f"{name}: step 5 {tuple(b.shape)}, step 6 {tuple(a.shape)}, first 5 rows unchanged (< 1e-5): {diff < 1e-5}"
+    )
     torch.testing.assert_close(a[:, :5], b, atol=1e-5, rtol=1e-5)
 
 # %% [markdown]
@@ -261,8 +290,13 @@ def greedy_decode_by_hand(model, src, max_len=None, stop_at_eos=True, mistake=No
             h = layer.ln1(x)
             k, v = layer.self_mha.project_kv(h, h)  # [B, h, 1, d_k]
             if "self_k" in cache:
-                dim = 1 if mistake == "cat on heads" else 2  # 2 = the sequence dim of [B, h, L, d_k]
-                k, v = torch.cat([cache["self_k"], k], dim=dim), torch.cat([cache["self_v"], v], dim=dim)
+                dim = (
+                    1 if mistake == "cat on heads" else 2
+                )  # 2 = the sequence dim of [B, h, L, d_k]
+                k, v = (
+                    torch.cat([cache["self_k"], k], dim=dim),
+                    torch.cat([cache["self_v"], v], dim=dim),
+                )
             cache["self_k"], cache["self_v"] = k, v
             a, _ = layer.self_mha.attend(h, k, v, attn_mask=self_mask, need_weights=False)
             x = x + layer.drop1(a)
@@ -270,8 +304,9 @@ def greedy_decode_by_hand(model, src, max_len=None, stop_at_eos=True, mistake=No
             h = layer.ln2(x)
             if "cross_k" not in cache:  # first step only
                 cache["cross_k"], cache["cross_v"] = layer.cross_mha.project_kv(memory, memory)
-            a, _ = layer.cross_mha.attend(h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask,
-                                          need_weights=False)
+            a, _ = layer.cross_mha.attend(
+                h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask, need_weights=False
+            )
             x = x + layer.drop2(a)
             x = x + layer.ffn(layer.ln3(x))
         logits = model.out_proj(dec.ln_final(x)[:, -1])  # [B, V]
@@ -279,9 +314,16 @@ def greedy_decode_by_hand(model, src, max_len=None, stop_at_eos=True, mistake=No
         out = torch.cat([out, nxt[:, None]], dim=1)
         if trace is not None:
             c = caches[0]
-            trace.append(dict(step=step, x=tuple(x.shape), mask=tuple(self_mask.shape),
-                              self_k=tuple(c["self_k"].shape), cross_k=tuple(c["cross_k"].shape),
-                              cross_ptr=c["cross_k"].data_ptr()))
+            trace.append(
+                dict(
+                    step=step,
+                    x=tuple(x.shape),
+                    mask=tuple(self_mask.shape),
+                    self_k=tuple(c["self_k"].shape),
+                    cross_k=tuple(c["cross_k"].shape),
+                    cross_ptr=c["cross_k"].data_ptr(),
+                )
+            )
         if stop_at_eos:
             finished |= nxt == EOS_ID
             if finished.all():
@@ -298,12 +340,16 @@ src2 = src_val[:2]
 print("src:", describe(src2[0]), "|", describe(src2[1]))
 trace = []
 out2, caches2 = greedy_decode_by_hand(model, src2, trace=trace)
-print(f"{'step':>4}  {'new x':>12}  {'self mask':>14}  {'self K (layer 0)':>18}  {'cross K (layer 0)':>18}")
+print(
+    f"{'step':>4}  {'new x':>12}  {'self mask':>14}  {'self K (layer 0)':>18}  {'cross K (layer 0)':>18}"
+)
 for r in trace:
-    print(f"{r['step']:>4}  {str(r['x']):>12}  {str(r['mask']):>14}  {str(r['self_k']):>18}  {str(r['cross_k']):>18}")
+    print(
+        f"{r['step']:>4}  {str(r['x']):>12}  {str(r['mask']):>14}  {str(r['self_k']):>18}  {str(r['cross_k']):>18}"
+    )
 print("output:", describe(out2[0]), "|", describe(out2[1]))
 
-h_, dk = cfg["num_heads"], cfg["d_model"] // cfg["num_heads"]
+h_, dk = cfg.num_heads, cfg.d_model // cfg.num_heads
 assert [r["self_k"] for r in trace] == [(2, h_, s + 1, dk) for s in range(len(trace))]
 assert len({r["cross_ptr"] for r in trace}) == 1  # computed once, reused
 assert torch.equal(out2, greedy_decode(model, src2, use_cache=False))
@@ -364,7 +410,14 @@ assert agreement(ours) == 1.0
 
 # %%
 cached_val = greedy_decode(model, src_val, use_cache=True)
-print("naive", tuple(naive_val.shape), "| by hand", tuple(ours.shape), "| helpers cached", tuple(cached_val.shape))
+print(
+    "naive",
+    tuple(naive_val.shape),
+    "| by hand",
+    tuple(ours.shape),
+    "| helpers cached",
+    tuple(cached_val.shape),
+)
 assert torch.equal(ours, naive_val) and torch.equal(cached_val, naive_val)
 print("identical tokens on all 1000 sequences")
 
@@ -375,10 +428,12 @@ print("identical tokens on all 1000 sequences")
 # both until `<eos>` and for the full length without stopping:
 
 # %%
-configs = [dict(d_model=32, num_heads=2, dff=64, num_layers=1),
-           dict(d_model=64, num_heads=4, dff=256, num_layers=2),
-           dict(d_model=96, num_heads=8, dff=192, num_layers=3),
-           dict(d_model=128, num_heads=4, dff=512, num_layers=4)]
+configs = [
+    dict(d_model=32, num_heads=2, dff=64, num_layers=1),
+    dict(d_model=64, num_heads=4, dff=256, num_layers=2),
+    dict(d_model=96, num_heads=8, dff=192, num_layers=3),
+    dict(d_model=128, num_heads=4, dff=512, num_layers=4),
+]
 src_r, _ = make_reversal_dataset(64, seed=5, min_len=1, max_len=20)
 for i, c in enumerate(configs):
     torch.manual_seed(100 + i)
@@ -408,7 +463,10 @@ torch.manual_seed(0)
 long_model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=513).eval()
 src_t = src_val[:1]
 lengths = [16, 64, 256, 512]
-greedy_decode(long_model, src_t, max_len=9, use_cache=True), greedy_decode(long_model, src_t, max_len=9)  # warm-up
+(
+    greedy_decode(long_model, src_t, max_len=9, use_cache=True),
+    greedy_decode(long_model, src_t, max_len=9),
+)  # warm-up
 timing = {}
 for n_new in lengths:
     best = {}
@@ -416,13 +474,17 @@ for n_new in lengths:
         runs = []
         for _ in range(3 if n_new <= 64 else 1):
             t0 = time.perf_counter()
-            toks = greedy_decode(long_model, src_t, max_len=n_new + 1, use_cache=use_cache, stop_at_eos=False)
+            toks = greedy_decode(
+                long_model, src_t, max_len=n_new + 1, use_cache=use_cache, stop_at_eos=False
+            )
             runs.append(time.perf_counter() - t0)
         best[use_cache] = (min(runs), toks)
     assert torch.equal(best[False][1], best[True][1]) and best[True][1].size(1) == n_new + 1
     timing[n_new] = (best[False][0], best[True][0])
-    print(f"{n_new:>4} new tokens: naive {1e3 * best[False][0]:8.1f} ms, cached {1e3 * best[True][0]:7.1f} ms, "
-          f"speed-up {best[False][0] / best[True][0]:5.1f}x, identical tokens")
+    print(
+        f"{n_new:>4} new tokens: naive {1e3 * best[False][0]:8.1f} ms, cached {1e3 * best[True][0]:7.1f} ms, "
+        f"speed-up {best[False][0] / best[True][0]:5.1f}x, identical tokens"
+    )
 assert timing[256][1] < timing[256][0] and timing[512][1] < timing[512][0]
 
 # %% [markdown]
@@ -480,21 +542,27 @@ def cache_bytes(caches):
 
 
 def formula(cfg, B, t, Ls, bytes_per=4):
-    return cfg["num_layers"] * B * 2 * cfg["d_model"] * bytes_per * (t + Ls)
+    return cfg.num_layers * B * 2 * cfg.d_model * bytes_per * (t + Ls)
 
 
-per_token = 2 * cfg["d_model"] * 4
-print(f"trained model: {per_token} bytes per token per layer, "
-      f"x {cfg['num_layers']} layers = {per_token * cfg['num_layers']} bytes per token")
+per_token = 2 * cfg.d_model * 4
+print(
+    f"trained model: {per_token} bytes per token per layer, "
+    f"x {cfg.num_layers} layers = {per_token * cfg.num_layers} bytes per token"
+)
 t2 = caches2[0]["self_k"].size(2)
-print(f"after {t2} positions, B=2, Ls={src2.size(1)}: formula {formula(cfg, 2, t2, src2.size(1))} bytes, "
-      f"tensors {cache_bytes(caches2)} bytes")
+print(
+    f"after {t2} positions, B=2, Ls={src2.size(1)}: formula {formula(cfg, 2, t2, src2.size(1))} bytes, "
+    f"tensors {cache_bytes(caches2)} bytes"
+)
 assert cache_bytes(caches2) == formula(cfg, 2, t2, src2.size(1))
 
 _, caches_long = greedy_decode_by_hand(long_model, src_t, max_len=513, stop_at_eos=False)
 t_long, lc = caches_long[0]["self_k"].size(2), long_model.config
-print(f"long model after 512 new tokens, t={t_long} cached positions: "
-      f"formula {formula(lc, 1, t_long, src_t.size(1)) / 2**20:.3f} MiB, tensors {cache_bytes(caches_long) / 2**20:.3f} MiB")
+print(
+    f"long model after 512 new tokens, t={t_long} cached positions: "
+    f"formula {formula(lc, 1, t_long, src_t.size(1)) / 2**20:.3f} MiB, tensors {cache_bytes(caches_long) / 2**20:.3f} MiB"
+)
 assert t_long == 512 and cache_bytes(caches_long) == formula(lc, 1, t_long, src_t.size(1))
 
 # %% [markdown]
@@ -502,9 +570,11 @@ assert t_long == 512 and cache_bytes(caches_long) == formula(lc, 1, t_long, src_
 # $d_{model} = 4096$ in 16-bit floats needs, per sequence and per token:
 
 # %%
-big = dict(num_layers=32, d_model=4096)
+big = SimpleNamespace(num_layers=32, d_model=4096)
 per_tok_big = formula(big, 1, 1, 0, bytes_per=2)
-print(f"{per_tok_big / 2**10:.0f} KiB per token; 4096 tokens x 8 sequences: {per_tok_big * 4096 * 8 / 2**30:.0f} GiB")
+print(
+    f"{per_tok_big / 2**10:.0f} KiB per token; 4096 tokens x 8 sequences: {per_tok_big * 4096 * 8 / 2**30:.0f} GiB"
+)
 assert per_tok_big == 32 * 2 * 4096 * 2
 
 # %% [markdown]
@@ -524,8 +594,15 @@ with torch.no_grad():
     memory2, src_mask2 = model.encode(src2)
     lib_caches = [{} for _ in model.decoder.layers]
     for step in range(out2.size(1) - 1):
-        model.decoder(out2[:, step:step + 1], memory2, make_padding_mask(out2[:, :step + 1]), src_mask2,
-                      need_weights=False, caches=lib_caches, start_pos=step)
+        model.decoder(
+            out2[:, step : step + 1],
+            memory2,
+            make_padding_mask(out2[:, : step + 1]),
+            src_mask2,
+            need_weights=False,
+            caches=lib_caches,
+            start_pos=step,
+        )
 for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
     assert mine.keys() == lib.keys()
     for key in mine:

@@ -61,7 +61,9 @@ from helpers import (
 from helpers.gpt import causal_mask_with_past, fixed_windows, random_windows, split_train_val
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # the tensors are small: one CPU thread is enough, and steady on a busy machine
+torch.set_num_threads(
+    1
+)  # the tensors are small: one CPU thread is enough, and steady on a busy machine
 
 # %% [markdown]
 # ## 1. The text
@@ -139,7 +141,9 @@ data = tok.encode(text)
 train_ids, val_ids = split_train_val(data, val_fraction=0.1)
 print(f"train {len(train_ids)} ids, validation {len(val_ids)} ids")
 
-x, y = random_windows(train_ids, batch_size=4, block_size=128, generator=torch.Generator().manual_seed(0))
+x, y = random_windows(
+    train_ids, batch_size=4, block_size=128, generator=torch.Generator().manual_seed(0)
+)
 print("x", tuple(x.shape), x.dtype, "| y", tuple(y.shape))
 print("x[0][:40]:", repr(tok.decode(x[0][:40])))
 print("y[0][:40]:", repr(tok.decode(y[0][:40])))
@@ -198,14 +202,18 @@ with torch.no_grad():
     a, b = model(xb), model(changed)
     past = (a[:, :10] - b[:, :10]).abs().max().item()
     future = (a[:, 10:] - b[:, 10:]).abs().max().item()
-print(f"positions 0-9 unchanged (< 1e-5): {past < 1e-5} | positions 10-15 changed (> 1e-3): {future > 1e-3}")
+print(
+    f"positions 0-9 unchanged (< 1e-5): {past < 1e-5} | positions 10-15 changed (> 1e-3): {future > 1e-3}"
+)
 assert past < 1e-5 and future > 1e-3
 
 with torch.no_grad():
     xv, yv = fixed_windows(val_ids, 128)
     init_loss = F.cross_entropy(model(xv).flatten(0, 1), yv.flatten()).item()
-print(f"initial validation loss within 0.3 of ln V = {math.log(tok.vocab_size):.2f}: "
-      f"{abs(init_loss - math.log(tok.vocab_size)) < 0.3}")
+print(
+    f"initial validation loss within 0.3 of ln V = {math.log(tok.vocab_size):.2f}: "
+    f"{abs(init_loss - math.log(tok.vocab_size)) < 0.3}"
+)
 assert abs(init_loss - math.log(tok.vocab_size)) < 0.3
 
 # %% [markdown]
@@ -226,10 +234,12 @@ with torch.no_grad():
     tied_logits = tied(xv)
     tied_loss = F.cross_entropy(tied_logits.flatten(0, 1), yv.flatten()).item()
     repeats = (tied_logits.argmax(-1) == xv).float().mean().item()
-print(f"tied: {count_parameters(model) - count_parameters(tied):,} fewer parameters (V * d = "
-      f"{tok.vocab_size} * {config['d_model']}); initial loss more than 1 nat above ln V: "
-      f"{tied_loss > math.log(tok.vocab_size) + 1}; predicts the input character again at more "
-      f"than 90 % of positions: {repeats > 0.9}")
+print(
+    f"tied: {count_parameters(model) - count_parameters(tied):,} fewer parameters (V * d = "
+    f"{tok.vocab_size} * {config['d_model']}); initial loss more than 1 nat above ln V: "
+    f"{tied_loss > math.log(tok.vocab_size) + 1}; predicts the input character again at more "
+    f"than 90 % of positions: {repeats > 0.9}"
+)
 assert count_parameters(model) - count_parameters(tied) == tok.vocab_size * config["d_model"]
 assert tied_loss > math.log(tok.vocab_size) + 1 and repeats > 0.9
 
@@ -252,18 +262,32 @@ assert tied_loss > math.log(tok.vocab_size) + 1 and repeats > 0.9
 
 # %% tags=["nbval-ignore-output"]
 steps = 800
-hist = train_gpt(model, train_ids, val_ids, steps=steps, batch_size=16, block_size=128, lr=1e-2,
-                 warmup=80, eval_every=50, seed=0)
+hist = train_gpt(
+    model,
+    train_ids,
+    val_ids,
+    steps=steps,
+    batch_size=16,
+    block_size=128,
+    lr=1e-2,
+    warmup=80,
+    eval_every=50,
+    seed=0,
+)
 print(f"{steps * 16 * 128 / len(train_ids):.0f} passes over the training text")
-print(f"{steps} steps in {hist['seconds']:.1f} s; best validation loss {hist['best_val_loss']:.3f} "
-      f"at step {hist['best_step']}; restored those weights")
+print(
+    f"{steps} steps in {hist['seconds']:.1f} s; best validation loss {hist['best_val_loss']:.3f} "
+    f"at step {hist['best_step']}; restored those weights"
+)
 
 # %% [markdown]
 # The curves: the loss of every training batch (faint), and the two evaluations.
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.8))
-ax.plot(hist["step"], hist["batch_loss"], color="tab:blue", alpha=0.25, lw=0.8, label="training batches")
+ax.plot(
+    hist["step"], hist["batch_loss"], color="tab:blue", alpha=0.25, lw=0.8, label="training batches"
+)
 ax.plot(hist["eval_step"], hist["train_loss"], "o-", color="tab:blue", ms=3, label="training text")
 ax.plot(hist["eval_step"], hist["val_loss"], "o-", color="tab:orange", ms=3, label="held-out text")
 ax.axvline(hist["best_step"], color="gray", ls=":", label="lowest held-out loss (kept)")
@@ -295,8 +319,12 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 best_i = hist["eval_step"].index(hist["best_step"])
-print(f"step {hist['best_step']:>3} (best): training {hist['train_loss'][best_i]:.3f}, held-out {hist['val_loss'][best_i]:.3f}")
-print(f"step {steps} (last): training {hist['train_loss'][-1]:.3f}, held-out {hist['val_loss'][-1]:.3f}")
+print(
+    f"step {hist['best_step']:>3} (best): training {hist['train_loss'][best_i]:.3f}, held-out {hist['val_loss'][best_i]:.3f}"
+)
+print(
+    f"step {steps} (last): training {hist['train_loss'][-1]:.3f}, held-out {hist['val_loss'][-1]:.3f}"
+)
 assert hist["best_step"] < steps
 assert hist["val_loss"][-1] > hist["best_val_loss"] + 0.1  # held-out loss turned up
 assert hist["train_loss"][-1] < hist["val_loss"][-1] - 0.5  # the gap of memorisation
@@ -319,17 +347,21 @@ def longest_repeat(s: str) -> int:
     """Length of the longest substring that occurs at least twice without overlapping (>= 4)."""
     best = 0
     for n in range(4, len(s) // 2):
-        if any(s.find(s[i:i + n], i + n) >= 0 for i in range(len(s) - 2 * n + 1)):
+        if any(s.find(s[i : i + n], i + n) >= 0 for i in range(len(s) - 2 * n + 1)):
             best = n
         else:
             break
     return best
 
 
-prompts = torch.stack([tok.encode(p) for p in ("The model ", "Attention ", "A mask is ", "The cache ")])
+prompts = torch.stack(
+    [tok.encode(p) for p in ("The model ", "Attention ", "A mask is ", "The cache ")]
+)
 prompt = prompts[:1]  # "The model ", used alone below
 greedy = generate(model, prompts, max_new_tokens=118, temperature=0)
-sampled = generate(model, prompts, max_new_tokens=118, temperature=1.0, generator=torch.Generator().manual_seed(0))
+sampled = generate(
+    model, prompts, max_new_tokens=118, temperature=1.0, generator=torch.Generator().manual_seed(0)
+)
 rep_greedy = [longest_repeat(tok.decode(r)) for r in greedy]
 rep_sampled = [longest_repeat(tok.decode(r)) for r in sampled]
 for r in greedy[:2]:
@@ -359,7 +391,12 @@ with torch.no_grad():
 z[PAD_ID] = float("-inf")  # id 0 is not a character: generate never picks it
 context = tok.decode(val_ids[:60])
 print("context:", repr(context[-40:]))
-for label, zz in (("T=1", z), ("T=0.5", z / 0.5), ("T=2", z / 2), ("T=1, top-5", top_k_filter(z[None], 5)[0])):
+for label, zz in (
+    ("T=1", z),
+    ("T=0.5", z / 0.5),
+    ("T=2", z / 2),
+    ("T=1, top-5", top_k_filter(z[None], 5)[0]),
+):
     p = zz.softmax(-1)
     top = p.topk(6)
     shown = "  ".join(f"{tok.decode([int(i)])!r}:{v:.2f}" for v, i in zip(top.values, top.indices))
@@ -388,11 +425,21 @@ def mean_entropy(logits):
     return -(p * p.clamp_min(1e-30).log()).sum(-1).mean().item()
 
 
-entropy = {k: [mean_entropy(top_k_filter(zv / T, k) if k else zv / T) for T in temperatures] for k in ks}
+entropy = {
+    k: [mean_entropy(top_k_filter(zv / T, k) if k else zv / T) for T in temperatures] for k in ks
+}
 fig, ax = plt.subplots(figsize=(6, 3.6))
 for k in ks:
-    ax.plot(temperatures, entropy[k], "o-", ms=3, label="all characters" if k is None else f"top-{k}")
-ax.axhline(math.log(tok.vocab_size - 1), color="black", lw=0.8, ls="--", label="uniform over all characters")
+    ax.plot(
+        temperatures, entropy[k], "o-", ms=3, label="all characters" if k is None else f"top-{k}"
+    )
+ax.axhline(
+    math.log(tok.vocab_size - 1),
+    color="black",
+    lw=0.8,
+    ls="--",
+    label="uniform over all characters",
+)
 ax.set_xlabel("temperature")
 ax.set_ylabel("mean entropy (nats)")
 ax.set_title("What the sampler draws from, on held-out text")
@@ -417,9 +464,16 @@ train_words = set(re.findall(r"[a-z]+", tok.decode(train_ids).lower()))
 
 def sample_stats(temperature, top_k=None, n=8):
     g = torch.Generator().manual_seed(0)
-    out = generate(model, prompt.repeat(n, 1), 110, temperature=temperature, top_k=top_k,
-                   use_cache=True, generator=g)
-    texts = [tok.decode(row[prompt.size(1):]) for row in out]
+    out = generate(
+        model,
+        prompt.repeat(n, 1),
+        110,
+        temperature=temperature,
+        top_k=top_k,
+        use_cache=True,
+        generator=g,
+    )
+    texts = [tok.decode(row[prompt.size(1) :]) for row in out]
     words = [w for t in texts for w in re.findall(r"[a-z]+", t.lower())]
     return texts, sum(w in train_words for w in words) / len(words)
 
@@ -467,10 +521,17 @@ with torch.no_grad():
         feed = seq if step == 0 else seq[:, -1:]
         logits = model(feed, caches=caches)
         nxt = logits[:, -1].argmax(-1, keepdim=True)
-        print(f"fed {tuple(feed.shape)} -> logits {tuple(logits.shape)} | block 0 cache K "
-              f"{tuple(caches[0]['k'].shape)}, V {tuple(caches[0]['v'].shape)}")
+        print(
+            f"fed {tuple(feed.shape)} -> logits {tuple(logits.shape)} | block 0 cache K "
+            f"{tuple(caches[0]['k'].shape)}, V {tuple(caches[0]['v'].shape)}"
+        )
         seq = torch.cat([seq, nxt], dim=1)
-assert caches[0]["k"].shape == (1, config["num_heads"], prompt.size(1) + 2, config["d_model"] // config["num_heads"])
+assert caches[0]["k"].shape == (
+    1,
+    config["num_heads"],
+    prompt.size(1) + 2,
+    config["d_model"] // config["num_heads"],
+)
 
 # %% [markdown]
 # Now the check that matters: `generate(..., use_cache=True)` against `use_cache=False`, for the
@@ -480,11 +541,17 @@ assert caches[0]["k"].shape == (1, config["num_heads"], prompt.size(1) + 2, conf
 
 # %%
 outs = {}
-for label, kw in (("greedy", dict(temperature=0)),
-                  ("sampled, T=1", dict(temperature=1.0)),
-                  ("sampled, T=0.8, top-10", dict(temperature=0.8, top_k=10))):
-    naive_out, cached_out = [generate(model, prompts, 100, use_cache=c, generator=torch.Generator().manual_seed(42), **kw)
-                             for c in (False, True)]
+for label, kw in (
+    ("greedy", dict(temperature=0)),
+    ("sampled, T=1", dict(temperature=1.0)),
+    ("sampled, T=0.8, top-10", dict(temperature=0.8, top_k=10)),
+):
+    naive_out, cached_out = [
+        generate(
+            model, prompts, 100, use_cache=c, generator=torch.Generator().manual_seed(42), **kw
+        )
+        for c in (False, True)
+    ]
     assert torch.equal(naive_out, cached_out)
     outs[label] = cached_out
     print(f"{label:>22}: naive and cached tokens identical, {tuple(cached_out.shape)}")
@@ -507,8 +574,10 @@ for use_cache in (False, True):
         generate(model, prompt, 118, temperature=0, use_cache=use_cache)
         runs.append(time.perf_counter() - t0)
     timing[use_cache] = min(runs)
-print(f"naive {1e3 * timing[False]:.0f} ms, cached {1e3 * timing[True]:.0f} ms, "
-      f"speed-up {timing[False] / timing[True]:.1f}x")
+print(
+    f"naive {1e3 * timing[False]:.0f} ms, cached {1e3 * timing[True]:.0f} ms, "
+    f"speed-up {timing[False] / timing[True]:.1f}x"
+)
 assert timing[True] < timing[False]
 
 # %% [markdown]

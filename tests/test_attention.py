@@ -25,8 +25,12 @@ def test_sdpa_path_equals_handwritten(kind):
     m = mha()
     x = torch.randn(3, 6, 32)
     ids = torch.tensor([[3, 4, 5, 2, 0, 0], [3, 4, 5, 6, 7, 2], [5, 2, 0, 0, 0, 0]])
-    mask = {"none": None, "padding": make_padding_mask(ids), "causal": make_causal_mask(6),
-            "both": make_causal_mask(6) | make_padding_mask(ids)}[kind]
+    mask = {
+        "none": None,
+        "padding": make_padding_mask(ids),
+        "causal": make_causal_mask(6),
+        "both": make_causal_mask(6) | make_padding_mask(ids),
+    }[kind]
     a, w = m(x, x, x, attn_mask=mask, need_weights=True)
     b, none = m(x, x, x, attn_mask=mask, need_weights=False)
     assert none is None

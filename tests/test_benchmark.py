@@ -19,8 +19,10 @@ from helpers.benchmark import (
     score_matrix_bytes,
 )
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux") or not cpu_peak_memory_supported(),
-                                reason="needs Linux /proc/self/clear_refs")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not cpu_peak_memory_supported(),
+    reason="needs Linux /proc/self/clear_refs",
+)
 
 
 def test_score_matrix_bytes():
@@ -77,7 +79,10 @@ def test_measure_a_tiny_configuration():
 @linux_only
 def test_handwritten_memory_grows_like_L_squared():
     lengths = [256, 512, 1024]
-    peaks = [measure("handwritten", L, B=1, d_model=32, heads=8, min_run_time=0.01)["peak_mib"] for L in lengths]
+    peaks = [
+        measure("handwritten", L, B=1, d_model=32, heads=8, min_run_time=0.01)["peak_mib"]
+        for L in lengths
+    ]
     assert 1.7 < loglog_slope(lengths, peaks) < 2.2, peaks
 
 
@@ -90,7 +95,12 @@ def test_records_round_trip_and_table(tmp_path):
     rows = [
         {"variant": "handwritten", "L": 128, "ms": 1.5, "peak_mib": 12.0, "score_matrix_mib": 4.0},
         {"variant": "sdpa", "L": 128, "ms": 0.5, "peak_mib": 3.0, "score_matrix_mib": 4.0},
-        {"variant": "handwritten", "L": 4096, "skipped": "needs ~12 GiB", "score_matrix_mib": 4096.0},
+        {
+            "variant": "handwritten",
+            "L": 4096,
+            "skipped": "needs ~12 GiB",
+            "score_matrix_mib": 4096.0,
+        },
         {"variant": "sdpa", "L": 4096, "ms": 50.0, "peak_mib": 100.0, "score_matrix_mib": 4096.0},
     ]
     path = tmp_path / "bench.json"

@@ -4,7 +4,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from helpers import BOS_ID, PAD_ID, VOCAB_SIZE, Transformer, apply_default_init, make_padding_mask, make_reversal_dataset
+from helpers import (
+    BOS_ID,
+    PAD_ID,
+    VOCAB_SIZE,
+    Transformer,
+    apply_default_init,
+    make_padding_mask,
+    make_reversal_dataset,
+)
 from helpers.debugging import ModelReport, block_of, check_model
 
 CFG = dict(d_model=32, num_heads=2, dff=64, num_layers=2, max_len=14)
@@ -36,7 +44,9 @@ class SelfMaskTransformer(Transformer):
 
     def decode(self, tgt_in, memory, src_mask, need_weights=True):
         causal = type(self).self_mask_fn(tgt_in.size(1))
-        h, w = self.decoder(tgt_in, memory, causal | make_padding_mask(tgt_in), src_mask, need_weights=need_weights)
+        h, w = self.decoder(
+            tgt_in, memory, causal | make_padding_mask(tgt_in), src_mask, need_weights=need_weights
+        )
         return self.out_proj(h), w
 
 
@@ -69,9 +79,17 @@ def test_healthy_model_is_clean(batch):
     assert model.training, "check_model must restore train mode"
     assert all(p.grad is None for p in model.parameters()) and all(g is None for g in grads_before)
     assert torch.equal(torch.get_rng_state(), rng), "check_model must not consume the global RNG"
-    assert set(report.grad_norms) == {"encoder.embed", "encoder.layers.0", "encoder.layers.1", "encoder.ln_final",
-                                      "decoder.embed", "decoder.layers.0", "decoder.layers.1", "decoder.ln_final",
-                                      "out_proj"}
+    assert set(report.grad_norms) == {
+        "encoder.embed",
+        "encoder.layers.0",
+        "encoder.layers.1",
+        "encoder.ln_final",
+        "decoder.embed",
+        "decoder.layers.0",
+        "decoder.layers.1",
+        "decoder.ln_final",
+        "out_proj",
+    }
     assert all(0 < v < 1e3 for v in report.grad_norms.values())
 
 
@@ -97,12 +115,15 @@ def test_causal_mask_with_diagonal_zero_leaves_rows_fully_masked(batch, fn):
     assert not report.flagged("causality probe")  # too strict, not leaky: the other probe finds it
 
 
-@pytest.mark.parametrize("name, fn", [
-    ("no mask at all", lambda L: torch.zeros(1, 1, L, L, dtype=torch.bool)),
-    ("tril instead of triu", lambda L: torch.tril(ones(L), diagonal=-1)[None, None]),
-    ("the keep-mask passed as blocked", lambda L: torch.tril(ones(L))[None, None]),
-    ("mask transposed", lambda L: torch.triu(ones(L), diagonal=1).T[None, None]),
-])
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("no mask at all", lambda L: torch.zeros(1, 1, L, L, dtype=torch.bool)),
+        ("tril instead of triu", lambda L: torch.tril(ones(L), diagonal=-1)[None, None]),
+        ("the keep-mask passed as blocked", lambda L: torch.tril(ones(L))[None, None]),
+        ("mask transposed", lambda L: torch.triu(ones(L), diagonal=1).T[None, None]),
+    ],
+)
 def test_leaky_causal_masks_fail_the_causality_probe(batch, name, fn):
     report = check_model(small(with_self_mask(fn)), batch, verbose=False)
     assert report.flagged("causality probe"), name
@@ -152,7 +173,12 @@ def test_injected_nan_is_traced_to_its_module(batch):
     with torch.no_grad():
         model.decoder.layers[1].ffn.net[0].weight[0, 0] = float("nan")
     report = check_model(model, batch, verbose=False)
-    assert {"parameters finite", "activations finite", "loss and grads finite", "initial loss"} <= failed(report)
+    assert {
+        "parameters finite",
+        "activations finite",
+        "loss and grads finite",
+        "initial loss",
+    } <= failed(report)
     assert "decoder.layers.1.ffn.net.0" in report["activations finite"].message
     assert report["causality probe"].status == "skip"
 
@@ -170,7 +196,9 @@ def test_start_symbol_equal_to_pad_is_flagged(batch):
 def test_missing_shift_is_flagged(batch):
     src, tgt = batch
     model = small()
-    assert not check_model(model, (src, tgt[:, :-1], tgt[:, 1:]), verbose=False).flagged("teacher-forcing shift")
+    assert not check_model(model, (src, tgt[:, :-1], tgt[:, 1:]), verbose=False).flagged(
+        "teacher-forcing shift"
+    )
     report = check_model(model, (src, tgt[:, :-1], tgt[:, :-1]), verbose=False)
     assert failed(report) == {"teacher-forcing shift"}
 

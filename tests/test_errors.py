@@ -3,8 +3,14 @@
 import pytest
 import torch
 
-from helpers import (MultiHeadAttention, TokenAndPosition, Transformer, greedy_decode, make_causal_mask,
-                     make_padding_mask)
+from helpers import (
+    MultiHeadAttention,
+    TokenAndPosition,
+    Transformer,
+    greedy_decode,
+    make_causal_mask,
+    make_padding_mask,
+)
 
 
 def test_heads_must_divide_d_model():
@@ -23,7 +29,9 @@ def test_too_long_input():
 
 def test_out_of_vocabulary_ids():
     m = Transformer(13, 13, d_model=16, num_heads=2, dff=32, num_layers=1, max_len=8)
-    with pytest.raises(ValueError, match=r"src contains token id 13, outside the vocabulary \[0, 13\)"):
+    with pytest.raises(
+        ValueError, match=r"src contains token id 13, outside the vocabulary \[0, 13\)"
+    ):
         m.encode(torch.tensor([[3, 13, 2]]))
     with pytest.raises(ValueError, match=r"token id -1"):
         m.encode(torch.tensor([[3, -1, 2]]))
@@ -42,7 +50,9 @@ def test_mask_must_be_bool():
 def test_mask_on_another_device():
     a = MultiHeadAttention(16, 2)
     x = torch.randn(1, 3, 16)
-    with pytest.raises(ValueError, match=r"attn_mask is on meta but the attention inputs are on cpu"):
+    with pytest.raises(
+        ValueError, match=r"attn_mask is on meta but the attention inputs are on cpu"
+    ):
         a(x, x, x, attn_mask=make_causal_mask(3, device="meta"))
 
 

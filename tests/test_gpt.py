@@ -30,6 +30,7 @@ def tiny_gpt(vocab_size=20, seed=0, **kw):
 
 # ---------------------------------------------------------------- corpus and tokenizer
 
+
 def test_corpus_ships_with_the_package():
     text = load_corpus()
     assert 15_000 <= len(text.encode()) <= 60_000
@@ -67,6 +68,7 @@ def test_split_is_contiguous_and_windows_shift_by_one():
 
 
 # ---------------------------------------------------------------- model
+
 
 def test_gpt_block_is_the_encoder_layer_under_a_causal_mask():
     torch.manual_seed(0)
@@ -134,6 +136,7 @@ def test_causal_mask_with_past():
 
 # ---------------------------------------------------------------- KV cache
 
+
 def test_cached_logits_match_full_forward():
     m = tiny_gpt()
     ids = torch.randint(1, 20, (2, 15))
@@ -142,12 +145,14 @@ def test_cached_logits_match_full_forward():
     parts = [m(ids[:, :6], caches=caches)]  # a prompt, then chunks and single tokens
     parts.append(m(ids[:, 6:9], caches=caches))
     for t in range(9, 15):
-        parts.append(m(ids[:, t:t + 1], caches=caches))
+        parts.append(m(ids[:, t : t + 1], caches=caches))
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
     assert caches[0]["k"].shape == (2, 4, 15, 8) and MiniGPT.cached_length(caches) == 15
 
 
-@pytest.mark.parametrize("cfg", [dict(), dict(num_layers=3, num_heads=2), dict(d_model=48, num_heads=6)])
+@pytest.mark.parametrize(
+    "cfg", [dict(), dict(num_layers=3, num_heads=2), dict(d_model=48, num_heads=6)]
+)
 def test_generate_cache_equals_no_cache_greedy(cfg):
     m = tiny_gpt(**cfg)
     prompt = torch.randint(1, 20, (3, 5))
@@ -161,11 +166,30 @@ def test_generate_cache_equals_no_cache_greedy(cfg):
 def test_generate_cache_equals_no_cache_seeded_sampling(temperature, top_k):
     m = tiny_gpt()
     prompt = torch.randint(1, 20, (4, 3))
-    runs = [generate(m, prompt, 30, temperature=temperature, top_k=top_k, use_cache=c,
-                     generator=torch.Generator().manual_seed(7)) for c in (False, True)]
+    runs = [
+        generate(
+            m,
+            prompt,
+            30,
+            temperature=temperature,
+            top_k=top_k,
+            use_cache=c,
+            generator=torch.Generator().manual_seed(7),
+        )
+        for c in (False, True)
+    ]
     assert torch.equal(runs[0], runs[1])
-    other = generate(m, prompt, 30, temperature=temperature, top_k=top_k, generator=torch.Generator().manual_seed(8))
-    assert not torch.equal(runs[0], other)  # the seed matters: the test compares samples, not argmaxes
+    other = generate(
+        m,
+        prompt,
+        30,
+        temperature=temperature,
+        top_k=top_k,
+        generator=torch.Generator().manual_seed(8),
+    )
+    assert not torch.equal(
+        runs[0], other
+    )  # the seed matters: the test compares samples, not argmaxes
 
 
 def test_generate_bad_arguments():
@@ -181,6 +205,7 @@ def test_generate_bad_arguments():
 
 # ---------------------------------------------------------------- sampling
 
+
 def test_top_k_keeps_exactly_k_candidates():
     torch.manual_seed(0)
     logits = torch.randn(5, 30)
@@ -188,8 +213,10 @@ def test_top_k_keeps_exactly_k_candidates():
         kept = torch.isfinite(top_k_filter(logits, k))
         assert (kept.sum(-1) == k).all()
         # the kept ones are the k largest
-        assert torch.equal(kept.nonzero()[:, 1].view(5, k).sort(-1).values,
-                           logits.topk(k, -1).indices.sort(-1).values)
+        assert torch.equal(
+            kept.nonzero()[:, 1].view(5, k).sort(-1).values,
+            logits.topk(k, -1).indices.sort(-1).values,
+        )
     with pytest.raises(ValueError, match="top_k"):
         top_k_filter(logits, 0)
 
@@ -225,13 +252,24 @@ def test_low_temperature_concentrates_samples():
 
 # ---------------------------------------------------------------- training
 
+
 def test_train_gpt_learns_and_keeps_best():
     text = "abcabcabdabcabcabd" * 20
     tok = CharTokenizer(text)
     tr, va = split_train_val(tok.encode(text), 0.2)
     m = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
-    hist = train_gpt(m, tr, va, steps=60, batch_size=8, lr=3e-3, warmup=10, eval_every=20,
-                     eval_windows=8, progress=False)
+    hist = train_gpt(
+        m,
+        tr,
+        va,
+        steps=60,
+        batch_size=8,
+        lr=3e-3,
+        warmup=10,
+        eval_every=20,
+        eval_windows=8,
+        progress=False,
+    )
     assert hist["eval_step"] == [20, 40, 60]
     assert hist["val_loss"][-1] < hist["val_loss"][0] < 2.0
     assert hist["best_val_loss"] == min(hist["val_loss"])

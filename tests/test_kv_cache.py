@@ -32,13 +32,19 @@ def test_cross_attention_kv_projected_once_self_kv_one_row_per_step():
     model = random_model()
     src, _ = make_reversal_dataset(3, seed=0)
     for layer in model.decoder.layers:
-        cross = rows_per_call(layer.cross_mha.W_k, lambda: greedy_decode(model, src, max_len=12, use_cache=True,
-                                                                         stop_at_eos=False))
+        cross = rows_per_call(
+            layer.cross_mha.W_k,
+            lambda: greedy_decode(model, src, max_len=12, use_cache=True, stop_at_eos=False),
+        )
         assert cross == [src.size(1)]  # the whole memory, once
-        naive = rows_per_call(layer.cross_mha.W_k, lambda: greedy_decode(model, src, max_len=12, stop_at_eos=False))
+        naive = rows_per_call(
+            layer.cross_mha.W_k, lambda: greedy_decode(model, src, max_len=12, stop_at_eos=False)
+        )
         assert naive == [src.size(1)] * 11  # ... versus every step
-        new_k = rows_per_call(layer.self_mha.W_k, lambda: greedy_decode(model, src, max_len=12, use_cache=True,
-                                                                        stop_at_eos=False))
+        new_k = rows_per_call(
+            layer.self_mha.W_k,
+            lambda: greedy_decode(model, src, max_len=12, use_cache=True, stop_at_eos=False),
+        )
         assert new_k == [1] * 11
 
 
@@ -49,8 +55,15 @@ def drive_decoder(model, src, tokens):
     ptrs = []
     with torch.no_grad():
         for step in range(tokens.size(1)):
-            model.decoder(tokens[:, step:step + 1], memory, make_padding_mask(tokens[:, :step + 1]), src_mask,
-                          need_weights=False, caches=caches, start_pos=step)
+            model.decoder(
+                tokens[:, step : step + 1],
+                memory,
+                make_padding_mask(tokens[:, : step + 1]),
+                src_mask,
+                need_weights=False,
+                caches=caches,
+                start_pos=step,
+            )
             assert caches[0]["self_k"].shape[2] == step + 1
             ptrs.append(caches[0]["cross_k"].data_ptr())
     assert len(set(ptrs)) == 1  # the same cross-attention tensor at every step
@@ -80,14 +93,27 @@ def test_cached_logits_match_naive_logits():
         caches = [{} for _ in model.decoder.layers]
         steps = []
         for s in range(tokens.size(1)):
-            h, _ = model.decoder(tokens[:, s:s + 1], memory, make_padding_mask(tokens[:, :s + 1]), src_mask,
-                                 need_weights=False, caches=caches, start_pos=s)
+            h, _ = model.decoder(
+                tokens[:, s : s + 1],
+                memory,
+                make_padding_mask(tokens[:, : s + 1]),
+                src_mask,
+                need_weights=False,
+                caches=caches,
+                start_pos=s,
+            )
             steps.append(model.out_proj(h))
     torch.testing.assert_close(torch.cat(steps, dim=1), naive, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("seed,cfg", [(0, dict()), (1, dict(d_model=64, num_heads=8, num_layers=3)),
-                                      (2, dict(d_model=16, num_heads=1, dff=32, num_layers=1))])
+@pytest.mark.parametrize(
+    "seed,cfg",
+    [
+        (0, dict()),
+        (1, dict(d_model=64, num_heads=8, num_layers=3)),
+        (2, dict(d_model=16, num_heads=1, dff=32, num_layers=1)),
+    ],
+)
 def test_long_outputs_identical(seed, cfg):
     model = random_model(seed=seed, max_len=80, **cfg)
     src, _ = make_reversal_dataset(8, seed=seed, min_len=1, max_len=10)  # padded sources
@@ -97,7 +123,9 @@ def test_long_outputs_identical(seed, cfg):
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_decoding", ROOT / "tools" / "bench_decoding.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_decoding", ROOT / "tools" / "bench_decoding.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -108,5 +136,8 @@ def test_bench_decoding_rows_and_final_line():
     rows = bench.bench([4, 8], repeats=1)
     assert [r["new_tokens"] for r in rows] == [4, 8]
     assert all(r["identical"] and r["naive_ms"] > 0 and r["cached_ms"] > 0 for r in rows)
-    fake = [dict(new_tokens=256, speedup=6.66, identical=True), dict(new_tokens=16, speedup=1.2, identical=False)]
+    fake = [
+        dict(new_tokens=256, speedup=6.66, identical=True),
+        dict(new_tokens=16, speedup=1.2, identical=False),
+    ]
     assert bench.final_line(fake) == "speedup_at_256=6.7 identical=False"

@@ -1,7 +1,13 @@
 import torch
 
-from helpers import (from_hf_attention_mask, fully_masked_rows, make_causal_mask, make_padding_mask,
-                     to_hf_attention_mask, to_sdpa_mask)
+from helpers import (
+    from_hf_attention_mask,
+    fully_masked_rows,
+    make_causal_mask,
+    make_padding_mask,
+    to_hf_attention_mask,
+    to_sdpa_mask,
+)
 
 
 def test_padding_mask():

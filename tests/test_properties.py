@@ -28,10 +28,12 @@ def test_causality(cfg, t):
     with torch.no_grad():
         a = m(src, tgt_in)
         changed = tgt_in.clone()
-        changed[:, t + 1:] = torch.randint(3, 13, changed[:, t + 1:].shape, generator=torch.Generator().manual_seed(t))
+        changed[:, t + 1 :] = torch.randint(
+            3, 13, changed[:, t + 1 :].shape, generator=torch.Generator().manual_seed(t)
+        )
         b = m(src, changed)
-    torch.testing.assert_close(a[:, :t + 1], b[:, :t + 1], atol=1e-5, rtol=1e-5)
-    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:], atol=1e-3)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :], atol=1e-3)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -42,7 +44,9 @@ def test_padding_invariance(cfg, extra):
     src, tgt = make_reversal_dataset(4, seed=4)
     padded = torch.nn.functional.pad(src, (0, extra), value=0)
     with torch.no_grad():
-        torch.testing.assert_close(m(src, tgt[:, :-1]), m(padded, tgt[:, :-1]), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            m(src, tgt[:, :-1]), m(padded, tgt[:, :-1]), atol=1e-5, rtol=1e-5
+        )
 
 
 def test_broken_causal_mask_is_caught(monkeypatch):
@@ -52,8 +56,11 @@ def test_broken_causal_mask_is_caught(monkeypatch):
     m = model_for(CONFIGS[1])
     src, tgt = make_reversal_dataset(4, seed=3)
     tgt_in = tgt[:, :-1]
-    monkeypatch.setattr(model_mod, "make_causal_mask",
-                        lambda L, device=None: torch.zeros(1, 1, L, L, dtype=torch.bool, device=device))
+    monkeypatch.setattr(
+        model_mod,
+        "make_causal_mask",
+        lambda L, device=None: torch.zeros(1, 1, L, L, dtype=torch.bool, device=device),
+    )
     with torch.no_grad():
         a = m(src, tgt_in)
         changed = tgt_in.clone()

@@ -1,12 +1,10 @@
 """The training loop, the cheap exact-match proxy, and the checkpoint cache (tiny configs: seconds)."""
 
 import dataclasses
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -14,27 +12,38 @@ import torch
 import torch.nn.functional as F
 
 from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset
-from helpers.training import (
+from helpers.schedule import noam_lambda
+from helpers.checkpoints import checkpoint_path, load_checkpoint, load_or_train, save_checkpoint
+from helpers.recipes import (
     BOOK_RECIPE,
     COMPARISON_STEPS,
     SEED_RECIPE,
     TrainConfig,
-    build_model,
-    checkpoint_path,
     default_init_recipe,
-    lr_factor,
-    epoch_batches,
     fixed_budget_recipe,
-    load_checkpoint,
-    load_or_train,
-    save_checkpoint,
+)
+from helpers.train import (
+    build_model,
+    epoch_batches,
+    lr_factor,
     teacher_forced_exact_match,
     train_reversal,
 )
-from helpers.schedule import noam_lambda
 
-TINY = TrainConfig(d_model=16, num_heads=2, dff=32, num_layers=1, dropout=0.0, train_size=256, val_size=64,
-                   batch_size=32, warmup=10, max_steps=6, eval_every=3, eval_size=64)
+TINY = TrainConfig(
+    d_model=16,
+    num_heads=2,
+    dff=32,
+    num_layers=1,
+    dropout=0.0,
+    train_size=256,
+    val_size=64,
+    batch_size=32,
+    warmup=10,
+    max_steps=6,
+    eval_every=3,
+    eval_size=64,
+)
 import helpers
 
 SRC_DIR = Path(helpers.__file__).resolve().parents[1]  # the folder that holds the package
@@ -106,7 +115,9 @@ def test_epoch_batches_use_each_sequence_at_most_once(bucket):
     flat = torch.cat(batches)
     assert all(b.numel() == 64 for b in batches) and len(batches) == 1000 // 64
     assert flat.unique().numel() == flat.numel()  # no sequence twice in one epoch
-    spread = torch.tensor([int(lengths[b].max() - lengths[b].min()) for b in batches]).float().mean()
+    spread = (
+        torch.tensor([int(lengths[b].max() - lengths[b].min()) for b in batches]).float().mean()
+    )
     if bucket:
         assert spread < 2  # bucketed batches hold sequences of about the same length
     else:
@@ -116,12 +127,16 @@ def test_epoch_batches_use_each_sequence_at_most_once(bucket):
 def test_trimming_padding_columns_does_not_change_the_loss():
     torch.manual_seed(0)
     model = build_model(dataclasses.replace(TINY, d_model=32)).eval()
-    src, tgt = make_reversal_dataset(16, seed=3, max_len=6)  # width 8, but the model's max_len is 14
+    src, tgt = make_reversal_dataset(
+        16, seed=3, max_len=6
+    )  # width 8, but the model's max_len is 14
     lens_s, lens_t = (src != PAD_ID).sum(1).max(), (tgt != PAD_ID).sum(1).max()
 
     def loss(s, t):
         logits = model(s, t[:, :-1])
-        return F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID)
+        return F.cross_entropy(
+            logits.reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID
+        )
 
     wide_s = F.pad(src, (0, 6), value=PAD_ID)
     wide_t = F.pad(tgt, (0, 6), value=PAD_ID)
@@ -129,8 +144,20 @@ def test_trimming_padding_columns_does_not_change_the_loss():
 
 
 def test_teacher_forced_exact_match_equals_greedy_exact_match():
-    cfg = dataclasses.replace(TINY, d_model=32, num_heads=4, dff=64, train_size=2000, val_size=300,
-                              batch_size=64, warmup=50, lr_scale=2.0, max_steps=150, eval_every=150, eval_size=300)
+    cfg = dataclasses.replace(
+        TINY,
+        d_model=32,
+        num_heads=4,
+        dff=64,
+        train_size=2000,
+        val_size=300,
+        batch_size=64,
+        warmup=50,
+        lr_scale=2.0,
+        max_steps=150,
+        eval_every=150,
+        eval_size=300,
+    )
     model = train_reversal(cfg, progress=False).model
     src, tgt = make_reversal_dataset(300, seed=1)
     tf = teacher_forced_exact_match(model, src, tgt)
@@ -140,6 +167,7 @@ def test_teacher_forced_exact_match_equals_greedy_exact_match():
 
 
 # ---------------------------------------------------------------- checkpoint cache
+
 
 def test_same_config_reuses_the_checkpoint(tmp_path, capsys):
     first = load_or_train(TINY, cache_dir=tmp_path, progress=False)
@@ -157,7 +185,8 @@ def test_every_field_is_part_of_the_key():
     for f in dataclasses.fields(TrainConfig):
         value = getattr(TINY, f.name)
         changed = {bool: lambda v: not v, str: lambda v: v + "x", type(None): lambda v: 0.5}.get(
-            type(value), lambda v: v + 1)(value)
+            type(value), lambda v: v + 1
+        )(value)
         assert dataclasses.replace(TINY, **{f.name: changed}).key() != TINY.key(), f.name
 
 
@@ -193,7 +222,9 @@ def test_garbage_and_wrong_config_files_are_retrained(tmp_path, capsys):
 WRITER = textwrap.dedent("""
     import os, sys, time, torch
     sys.path.insert(0, {src!r})
-    from helpers.training import TrainConfig, save_checkpoint, train_reversal
+    from helpers.checkpoints import save_checkpoint
+    from helpers.recipes import TrainConfig
+    from helpers.train import train_reversal
     cfg = TrainConfig(**{cfg!r})
     result = train_reversal(cfg, progress=False)
     real_save = torch.save
@@ -240,9 +271,15 @@ def test_checkpoint_loads_with_weights_only(tmp_path):
 
 # ---------------------------------------------------------------- recipes
 
+
 def test_recipes():
-    assert SEED_RECIPE.d_model == 128 and SEED_RECIPE.batch_size == 64 and SEED_RECIPE.warmup == 1000
-    assert BOOK_RECIPE.target_exact_match == 0.995 and BOOK_RECIPE.eval_size == BOOK_RECIPE.val_size == 1000
+    assert (
+        SEED_RECIPE.d_model == 128 and SEED_RECIPE.batch_size == 64 and SEED_RECIPE.warmup == 1000
+    )
+    assert (
+        BOOK_RECIPE.target_exact_match == 0.995
+        and BOOK_RECIPE.eval_size == BOOK_RECIPE.val_size == 1000
+    )
     assert (BOOK_RECIPE.train_size, BOOK_RECIPE.data_seed, BOOK_RECIPE.val_seed) == (20000, 0, 1)
     bad = default_init_recipe()
     good = fixed_budget_recipe()

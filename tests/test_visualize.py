@@ -26,7 +26,9 @@ from helpers.visualize import (
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    return Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=64, num_layers=2, max_len=14).eval()
+    return Transformer(
+        VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=64, num_layers=2, max_len=14
+    ).eval()
 
 
 @pytest.mark.parametrize("text", ["7309", "7 3 0 9", "7,3,0,9", " 7, 3 0 9 "])
@@ -34,14 +36,17 @@ def test_parse_digits_accepts_common_spellings(text):
     assert parse_digits(text, 12) == [7, 3, 0, 9]
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("", "at least one digit"),
-    ("   ", "at least one digit"),
-    ("12a4", "only the digits 0-9"),
-    ("-1", "only the digits 0-9"),
-    ("1.5", "only the digits 0-9"),
-    ("1234567890123", "too long"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "at least one digit"),
+        ("   ", "at least one digit"),
+        ("12a4", "only the digits 0-9"),
+        ("-1", "only the digits 0-9"),
+        ("1.5", "only the digits 0-9"),
+        ("1234567890123", "too long"),
+    ],
+)
 def test_parse_digits_rejects_bad_input_with_a_clear_message(text, fragment):
     with pytest.raises(ValueError, match=fragment):
         parse_digits(text, 12)
@@ -87,7 +92,9 @@ def test_cross_attention_matches_model_decode(model):
     memory, mask = model.encode(src)
     _, cross = model.decode(pred[:, :-1], memory, mask)
     expected = cross[1][0, 2].detach().numpy()
-    np.testing.assert_allclose(cross_attention(model, [4, 4, 2], layer=1, head=2).weights, expected, atol=1e-6)
+    np.testing.assert_allclose(
+        cross_attention(model, [4, 4, 2], layer=1, head=2).weights, expected, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("layer, head", [(2, 0), (-3, 0), (0, 4), (0, "all"), (0.5, 0)])
@@ -100,8 +107,14 @@ def test_sharpness_of_a_perfect_and_a_uniform_map():
     n = 4
     perfect = np.zeros((n + 1, n + 1))
     perfect[np.arange(n + 1), mirrored_columns(n)] = 1.0
-    labels = dict(row_labels=[""] * (n + 1), col_labels=[""] * (n + 1), digits=[1, 2, 3, 4],
-                  output=[4, 3, 2, 1], layer=0, head=MEAN_OF_HEADS)
+    labels = dict(
+        row_labels=[""] * (n + 1),
+        col_labels=[""] * (n + 1),
+        digits=[1, 2, 3, 4],
+        output=[4, 3, 2, 1],
+        layer=0,
+        head=MEAN_OF_HEADS,
+    )
     s = attention_sharpness(AttentionMap(weights=perfect, **labels))
     assert s == {"on_mirror": 1.0, "argmax_hits": 1.0, "entropy_bits": 0.0}
     uniform = np.full((n + 1, n + 1), 1 / (n + 1))
@@ -123,7 +136,11 @@ def test_explorer_render_good_and_bad_input(model):
     ex = AttentionExplorer(model)
     fig, msg = ex.render("7 3 0", layer=0, head=1)
     assert fig is not None and msg.startswith("input 7 3 0 -> output")
-    for bad, fragment in [("", "at least one digit"), ("12x", "only the digits"), ("1" * 13, "too long")]:
+    for bad, fragment in [
+        ("", "at least one digit"),
+        ("12x", "only the digits"),
+        ("1" * 13, "too long"),
+    ]:
         fig, msg = ex.render(bad, layer=0, head=MEAN_OF_HEADS)
         assert fig is None and msg.startswith("error: ") and fragment in msg
         assert ex.last_figure is None

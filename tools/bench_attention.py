@@ -44,17 +44,26 @@ def default_out(device: str, dtype: str) -> Path:
 def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                    help="default: bfloat16 on CUDA, float32 on the CPU")
+    ap.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="default: bfloat16 on CUDA, float32 on the CPU",
+    )
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--min-run-time", type=float, default=1.0, help="CPU: seconds of timed runs per row")
+    ap.add_argument(
+        "--min-run-time", type=float, default=1.0, help="CPU: seconds of timed runs per row"
+    )
     ap.add_argument("--cuda-repeats", type=int, default=20)
-    ap.add_argument("--memory-fraction", type=float, default=0.6,
-                    help="skip a handwritten row whose estimated peak exceeds this share of available memory")
+    ap.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=0.6,
+        help="skip a handwritten row whose estimated peak exceeds this share of available memory",
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
 
@@ -64,36 +73,63 @@ def main(argv) -> int:
         return 2
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     out = args.out or default_out(device, dtype)
-    config = {"B": args.batch, "d_model": args.d_model, "heads": args.heads, "dtype": dtype,
-              "lengths": args.lengths, "variants": args.variants, "mask": "causal",
-              "min_run_time_s": args.min_run_time, "cuda_repeats": args.cuda_repeats,
-              "command": "python tools/bench_attention.py " + " ".join(argv)}
+    config = {
+        "B": args.batch,
+        "d_model": args.d_model,
+        "heads": args.heads,
+        "dtype": dtype,
+        "lengths": args.lengths,
+        "variants": args.variants,
+        "mask": "causal",
+        "min_run_time_s": args.min_run_time,
+        "cuda_repeats": args.cuda_repeats,
+        "command": "python tools/bench_attention.py " + " ".join(argv),
+    }
     env = environment(device)
     env["load_average_before"] = env.pop("load_average", None)
-    print(f"device {device}, {dtype}, torch {env['torch']}, {env.get('gpu', env['cpu'])}, "
-          f"{env['threads']} threads, load average {env['load_average_before']}", flush=True)
+    print(
+        f"device {device}, {dtype}, torch {env['torch']}, {env.get('gpu', env['cpu'])}, "
+        f"{env['threads']} threads, load average {env['load_average_before']}",
+        flush=True,
+    )
 
     rows: list[dict] = []
     t0 = time.perf_counter()
     for L in args.lengths:
         for variant in args.variants:
             t = time.perf_counter()
-            row = measure(variant, L, B=args.batch, d_model=args.d_model, heads=args.heads, dtype=dtype,
-                          device=device, min_run_time=args.min_run_time, cuda_repeats=args.cuda_repeats,
-                          memory_fraction=args.memory_fraction)
+            row = measure(
+                variant,
+                L,
+                B=args.batch,
+                d_model=args.d_model,
+                heads=args.heads,
+                dtype=dtype,
+                device=device,
+                min_run_time=args.min_run_time,
+                cuda_repeats=args.cuda_repeats,
+                memory_fraction=args.memory_fraction,
+            )
             row["load_average"] = [round(x, 2) for x in os.getloadavg()]
             rows.append(row)
             if "skipped" in row:
                 print(f"L={L:5d} {variant:12s} skipped: {row['skipped']}", flush=True)
             else:
-                print(f"L={L:5d} {variant:12s} {row['ms']:10.2f} ms  peak {row['peak_mib']:9.1f} MiB  "
-                      f"(scores {row['score_matrix_mib']:8.1f} MiB, backend {row['sdpa_backend']}, "
-                      f"{row['runs']} runs, {time.perf_counter() - t:.0f} s)", flush=True)
+                print(
+                    f"L={L:5d} {variant:12s} {row['ms']:10.2f} ms  peak {row['peak_mib']:9.1f} MiB  "
+                    f"(scores {row['score_matrix_mib']:8.1f} MiB, backend {row['sdpa_backend']}, "
+                    f"{row['runs']} runs, {time.perf_counter() - t:.0f} s)",
+                    flush=True,
+                )
             env["load_average_after"] = row["load_average"]
             env["seconds"] = round(time.perf_counter() - t0, 1)
             save_results(out, env, rows, config)
     print()
-    print(results_table(rows, [v for v in ("handwritten", "sdpa", "sdpa_causal") if v in args.variants]))
+    print(
+        results_table(
+            rows, [v for v in ("handwritten", "sdpa", "sdpa_causal") if v in args.variants]
+        )
+    )
     print(f"\nwrote {out} in {time.perf_counter() - t0:.0f} s")
     return 0
 

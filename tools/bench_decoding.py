@@ -51,9 +51,15 @@ def bench(lengths, repeats: int = 3, batch: int = 1, seed: int = 0):
             for use_cache in (False, True):
                 sec, outs[use_cache] = time_decoding(model, src, n, use_cache)
                 best[use_cache] = min(best[use_cache], sec)
-        rows.append(dict(new_tokens=n, naive_ms=1e3 * best[False], cached_ms=1e3 * best[True],
-                         speedup=best[False] / best[True],
-                         identical=bool(torch.equal(outs[False], outs[True]))))
+        rows.append(
+            dict(
+                new_tokens=n,
+                naive_ms=1e3 * best[False],
+                cached_ms=1e3 * best[True],
+                speedup=best[False] / best[True],
+                identical=bool(torch.equal(outs[False], outs[True])),
+            )
+        )
     return rows
 
 
@@ -67,21 +73,31 @@ def final_line(rows) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 512])
-    ap.add_argument("--repeats", type=int, default=3, help="runs per path and length; the fastest is kept")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="runs per path and length; the fastest is kept"
+    )
     ap.add_argument("--batch", type=int, default=1, help="source sequences decoded together")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch.set_num_threads; 1 (the default) is steady on a shared machine, 0 = torch's choice")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads; 1 (the default) is steady on a shared machine, 0 = torch's choice",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     lengths = sorted(set(args.lengths) | {256})
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
-          f"best of {args.repeats}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, "
+        f"best of {args.repeats}"
+    )
     rows = bench(lengths, repeats=args.repeats, batch=args.batch)
     print(f"{'new tokens':>10}  {'naive ms':>10}  {'cached ms':>10}  {'speedup':>8}  identical")
     for r in rows:
-        print(f"{r['new_tokens']:>10}  {r['naive_ms']:>10.1f}  {r['cached_ms']:>10.1f}  "
-              f"{r['speedup']:>7.1f}x  {r['identical']}")
+        print(
+            f"{r['new_tokens']:>10}  {r['naive_ms']:>10.1f}  {r['cached_ms']:>10.1f}  "
+            f"{r['speedup']:>7.1f}x  {r['identical']}"
+        )
     print(final_line(rows))
 
 

@@ -46,15 +46,9 @@ ABLATION = DATA / "training_ablation.json"
 import helpers.embeddings  # noqa: E402
 import helpers.model  # noqa: E402
 from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset  # noqa: E402
-from helpers.training import (  # noqa: E402
-    BOOK_RECIPE,
-    SEED_RECIPE,
-    TrainConfig,
-    build_model,
-    teacher_forced_exact_match,
-    train_reversal,
-)
 from helpers.schedule import noam_lambda  # noqa: E402
+from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
+from helpers.train import build_model, train_reversal  # noqa: E402
 
 TARGET = 0.995
 
@@ -70,8 +64,14 @@ def hardware() -> dict:
         bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
     except OSError:
         bf16 = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "avx512_bf16": bf16, "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "avx512_bf16": bf16,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def load() -> str:
@@ -82,6 +82,7 @@ def load() -> str:
 
 
 # ---------------------------------------------------------------- the seed recipe
+
 
 def seed_step_seconds(threads: int = 0, steps: int = 20, warmup_steps: int = 3) -> float:
     """Median seconds of one training step of the seed recipe (batch 64, d_model 128).
@@ -104,10 +105,12 @@ def _seed_step_seconds(steps: int, warmup_steps: int) -> float:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(cfg.d_model, cfg.warmup))
     times = []
     for i in range(steps + warmup_steps):
-        s, t = src[i * 64:(i + 1) * 64], tgt[i * 64:(i + 1) * 64]
+        s, t = src[i * 64 : (i + 1) * 64], tgt[i * 64 : (i + 1) * 64]
         t0 = time.perf_counter()
         logits = model(s, t[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID)
+        loss = F.cross_entropy(
+            logits.reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -141,21 +144,30 @@ def record_seed(args) -> None:
     steps_per_epoch = SEED_RECIPE.train_size // SEED_RECIPE.batch_size
     # One thread: on a shared machine, two OpenMP threads competing with other processes can
     # make each step ten times slower. The thread count changes only the low bits of the sums.
-    cfg = dataclasses.replace(SEED_RECIPE, eval_every=steps_per_epoch // 6, max_steps=10 * steps_per_epoch,
-                              threads=args.threads)
+    cfg = dataclasses.replace(
+        SEED_RECIPE,
+        eval_every=steps_per_epoch // 6,
+        max_steps=10 * steps_per_epoch,
+        threads=args.threads,
+    )
     print(f"recording the seed recipe: {cfg.max_steps} steps, load {load()}", flush=True)
     load_before = load()
     res = train_reversal(cfg, progress=True)
     h = res.history
     record = {
         "what": "the reference chapter's recipe (helpers.SEED_RECIPE), trained once for 10 epochs; "
-                "exact_match: teacher-forced exact match on the 1000 validation sequences (seed 1), "
-                "which equals greedy exact match",
+        "exact_match: teacher-forced exact match on the 1000 validation sequences (seed 1), "
+        "which equals greedy exact match",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "hardware": hardware(), "load_average_before": load_before, "load_average_after": load(),
-        "config": dataclasses.asdict(cfg), "steps_per_epoch": steps_per_epoch,
-        "seconds_total": round(res.seconds, 2), "ms_per_step": round(1000 * res.seconds / cfg.max_steps, 2),
-        "eval_step": h["eval_step"], "exact_match": h["exact_match"],
+        "hardware": hardware(),
+        "load_average_before": load_before,
+        "load_average_after": load(),
+        "config": dataclasses.asdict(cfg),
+        "steps_per_epoch": steps_per_epoch,
+        "seconds_total": round(res.seconds, 2),
+        "ms_per_step": round(1000 * res.seconds / cfg.max_steps, 2),
+        "eval_step": h["eval_step"],
+        "exact_match": h["exact_match"],
         "seconds": [round(s, 3) for s in h["seconds"]],
         "step_loss": [round(x, 5) for x in h["loss"]],
         "greedy_exact_match_final": exact_match(res.model, *make_reversal_dataset(1000, seed=1)),
@@ -163,38 +175,52 @@ def record_seed(args) -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     SEED_RUN.write_text(json.dumps(record, indent=1) + "\n")
     steps, epochs = seed_steps_to_target(record)
-    print(f"wrote {SEED_RUN.relative_to(ROOT)}: {res.seconds:.1f} s for 10 epochs, "
-          f"99.5 % first at the end of epoch {epochs} (step {steps})")
+    print(
+        f"wrote {SEED_RUN.relative_to(ROOT)}: {res.seconds:.1f} s for 10 epochs, "
+        f"99.5 % first at the end of epoch {epochs} (step {steps})"
+    )
 
 
 # ---------------------------------------------------------------- the book recipe
+
 
 def time_to_target(cfg: TrainConfig) -> dict:
     t0 = time.perf_counter()
     res = train_reversal(cfg, progress=False)
     seconds = time.perf_counter() - t0
     em = res.history["exact_match"][-1]
-    return {"seconds": round(seconds, 2), "steps": res.history["step"][-1], "exact_match": em,
-            "reached": bool(cfg.target_exact_match is not None and em >= cfg.target_exact_match)}
+    return {
+        "seconds": round(seconds, 2),
+        "steps": res.history["step"][-1],
+        "exact_match": em,
+        "reached": bool(cfg.target_exact_match is not None and em >= cfg.target_exact_match),
+    }
 
 
 def benchmark(args) -> None:
     if not SEED_RUN.exists():
-        raise SystemExit(f"missing {SEED_RUN}: run  python tools/bench_training.py --record-seed  once")
+        raise SystemExit(
+            f"missing {SEED_RUN}: run  python tools/bench_training.py --record-seed  once"
+        )
     record = json.loads(SEED_RUN.read_text())
     seed_steps, seed_epochs = seed_steps_to_target(record)
     print("hardware:", hardware())
     print("load average before:", load(), flush=True)
-    print("book recipe:", {k: v for k, v in dataclasses.asdict(BOOK_RECIPE).items()
-                           if v != getattr(SEED_RECIPE, k)})
+    print(
+        "book recipe:",
+        {k: v for k, v in dataclasses.asdict(BOOK_RECIPE).items() if v != getattr(SEED_RECIPE, k)},
+    )
     runs, step_times = [], []
     for r in range(args.repeats):
         # the seed recipe at its faster thread count on this machine (fair to it under load)
         step_times.append(min(seed_step_seconds(threads) for threads in (0, 1)))
         run = time_to_target(BOOK_RECIPE)
         runs.append(run)
-        print(f"  run {r + 1}: book recipe {run['seconds']:6.2f} s, {run['steps']} steps, exact match "
-              f"{run['exact_match']:.3f}; seed recipe step {1000 * step_times[-1]:.1f} ms", flush=True)
+        print(
+            f"  run {r + 1}: book recipe {run['seconds']:6.2f} s, {run['steps']} steps, exact match "
+            f"{run['exact_match']:.3f}; seed recipe step {1000 * step_times[-1]:.1f} ms",
+            flush=True,
+        )
         if not run["reached"]:
             raise SystemExit("the book recipe did not reach the target")
     eval_s = seed_eval_seconds()
@@ -206,21 +232,28 @@ def benchmark(args) -> None:
     first = next(s for s, em in zip(record["eval_step"], record["exact_match"]) if em >= TARGET)
     seed = first * step
     protocol = seed_steps * step + seed_epochs * eval_s
-    print(f"seed recipe: first >= 99.5 % at step {first} of the run recorded {record['date'][:10]} "
-          f"x {1000 * step:.1f} ms per step (measured now) = {seed:.1f} s")
-    print(f"  (with its own protocol, greedy evaluation at the end of each epoch: epoch {seed_epochs}, "
-          f"step {seed_steps}, {protocol:.1f} s)")
+    print(
+        f"seed recipe: first >= 99.5 % at step {first} of the run recorded {record['date'][:10]} "
+        f"x {1000 * step:.1f} ms per step (measured now) = {seed:.1f} s"
+    )
+    print(
+        f"  (with its own protocol, greedy evaluation at the end of each epoch: epoch {seed_epochs}, "
+        f"step {seed_steps}, {protocol:.1f} s)"
+    )
     print("load average after:", load())
     print(f"time_to_99.5={book:.1f} seed_recipe={seed:.1f} speedup={seed / book:.1f}x")
 
 
 # ---------------------------------------------------------------- the ablation
 
+
 def ablation_rows():
     """(status, lever, config): cumulative from the seed recipe to the book's, then rejected levers.
 
     Every run uses one thread (threads=1), except the row that measures torch's default."""
-    cheap = dataclasses.replace(SEED_RECIPE, eval_every=20, eval_gate=0.0, target_exact_match=TARGET, threads=1)
+    cheap = dataclasses.replace(
+        SEED_RECIPE, eval_every=20, eval_gate=0.0, target_exact_match=TARGET, threads=1
+    )
     small = dataclasses.replace(cheap, d_model=32, dff=128)
     batch = dataclasses.replace(small, batch_size=128, warmup=100)
     nodrop = dataclasses.replace(batch, dropout=0.0)
@@ -233,15 +266,31 @@ def ablation_rows():
         ("kept", "dropout 0", nodrop),
         ("kept", "linear cooldown: lr down to 0 at step 500", cool),
         ("kept", "evaluate every 10 steps once the batch is 98 % right (the book's recipe)", B),
-        ("option", "2 threads (torch's default here) instead of 1", dataclasses.replace(B, threads=0)),
+        (
+            "option",
+            "2 threads (torch's default here) instead of 1",
+            dataclasses.replace(B, threads=0),
+        ),
         ("busy", "1 thread, another program busy on one core (the book's recipe)", B),
         ("busy", "2 threads, another program busy on one core", dataclasses.replace(B, threads=0)),
         ("rejected", "+ bf16 autocast", dataclasses.replace(B, bf16=True)),
-        ("rejected", "+ length bucketing (batches sorted by length, padding cut)", dataclasses.replace(B, bucket=20)),
+        (
+            "rejected",
+            "+ length bucketing (batches sorted by length, padding cut)",
+            dataclasses.replace(B, bucket=20),
+        ),
         ("option", "+ label smoothing 0.1", dataclasses.replace(B, label_smoothing=0.1)),
-        ("rejected", "d_model 64, dff 256 instead of 32, 128", dataclasses.replace(B, d_model=64, dff=256)),
+        (
+            "rejected",
+            "d_model 64, dff 256 instead of 32, 128",
+            dataclasses.replace(B, d_model=64, dff=256),
+        ),
         ("option", "1 layer instead of 2 in each stack", dataclasses.replace(B, num_layers=1)),
-        ("rejected", "+ torch.compile (compile time included)", dataclasses.replace(B, compile=True)),
+        (
+            "rejected",
+            "+ torch.compile (compile time included)",
+            dataclasses.replace(B, compile=True),
+        ),
         ("rejected", "- the token-id checks in every forward pass", B),
     ]
 
@@ -271,13 +320,21 @@ def time_in_fresh_process(cfg: TrainConfig) -> dict:
     import subprocess
     import tempfile
 
-    code = ("import json, sys; sys.path.insert(0, %r); import bench_training as b; "
-            "from helpers.training import TrainConfig; "
-            "print(json.dumps(b.time_to_target(TrainConfig(**json.loads(sys.argv[1])))))" % str(Path(__file__).parent))
+    code = (
+        "import json, sys; sys.path.insert(0, %r); import bench_training as b; "
+        "from helpers.recipes import TrainConfig; "
+        "print(json.dumps(b.time_to_target(TrainConfig(**json.loads(sys.argv[1])))))"
+        % str(Path(__file__).parent)
+    )
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TORCHDYNAMO_VERBOSE="0")
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg))], env=env,
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg))],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -286,23 +343,38 @@ def extrapolated_seed_rows(record: dict, step: float, eval_s: float) -> list[dic
     steps, epochs = seed_steps_to_target(record)
     cheap = next(s for s, em in zip(record["eval_step"], record["exact_match"]) if em >= TARGET)
     return [
-        {"status": "baseline", "lever": "reference recipe (d_model 128, batch 64, warmup 1000, dropout 0.1, "
-                                        "greedy evaluation each epoch)",
-         "seconds": round(steps * step + epochs * eval_s, 1), "steps": steps, "extrapolated": True},
-        {"status": "kept", "lever": f"cheap evaluation: teacher-forced exact match every "
-                                    f"{record['config']['eval_every']} steps, stop at 99.5 %",
-         "seconds": round(cheap * step, 1), "steps": cheap, "extrapolated": True},
+        {
+            "status": "baseline",
+            "lever": "reference recipe (d_model 128, batch 64, warmup 1000, dropout 0.1, "
+            "greedy evaluation each epoch)",
+            "seconds": round(steps * step + epochs * eval_s, 1),
+            "steps": steps,
+            "extrapolated": True,
+        },
+        {
+            "status": "kept",
+            "lever": f"cheap evaluation: teacher-forced exact match every "
+            f"{record['config']['eval_every']} steps, stop at 99.5 %",
+            "seconds": round(cheap * step, 1),
+            "steps": cheap,
+            "extrapolated": True,
+        },
     ]
 
 
 def ablation(args) -> None:
     record = json.loads(SEED_RUN.read_text())
-    out = {"what": "seconds to >= 99.5 % exact match on the 1000 validation sequences, one row per lever; "
-                   "each row trains from scratch, once per seed 0..repeats-1, and reports the medians; "
-                   "rows marked extrapolated use the recorded reference run's step count times the "
-                   "measured step time; torch.compile runs in a fresh process with an empty compile cache",
-           "date": dt.datetime.now().isoformat(timespec="seconds"), "hardware": hardware(),
-           "load_average_before": load(), "repeats": args.repeats, "rows": []}
+    out = {
+        "what": "seconds to >= 99.5 % exact match on the 1000 validation sequences, one row per lever; "
+        "each row trains from scratch, once per seed 0..repeats-1, and reports the medians; "
+        "rows marked extrapolated use the recorded reference run's step count times the "
+        "measured step time; torch.compile runs in a fresh process with an empty compile cache",
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "hardware": hardware(),
+        "load_average_before": load(),
+        "repeats": args.repeats,
+        "rows": [],
+    }
     # The seed recipe's step time is measured before every row (at its faster thread count) and
     # the median is used: one measurement would catch whatever else the machine was doing then.
     seed_steps = []
@@ -310,23 +382,32 @@ def ablation(args) -> None:
         seed_steps.append(min(seed_step_seconds(threads) for threads in (0, 1)))
         row_load, results = load(), []
         busy = busy_core() if status == "busy" else None
-        for seed in range(args.repeats):  # each repeat with another seed (initial weights, batch order)
+        for seed in range(
+            args.repeats
+        ):  # each repeat with another seed (initial weights, batch order)
             run_cfg = dataclasses.replace(cfg, seed=seed)
             restore = no_checks() if lever.startswith("- the token-id checks") else None
             try:
-                results.append(time_in_fresh_process(run_cfg) if cfg.compile else time_to_target(run_cfg))
+                results.append(
+                    time_in_fresh_process(run_cfg) if cfg.compile else time_to_target(run_cfg)
+                )
             finally:
                 if restore:
                     restore()
         if busy:
             busy.kill()
             busy.wait()
-        row = {"status": status, "lever": lever,
-               "seconds": round(statistics.median(r["seconds"] for r in results), 1),
-               "steps": int(statistics.median(r["steps"] for r in results)),
-               "reached": all(r["reached"] for r in results), "extrapolated": False,
-               "all_seconds": [r["seconds"] for r in results], "all_steps": [r["steps"] for r in results],
-               "load_average_at_start": row_load}
+        row = {
+            "status": status,
+            "lever": lever,
+            "seconds": round(statistics.median(r["seconds"] for r in results), 1),
+            "steps": int(statistics.median(r["steps"] for r in results)),
+            "reached": all(r["reached"] for r in results),
+            "extrapolated": False,
+            "all_seconds": [r["seconds"] for r in results],
+            "all_steps": [r["steps"] for r in results],
+            "load_average_at_start": row_load,
+        }
         out["rows"].append(row)
         print(row, flush=True)
     step = statistics.median(seed_steps)
@@ -353,13 +434,26 @@ def relabel(args) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--record-seed", action="store_true", help="record the seed recipe's full curve")
     p.add_argument("--ablation", action="store_true", help="measure one row per lever")
-    p.add_argument("--relabel", action="store_true", help="re-apply the ablation's statuses to its JSON")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="benchmark: runs of the book recipe (median); ablation: seeds per row (median)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for --record-seed (0: torch's default)")
+    p.add_argument(
+        "--relabel", action="store_true", help="re-apply the ablation's statuses to its JSON"
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="benchmark: runs of the book recipe (median); ablation: seeds per row (median)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for --record-seed (0: torch's default)",
+    )
     a = p.parse_args()
     if a.record_seed:
         record_seed(a)

@@ -50,14 +50,28 @@ ROOT = Path(__file__).resolve().parent.parent
 HTML = ROOT / "_build" / "html"
 CHAPTER = ROOT / "chapters" / "18_cross_attention_heatmaps.ipynb"
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
-    "--window-size=1280,1000", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--window-size=1280,1000",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
 ]
 # Console messages that are not errors of the book. Each entry: (substring, why).
 KNOWN_HARMLESS = [
-    ("Got invalid theme mode", "pydata-sphinx-theme, once on a fresh browser profile: no stored theme yet"),
+    (
+        "Got invalid theme mode",
+        "pydata-sphinx-theme, once on a fresh browser profile: no stored theme yet",
+    ),
     ("/favicon.ico", "the browser asks every http server for /favicon.ico; the book ships none"),
 ]
 
@@ -73,6 +87,7 @@ def free_port() -> int:
 
 
 # ---------------------------------------------------------------- a tiny CDP client
+
 
 class CDP:
     """One DevTools websocket to one page: call(method, **params) and collected events."""
@@ -127,11 +142,18 @@ class CDP:
 
     def evaluate(self, expression: str, timeout: float = 60):
         """Run JavaScript in the page (promises awaited) and return its JSON value."""
-        res = self.call("Runtime.evaluate", timeout=timeout, expression=expression,
-                        awaitPromise=True, returnByValue=True)
+        res = self.call(
+            "Runtime.evaluate",
+            timeout=timeout,
+            expression=expression,
+            awaitPromise=True,
+            returnByValue=True,
+        )
         if "exceptionDetails" in res:
             d = res["exceptionDetails"]
-            raise RuntimeError(f"JavaScript error: {d.get('exception', {}).get('description') or d.get('text')}")
+            raise RuntimeError(
+                f"JavaScript error: {d.get('exception', {}).get('description') or d.get('text')}"
+            )
         return res.get("result", {}).get("value")
 
     def wait_for(self, expression: str, timeout: float, interval: float = 0.25):
@@ -171,12 +193,16 @@ class Chromium:
     def __init__(self):
         exe = shutil.which("chromium") or shutil.which("chromium-browser")
         if exe is None:
-            raise RuntimeError("chromium not found: install it with "
-                               "`apt-get update && apt-get install -y chromium` (make check-browser does)")
+            raise RuntimeError(
+                "chromium not found: install it with "
+                "`apt-get update && apt-get install -y chromium` (make check-browser does)"
+            )
         self.profile = Path(tempfile.mkdtemp(prefix="check-browser-profile-"))
         self.proc = subprocess.Popen(
             [exe, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
@@ -190,7 +216,9 @@ class Chromium:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
                 pages = [t for t in json.load(r) if t.get("type") == "page"]
             time.sleep(0.1)
-        self.version = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version"))["Browser"]
+        self.version = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/version"))[
+            "Browser"
+        ]
         self.page = CDP(pages[0]["webSocketDebuggerUrl"])
         for domain in ("Page", "Runtime", "Network", "Log"):
             self.page.call(f"{domain}.enable")
@@ -223,12 +251,18 @@ def page_problems(events: list[dict], allowed_prefix: str) -> tuple[list[str], l
                 external.append(url)
         elif m == "Runtime.exceptionThrown":
             d = p["exceptionDetails"]
-            errors.append("uncaught: " + (d.get("exception", {}).get("description") or d.get("text", "")))
+            errors.append(
+                "uncaught: " + (d.get("exception", {}).get("description") or d.get("text", ""))
+            )
         elif m == "Runtime.consoleAPICalled" and p.get("type") == "error":
-            text = " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+            text = " ".join(
+                str(a.get("value", a.get("description", ""))) for a in p.get("args", [])
+            )
             errors.append("console.error: " + text)
         elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
-            errors.append(f"{p['entry'].get('source')}: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+            errors.append(
+                f"{p['entry'].get('source')}: {p['entry'].get('text')} {p['entry'].get('url', '')}"
+            )
         elif m == "Network.loadingFailed" and not p.get("canceled"):
             errors.append(f"load failed: {p.get('errorText')}")
     kept = [x for x in errors if not any(s in x for s, _ in KNOWN_HARMLESS)]
@@ -281,8 +315,9 @@ def ensure_book(rebuild: bool) -> None:
         return
     jb = Path(sys.executable).with_name("jupyter-book")
     log(f"building the book: {jb.name} build . (no _build/html/index.html yet)")
-    subprocess.run([str(jb), "build", "--keep-going", "."], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(jb), "build", "--keep-going", "."], cwd=ROOT, check=True, stdout=subprocess.DEVNULL
+    )
     if not (HTML / "index.html").exists():
         raise RuntimeError("the book build produced no _build/html/index.html")
 
@@ -316,24 +351,32 @@ def check_book(browser: Chromium) -> list[str]:
             totals["requests"] += n_req
             problems = []
             if info["rendered"] < info["math"]:
-                problems.append(f"{info['math'] - info['rendered']} of {info['math']} math elements not "
-                                f"rendered by MathJax (MathJax loaded: {info['mathjax']}), e.g. {info['raw']}")
+                problems.append(
+                    f"{info['math'] - info['rendered']} of {info['math']} math elements not "
+                    f"rendered by MathJax (MathJax loaded: {info['mathjax']}), e.g. {info['raw']}"
+                )
             if info["broken"]:
-                problems.append(f"{len(info['broken'])} image(s) did not load: {info['broken'][:3]}")
+                problems.append(
+                    f"{len(info['broken'])} image(s) did not load: {info['broken'][:3]}"
+                )
             if external:
                 problems.append(f"{len(external)} request(s) left localhost: {external[:3]}")
             if errors:
                 problems.append(f"{len(errors)} JavaScript error(s): {errors[:3]}")
             status = "ok  " if not problems else "FAIL"
-            log(f"  {status} {rel}: {info['math']} math ({info['rendered']} rendered), "
-                f"{info['images']} images, {n_req} requests")
+            log(
+                f"  {status} {rel}: {info['math']} math ({info['rendered']} rendered), "
+                f"{info['images']} images, {n_req} requests"
+            )
             failures += [f"{rel}: {p}" for p in problems]
     finally:
         server.shutdown()
     if not totals["pages"]:
         failures.append("no page was checked")
-    log(f"  book: {totals['pages']} pages, {totals['math']} math elements, {totals['images']} images, "
-        f"{totals['requests']} requests")
+    log(
+        f"  book: {totals['pages']} pages, {totals['math']} math elements, {totals['images']} images, "
+        f"{totals['requests']} requests"
+    )
     return failures
 
 
@@ -434,9 +477,14 @@ def lab_state_js(notebook_name: str) -> str:
 def start_lab(workdir: Path):
     port = free_port()
     env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
-                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "settings"),
-                     ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("IPYTHONDIR", "ipython")):
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+        ("IPYTHONDIR", "ipython"),
+    ):
         (workdir / sub).mkdir()
         env[var] = str(workdir / sub)
     # no "get notified about Jupyter news?" toast over the screenshots
@@ -447,13 +495,27 @@ def start_lab(workdir: Path):
     env.pop("MPLBACKEND", None)
     logfile = open(workdir / "jupyterlab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
-         "--ServerApp.password=", f"--ServerApp.root_dir={workdir / 'root'}",
-         "--ServerApp.allow_root=True",  # CI runs as root; JupyterLab refuses root otherwise
-         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        cwd=workdir / "root", env=env, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            f"--ServerApp.root_dir={workdir / 'root'}",
+            "--ServerApp.allow_root=True",  # CI runs as root; JupyterLab refuses root otherwise
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        cwd=workdir / "root",
+        env=env,
+        stdout=logfile,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 90
     while True:
@@ -464,7 +526,9 @@ def start_lab(workdir: Path):
         except OSError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"JupyterLab did not start; see its log:\n{(workdir / 'jupyterlab.log').read_text()[-2000:]}")
+            raise RuntimeError(
+                f"JupyterLab did not start; see its log:\n{(workdir / 'jupyterlab.log').read_text()[-2000:]}"
+            )
         time.sleep(0.3)
 
 
@@ -480,13 +544,16 @@ def stop(proc) -> None:
         pass
 
 
-def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
-              notebook: Path = CHAPTER) -> list[str]:
+def check_lab(
+    browser: Chromium, screenshots: Path | None, run_timeout: float, notebook: Path = CHAPTER
+) -> list[str]:
     if not notebook.exists():
         return [f"{notebook} does not exist"]
     workdir = Path(tempfile.mkdtemp(prefix="check-browser-lab-"))
     (workdir / "root").mkdir()
-    shutil.copy2(notebook, workdir / "root" / notebook.name)  # a copy: the repository file stays untouched
+    shutil.copy2(
+        notebook, workdir / "root" / notebook.name
+    )  # a copy: the repository file stays untouched
     failures: list[str] = []
     proc = None
     page = browser.page
@@ -497,8 +564,10 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
         proc, port = start_lab(workdir)
         log(f"  JupyterLab up on 127.0.0.1:{port} in {time.monotonic() - t0:.1f} s")
         page.navigate(f"http://127.0.0.1:{port}/lab/tree/{notebook.name}", timeout=90)
-        state = page.wait_for(f"(() => {{ const s = {LAB_STATE_JS}; return s && s.ready && s.kernel === 'idle' && s; }})()",
-                              timeout=90)
+        state = page.wait_for(
+            f"(() => {{ const s = {LAB_STATE_JS}; return s && s.ready && s.kernel === 'idle' && s; }})()",
+            timeout=90,
+        )
         log(f"  notebook open, kernel idle, {state['code_cells']} code cells")
         t1 = time.monotonic()
         page.evaluate(ACTIVATE_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name)))
@@ -506,18 +575,29 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
         page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all').then(() => true)")
         state = page.wait_for(
             f"(() => {{ const s = {LAB_STATE_JS}; return s && s.kernel === 'idle' && s.running === 0 && "
-            f"(s.executed === s.code_cells || s.errors.length) && s; }})()", timeout=run_timeout, interval=1.0)
-        log(f"  run-all: {state['executed']} of {state['code_cells']} code cells executed in "
-            f"{time.monotonic() - t1:.1f} s, {len(state['errors'])} error output(s)")
+            f"(s.executed === s.code_cells || s.errors.length) && s; }})()",
+            timeout=run_timeout,
+            interval=1.0,
+        )
+        log(
+            f"  run-all: {state['executed']} of {state['code_cells']} code cells executed in "
+            f"{time.monotonic() - t1:.1f} s, {len(state['errors'])} error output(s)"
+        )
         if state["errors"]:
             failures.append(f"notebook raised: {state['errors'][:3]}")
         if state["executed"] != state["code_cells"]:
-            failures.append(f"only {state['executed']} of {state['code_cells']} code cells executed")
+            failures.append(
+                f"only {state['executed']} of {state['code_cells']} code cells executed"
+            )
 
-        before = page.wait_for(f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.shown && e; }})()",
-                               timeout=30)
-        log(f"  explorer found: layer options {before['options']} (selected {before['selected']}); "
-            f"status: {before['status']!r}")
+        before = page.wait_for(
+            f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.shown && e; }})()",
+            timeout=30,
+        )
+        log(
+            f"  explorer found: layer options {before['options']} (selected {before['selected']}); "
+            f"status: {before['status']!r}"
+        )
         if screenshots:
             page.evaluate("document.querySelector('.attention-explorer').scrollIntoView()")
             page.screenshot(screenshots / "lab_before.png")
@@ -526,9 +606,13 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
         try:
             after = page.wait_for(
                 f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.shown && "
-                f"e.hash !== {json.dumps(before['hash'])} && e; }})()", timeout=30)
-            log(f"  layer -> {chosen!r}: the heatmap image changed (PNG {before['bytes']} bytes, hash "
-                f"{before['hash']} -> {after['bytes']} bytes, hash {after['hash']}); status: {after['status']!r}")
+                f"e.hash !== {json.dumps(before['hash'])} && e; }})()",
+                timeout=30,
+            )
+            log(
+                f"  layer -> {chosen!r}: the heatmap image changed (PNG {before['bytes']} bytes, hash "
+                f"{before['hash']} -> {after['bytes']} bytes, hash {after['hash']}); status: {after['status']!r}"
+            )
             if screenshots:
                 page.screenshot(screenshots / "lab_after_layer.png")
         except TimeoutError:
@@ -536,8 +620,11 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
 
         page.evaluate(type_text_js("digits", "12a"))
         try:
-            bad = page.wait_for(f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.status && "
-                                f"e.status.startsWith('error:') && !e.shown && e; }})()", timeout=30)
+            bad = page.wait_for(
+                f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.status && "
+                f"e.status.startsWith('error:') && !e.shown && e; }})()",
+                timeout=30,
+            )
             log(f"  invalid input '12a' -> {bad['status']!r}, heatmap hidden: {not bad['shown']}")
             if bad["shown"] or bad["tracebacks"]:
                 failures.append("invalid input left a heatmap or printed a traceback")
@@ -545,13 +632,19 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
                 page.screenshot(screenshots / "lab_invalid_input.png")
         except TimeoutError:
             e = page.evaluate(EXPLORER_JS)
-            failures.append(f"typing an invalid input did not show the widget's error message and hide "
-                            f"the heatmap: status {e['status']!r}, heatmap shown: {e['shown']}")
+            failures.append(
+                f"typing an invalid input did not show the widget's error message and hide "
+                f"the heatmap: status {e['status']!r}, heatmap shown: {e['shown']}"
+            )
         errors, external, _ = page_problems(page.events, f"http://127.0.0.1:{port}/")
         if external:
-            failures.append(f"JupyterLab page sent {len(external)} request(s) off localhost: {external[:3]}")
+            failures.append(
+                f"JupyterLab page sent {len(external)} request(s) off localhost: {external[:3]}"
+            )
         if errors:  # JupyterLab itself logs some; reported, not failed
-            log(f"  note: {len(errors)} console message(s) at error level in JupyterLab, e.g. {errors[:2]}")
+            log(
+                f"  note: {len(errors)} console message(s) at error level in JupyterLab, e.g. {errors[:2]}"
+            )
         state = page.evaluate(LAB_STATE_JS)
         if state and state["errors"]:
             failures.append(f"error outputs after interacting: {state['errors'][:3]}")
@@ -570,17 +663,30 @@ def check_lab(browser: Chromium, screenshots: Path | None, run_timeout: float,
 
 # ---------------------------------------------------------------- main
 
+
 def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--book-only", action="store_true")
     ap.add_argument("--lab-only", action="store_true")
-    ap.add_argument("--rebuild", action="store_true", help="rebuild the book even if _build/html exists")
-    ap.add_argument("--html", type=Path, help="check this folder of HTML pages instead of the book "
-                    "(no build; for testing the checker itself)")
+    ap.add_argument(
+        "--rebuild", action="store_true", help="rebuild the book even if _build/html exists"
+    )
+    ap.add_argument(
+        "--html",
+        type=Path,
+        help="check this folder of HTML pages instead of the book "
+        "(no build; for testing the checker itself)",
+    )
     ap.add_argument("--screenshots", type=Path, help="save JupyterLab screenshots into this folder")
-    ap.add_argument("--notebook", type=Path, default=CHAPTER,
-                    help="the notebook for (b) (default: the heatmap chapter)")
-    ap.add_argument("--run-timeout", type=float, default=240, help="seconds allowed for run-all (default 240)")
+    ap.add_argument(
+        "--notebook",
+        type=Path,
+        default=CHAPTER,
+        help="the notebook for (b) (default: the heatmap chapter)",
+    )
+    ap.add_argument(
+        "--run-timeout", type=float, default=240, help="seconds allowed for run-all (default 240)"
+    )
     args = ap.parse_args(argv)
     if args.screenshots:
         args.screenshots.mkdir(parents=True, exist_ok=True)
@@ -598,11 +704,14 @@ def main(argv) -> int:
         log(f"browser: {browser.version}, headless, new empty profile")
         if not args.lab_only:
             log("(a) the HTML book, every page from http://127.0.0.1")
-            results["book: math rendered, images loaded, no external request, no JS error"] = check_book(browser)
+            results["book: math rendered, images loaded, no external request, no JS error"] = (
+                check_book(browser)
+            )
         if not args.book_only:
             log("(b) JupyterLab: run the heatmap chapter, change the layer, bad input")
-            results["lab: run-all, layer change redraws the heatmap, bad input message"] = check_lab(
-                browser, args.screenshots, args.run_timeout, args.notebook.resolve())
+            results["lab: run-all, layer change redraws the heatmap, bad input message"] = (
+                check_lab(browser, args.screenshots, args.run_timeout, args.notebook.resolve())
+            )
     except Exception as err:
         results.setdefault("setup", []).append(f"{type(err).__name__}: {err}")
     finally:
@@ -616,8 +725,10 @@ def main(argv) -> int:
         for f in failures[:20]:
             log(f"      - {f}")
         failed += bool(failures)
-    log(f"check-browser: {'PASS' if not failed else 'FAIL'} ({len(results) - failed} passed, {failed} failed) "
-        f"in {time.monotonic() - t0:.0f} s")
+    log(
+        f"check-browser: {'PASS' if not failed else 'FAIL'} ({len(results) - failed} passed, {failed} failed) "
+        f"in {time.monotonic() - t0:.0f} s"
+    )
     return 1 if failed or not results else 0
 
 

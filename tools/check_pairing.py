@@ -66,8 +66,12 @@ def text_diff(nb, twin: Path, max_lines: int = 60) -> str:
     actual = twin.read_text(encoding="utf-8").splitlines()
     diff = list(
         difflib.unified_diff(
-            expected, actual, f"{twin.name} (as written from the notebook)",
-            f"{twin.name} (on disk)", n=1, lineterm="",
+            expected,
+            actual,
+            f"{twin.name} (as written from the notebook)",
+            f"{twin.name} (on disk)",
+            n=1,
+            lineterm="",
         )
     )
     if len(diff) > max_lines:
@@ -81,16 +85,16 @@ def main(argv: list[str]) -> int:
         orphans = []
     else:
         notebooks = sorted(CHAPTERS.glob("*.ipynb"))
-        orphans = sorted(
-            p for p in CHAPTERS.glob("*.py") if not p.with_suffix(".ipynb").exists()
-        )
+        orphans = sorted(p for p in CHAPTERS.glob("*.py") if not p.with_suffix(".ipynb").exists())
 
     failed = 0
     for notebook in notebooks:
         problems = pairing_problems(notebook)
         if problems:
             failed += 1
-            print(f"FAIL {notebook.relative_to(ROOT) if notebook.is_relative_to(ROOT) else notebook}")
+            print(
+                f"FAIL {notebook.relative_to(ROOT) if notebook.is_relative_to(ROOT) else notebook}"
+            )
             for problem in problems:
                 print("  " + problem.replace("\n", "\n  "))
     for twin in orphans:

@@ -10,6 +10,8 @@ Usage:
 For each notebook this script
 - takes the cells from the file named on the command line (for a ``.py`` twin, the
   notebook is rebuilt from it; cell ids of unchanged cells are kept);
+- formats the code cells with ruff (pyproject.toml's settings), so the stored notebook
+  passes `make lint`;
 - runs every cell, top to bottom, in a fresh ``python3`` kernel of *this* Python
   environment, in the notebook's own folder, with PYTHONHASHSEED=0 (as nbval does via
   the top-level conftest.py); execution counts come out 1, 2, 3, ...;
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
+PYPROJECT = ROOT / "pyproject.toml"
 FORMATS = "ipynb,py:percent"
 TWIN_FMT = "py:percent"
 CELL_TIMEOUT = 900  # seconds per cell
@@ -153,6 +157,28 @@ def prepare(nb) -> None:
             cell.execution_count = None
 
 
+def ruff_format(nb) -> None:
+    """Format the code cells with ruff (the settings in pyproject.toml), as `make lint` checks.
+
+    The notebook is written to a temporary .ipynb, formatted by ruff as a notebook (one cell
+    at a time, trailing semicolons kept), and the formatted sources are copied back.
+    """
+    fd, tmp = tempfile.mkstemp(suffix=".ipynb")
+    os.close(fd)
+    try:
+        nbformat.write(nb, tmp)
+        cmd = [sys.executable, "-m", "ruff", "format", "--quiet", "--config", str(PYPROJECT), tmp]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ExecutionFailed(f"ruff format failed:\n{result.stderr or result.stdout}")
+        formatted = nbformat.read(tmp, as_version=4)
+    finally:
+        os.unlink(tmp)
+    for cell, new in zip(nb.cells, formatted.cells):
+        if cell.cell_type == "code":
+            cell.source = new.source
+
+
 def execute(nb, folder: Path) -> None:
     current = {"index": None}
 
@@ -230,7 +256,9 @@ def main(argv: list[str]) -> int:
         "their .py twins.",
     )
     parser.add_argument(
-        "paths", nargs="*", type=Path,
+        "paths",
+        nargs="*",
+        type=Path,
         help="notebooks (.ipynb) or their twins (.py); default: chapters/*.ipynb",
     )
     args = parser.parse_args(argv)
@@ -248,6 +276,7 @@ def main(argv: list[str]) -> int:
                 raise ExecutionFailed("no such file")
             nb, notebook, twin = load(path)
             prepare(nb)
+            ruff_format(nb)
             execute(nb, notebook.parent)
             save(nb, notebook, twin)
         except ExecutionFailed as err:
@@ -263,8 +292,10 @@ def main(argv: list[str]) -> int:
         )
 
     if failures:
-        print(f"execute_notebooks: {len(failures)} of {len(paths)} notebook(s) failed: "
-              + ", ".join(rel(p) for p in failures))
+        print(
+            f"execute_notebooks: {len(failures)} of {len(paths)} notebook(s) failed: "
+            + ", ".join(rel(p) for p in failures)
+        )
         return 1
     print(f"execute_notebooks: {len(paths)} notebook(s) executed")
     return 0

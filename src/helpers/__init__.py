@@ -1,13 +1,32 @@
 """helpers: the finished, tested code that the book's chapters build by hand.
 
+One block per chapter, in the order the book builds things; each public name appears once.
 Mask convention everywhere: a bool tensor, True = blocked (may not be attended).
 """
 
-from .attention import MultiHeadAttention
-from .data import decode_digits, describe, encode_digits, make_reversal_dataset
-from .decoding import exact_match, greedy_decode, sequences_equal
+# ruff: noqa: I001 (the imports follow the book, not the alphabet)
+
+# 1. The task and the architecture: the vocabulary of the reversal task
+from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
+from .data import decode_digits, describe, encode_digits
+from .device import device
+
+# 2. Embeddings and positions
 from .embeddings import TokenAndPosition, sinusoidal_position_encoding
-from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward
+
+# 3. Multi-head attention
+from .attention import MultiHeadAttention
+
+# 4. The feed-forward block
+from .layers import FeedForward
+
+# 5. The encoder
+from .layers import Encoder, EncoderLayer
+
+# 6. The decoder
+from .layers import Decoder, DecoderLayer
+
+# 7. Masks and the full model
 from .masks import (
     from_hf_attention_mask,
     fully_masked_rows,
@@ -16,24 +35,144 @@ from .masks import (
     to_hf_attention_mask,
     to_sdpa_mask,
 )
-from .model import Transformer, apply_default_init, count_parameters, xavier_init_linears
-from .schedule import noam_lambda
-from .torch_reference import to_torch_transformer, torch_forward
-from .training import (
-    BOOK_RECIPE,
-    TrainConfig,
-    TrainResult,
-    default_init_recipe,
-    load_or_train,
-    train_reversal,
-    trained_default_init_model,
-    trained_reversal_model,
-)
-from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
+from .model import ModelConfig, Transformer, count_parameters, xavier_init_linears
 
-# Modules added by later chapters register their public names below (one import line each).
-from .visualize import MEAN_OF_HEADS, AttentionExplorer, AttentionMap, attention_sharpness, cross_attention, mirrored_columns, parse_digits, plot_attention, plot_attention_grid  # noqa: E501
-from .benchmark import Workload, cpu_peak_bytes, load_results, measure, results_table, score_matrix_bytes, sweep  # noqa: E501
-from .debugging import Finding, ModelReport, check_model  # noqa: E501
-from .gpt import CharTokenizer, GPTBlock, MiniGPT, generate, load_corpus, next_token, top_k_filter, train_gpt  # noqa: E501
-from .training import COMPARISON_STEPS, SEED_RECIPE, fixed_budget_recipe, teacher_forced_exact_match, trained_fixed_budget_model  # noqa: E501
+# 9. Data
+from .data import make_reversal_dataset
+
+# 10. Training
+from .schedule import noam_lambda
+from .recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
+from .train import TrainResult, teacher_forced_exact_match, train_reversal
+from .checkpoints import load_or_train, trained_reversal_model
+
+# 11. Greedy decoding
+from .decoding import exact_match, greedy_decode, sequences_equal
+
+# 12. When correct code learns slowly
+from .model import apply_default_init
+from .recipes import COMPARISON_STEPS, default_init_recipe, fixed_budget_recipe
+from .checkpoints import trained_default_init_model, trained_fixed_budget_model
+
+# 14. A decoder-only mini GPT
+from .gpt import (
+    CharTokenizer,
+    GPTBlock,
+    GPTConfig,
+    MiniGPT,
+    generate,
+    load_corpus,
+    next_token,
+    top_k_filter,
+    train_gpt,
+)
+
+# 15. Against torch.nn.Transformer
+from .torch_reference import to_torch_transformer, torch_forward
+
+# 17. Pitfalls and debugging
+from .debugging import Finding, ModelReport, check_model
+
+# 18. Cross-attention heatmaps
+from .visualize import (
+    MEAN_OF_HEADS,
+    AttentionExplorer,
+    AttentionMap,
+    attention_sharpness,
+    cross_attention,
+    mirrored_columns,
+    parse_digits,
+    plot_attention,
+    plot_attention_grid,
+)
+
+# 19. The attention benchmark
+from .benchmark import (
+    Workload,
+    cpu_peak_bytes,
+    load_results,
+    measure,
+    results_table,
+    score_matrix_bytes,
+    sweep,
+)
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "NUM_OFFSET",
+    "PAD_ID",
+    "VOCAB_SIZE",
+    "token_name",
+    "decode_digits",
+    "describe",
+    "encode_digits",
+    "device",
+    "TokenAndPosition",
+    "sinusoidal_position_encoding",
+    "MultiHeadAttention",
+    "FeedForward",
+    "Encoder",
+    "EncoderLayer",
+    "Decoder",
+    "DecoderLayer",
+    "from_hf_attention_mask",
+    "fully_masked_rows",
+    "make_causal_mask",
+    "make_padding_mask",
+    "to_hf_attention_mask",
+    "to_sdpa_mask",
+    "ModelConfig",
+    "Transformer",
+    "count_parameters",
+    "xavier_init_linears",
+    "make_reversal_dataset",
+    "noam_lambda",
+    "BOOK_RECIPE",
+    "SEED_RECIPE",
+    "TrainConfig",
+    "TrainResult",
+    "teacher_forced_exact_match",
+    "train_reversal",
+    "load_or_train",
+    "trained_reversal_model",
+    "exact_match",
+    "greedy_decode",
+    "sequences_equal",
+    "apply_default_init",
+    "COMPARISON_STEPS",
+    "default_init_recipe",
+    "fixed_budget_recipe",
+    "trained_default_init_model",
+    "trained_fixed_budget_model",
+    "CharTokenizer",
+    "GPTBlock",
+    "GPTConfig",
+    "MiniGPT",
+    "generate",
+    "load_corpus",
+    "next_token",
+    "top_k_filter",
+    "train_gpt",
+    "to_torch_transformer",
+    "torch_forward",
+    "Finding",
+    "ModelReport",
+    "check_model",
+    "MEAN_OF_HEADS",
+    "AttentionExplorer",
+    "AttentionMap",
+    "attention_sharpness",
+    "cross_attention",
+    "mirrored_columns",
+    "parse_digits",
+    "plot_attention",
+    "plot_attention_grid",
+    "Workload",
+    "cpu_peak_bytes",
+    "load_results",
+    "measure",
+    "results_table",
+    "score_matrix_bytes",
+    "sweep",
+]

@@ -61,7 +61,9 @@ class MultiHeadAttention(nn.Module):
         for name, t in (("q", q), ("k", k), ("v", v)):
             check_rank(name, t, 3, "[B, L, d_model]")
             if t.size(-1) != self.d_model:
-                raise ValueError(f"{name} has last dim {t.size(-1)}, expected d_model={self.d_model}")
+                raise ValueError(
+                    f"{name} has last dim {t.size(-1)}, expected d_model={self.d_model}"
+                )
         K, V = self.project_kv(k, v)
         return self.attend(q, K, V, attn_mask, need_weights)
 

@@ -48,7 +48,9 @@ VARIANTS = ("handwritten", "sdpa", "sdpa_causal")
 MiB = 2**20
 
 
-def score_matrix_bytes(B: int, heads: int, L: int, dtype=torch.float32, Lk: int | None = None) -> int:
+def score_matrix_bytes(
+    B: int, heads: int, L: int, dtype=torch.float32, Lk: int | None = None
+) -> int:
     """Bytes of one [B, h, Lq, Lk] attention-score matrix."""
     Lk = L if Lk is None else Lk
     return B * heads * L * Lk * torch.empty((), dtype=dtype).element_size()
@@ -127,6 +129,7 @@ def cuda_peak_bytes(fn, device=None) -> int:
 
 # ------------------------------------------------------------------ timing
 
+
 def cpu_time_s(fn, min_run_time: float = 1.0) -> tuple[float, float, int]:
     """(median, IQR, number of runs) in seconds, with torch.utils.benchmark on all threads."""
     from torch.utils import benchmark
@@ -153,6 +156,7 @@ def cuda_time_s(fn, repeats: int = 20) -> tuple[float, float, int]:
 
 # ------------------------------------------------------------------ the workload
 
+
 @dataclass
 class Workload:
     """One self-attention call: a MultiHeadAttention and its input, ready to run."""
@@ -175,9 +179,17 @@ class Workload:
         if variant == "sdpa":
             return lambda: mha(x, x, x, attn_mask=mask, need_weights=False)
         if variant == "sdpa_causal":
+
             def run():
-                Q, K, V = mha.split_heads(mha.W_q(x)), mha.split_heads(mha.W_k(x)), mha.split_heads(mha.W_v(x))
-                return mha.W_o(mha.merge_heads(F.scaled_dot_product_attention(Q, K, V, is_causal=True)))
+                Q, K, V = (
+                    mha.split_heads(mha.W_q(x)),
+                    mha.split_heads(mha.W_k(x)),
+                    mha.split_heads(mha.W_v(x)),
+                )
+                return mha.W_o(
+                    mha.merge_heads(F.scaled_dot_product_attention(Q, K, V, is_causal=True))
+                )
+
             return run
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
 
@@ -199,6 +211,7 @@ class Workload:
 
 # ------------------------------------------------------------------ one measurement, a sweep
 
+
 def predicted_handwritten_peak(B, heads, L, dtype) -> int:
     """A conservative estimate for the handwritten path: about three [B,h,L,L] buffers at once
     (scores, masked scores / softmax output, the re-masked weights) plus slack."""
@@ -216,14 +229,31 @@ def available_memory_bytes(device) -> int:
     return 2**62
 
 
-def measure(variant: str, L: int, B=8, d_model=512, heads=8, dtype=torch.float32, device="cpu",
-            min_run_time=1.0, cuda_repeats=20, memory_fraction=0.6) -> dict:
+def measure(
+    variant: str,
+    L: int,
+    B=8,
+    d_model=512,
+    heads=8,
+    dtype=torch.float32,
+    device="cpu",
+    min_run_time=1.0,
+    cuda_repeats=20,
+    memory_fraction=0.6,
+) -> dict:
     """One row of the sweep: time and peak memory of `variant` at sequence length L."""
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     device = str(device)
-    row = {"variant": variant, "L": L, "B": B, "d_model": d_model, "heads": heads,
-           "dtype": str(dtype).replace("torch.", ""), "device": device,
-           "score_matrix_mib": score_matrix_bytes(B, heads, L, dtype) / MiB}
+    row = {
+        "variant": variant,
+        "L": L,
+        "B": B,
+        "d_model": d_model,
+        "heads": heads,
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": device,
+        "score_matrix_mib": score_matrix_bytes(B, heads, L, dtype) / MiB,
+    }
     if variant == "handwritten":
         need, have = predicted_handwritten_peak(B, heads, L, dtype), available_memory_bytes(device)
         if need > memory_fraction * have:
@@ -265,6 +295,7 @@ def sweep(lengths, variants=VARIANTS, progress=None, **kwargs) -> list[dict]:
 
 # ------------------------------------------------------------------ records
 
+
 def environment(device="cpu") -> dict:
     """Hardware and software the numbers were measured on."""
     info = {
@@ -278,8 +309,11 @@ def environment(device="cpu") -> dict:
     }
     if str(device).startswith("cuda"):
         props = torch.cuda.get_device_properties(device)
-        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                    cuda=torch.version.cuda)
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+        )
     try:
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -302,7 +336,9 @@ def save_results(path, env: dict, rows: list[dict], config: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"environment": env, "config": config, "rows": rows}, indent=1) + "\n")
+    tmp.write_text(
+        json.dumps({"environment": env, "config": config, "rows": rows}, indent=1) + "\n"
+    )
     os.replace(tmp, path)
 
 

@@ -10,7 +10,9 @@ def check_rank(name: str, t: torch.Tensor, rank: int, layout: str) -> None:
         raise ValueError(f"{name} must have rank {rank} ({layout}), got shape {tuple(t.shape)}")
 
 
-def check_token_ids(name: str, ids: torch.Tensor, vocab_size: int, max_len: int | None = None) -> None:
+def check_token_ids(
+    name: str, ids: torch.Tensor, vocab_size: int, max_len: int | None = None
+) -> None:
     """ids: int tensor [B, L] with every id in [0, vocab_size) and L <= max_len."""
     check_rank(name, ids, 2, "[B, L]")
     if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
@@ -24,13 +26,17 @@ def check_token_ids(name: str, ids: torch.Tensor, vocab_size: int, max_len: int 
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab_size:
             bad = lo if lo < 0 else hi
-            raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
+            raise ValueError(
+                f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})"
+            )
 
 
 def check_mask(name: str, mask: torch.Tensor, like: torch.Tensor) -> None:
     """A mask is bool (True = blocked), rank 4 and on the same device as the scores."""
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a bool torch.Tensor (True = blocked), got {type(mask).__name__}")
+        raise TypeError(
+            f"{name} must be a bool torch.Tensor (True = blocked), got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool:
         raise TypeError(
             f"{name} must be a bool tensor (True = blocked), got dtype {mask.dtype}; "
@@ -41,4 +47,6 @@ def check_mask(name: str, mask: torch.Tensor, like: torch.Tensor) -> None:
             f"{name} must have rank 4, broadcastable to [B, h, Lq, Lk], got shape {tuple(mask.shape)}"
         )
     if mask.device != like.device:
-        raise ValueError(f"{name} is on {mask.device} but the attention inputs are on {like.device}")
+        raise ValueError(
+            f"{name} is on {mask.device} but the attention inputs are on {like.device}"
+        )

@@ -25,7 +25,7 @@ def make_reversal_dataset(n: int, seed: int, min_len: int = 3, max_len: int = 12
         L = int(rng.integers(min_len, max_len + 1))
         digits = rng.integers(0, 10, L) + NUM_OFFSET
         src[i, :L], src[i, L] = digits, EOS_ID
-        tgt[i, 0], tgt[i, 1:L + 1], tgt[i, L + 1] = BOS_ID, digits[::-1], EOS_ID
+        tgt[i, 0], tgt[i, 1 : L + 1], tgt[i, L + 1] = BOS_ID, digits[::-1], EOS_ID
     return torch.from_numpy(src), torch.from_numpy(tgt)
 
 
@@ -44,7 +44,7 @@ def encode_digits(digits, width: int | None = None) -> torch.Tensor:
     if len(digits) + 1 > width:
         raise ValueError(f"{len(digits)} digits plus <eos> do not fit in width {width}")
     ids = torch.full((1, width), PAD_ID, dtype=torch.long)
-    ids[0, :len(digits)] = torch.tensor(digits) + NUM_OFFSET
+    ids[0, : len(digits)] = torch.tensor(digits) + NUM_OFFSET
     ids[0, len(digits)] = EOS_ID
     return ids
 
@@ -52,7 +52,7 @@ def encode_digits(digits, width: int | None = None) -> torch.Tensor:
 def decode_digits(ids) -> list[int]:
     """Token ids of one sequence -> the digits before the first <eos> (specials skipped)."""
     out = []
-    for t in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+    for t in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
         if t == EOS_ID:
             break
         if t >= NUM_OFFSET:

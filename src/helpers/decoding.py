@@ -8,8 +8,13 @@ from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 @torch.no_grad()
-def greedy_decode(model, src: torch.Tensor, max_len: int | None = None, use_cache: bool = False,
-                  stop_at_eos: bool = True) -> torch.Tensor:
+def greedy_decode(
+    model,
+    src: torch.Tensor,
+    max_len: int | None = None,
+    use_cache: bool = False,
+    stop_at_eos: bool = True,
+) -> torch.Tensor:
     """src [B, Ls] -> int64 [B, <= max_len]: <bos>, then the argmax token at every step.
 
     Rows that produced <eos> are padded with <pad> until every row is done.
@@ -22,7 +27,9 @@ def greedy_decode(model, src: torch.Tensor, max_len: int | None = None, use_cach
     model.eval()
     max_len = model.max_len if max_len is None else int(max_len)
     if not 1 <= max_len <= model.max_len:
-        raise ValueError(f"max_len must be in [1, {model.max_len}] (the model's max_len), got {max_len}")
+        raise ValueError(
+            f"max_len must be in [1, {model.max_len}] (the model's max_len), got {max_len}"
+        )
     check_token_ids("src", src, model.src_vocab, model.max_len)
     memory, src_mask = model.encode(src)
     B = src.size(0)
@@ -34,8 +41,9 @@ def greedy_decode(model, src: torch.Tensor, max_len: int | None = None, use_cach
             # one new query row; it may see every cached key that is not padding
             new = out[:, -1:]
             self_mask = make_padding_mask(out)  # [B, 1, 1, step + 1]
-            h, _ = model.decoder(new, memory, self_mask, src_mask, need_weights=False,
-                                 caches=caches, start_pos=step)
+            h, _ = model.decoder(
+                new, memory, self_mask, src_mask, need_weights=False, caches=caches, start_pos=step
+            )
             logits = model.out_proj(h[:, -1])
         else:
             logits = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1]
@@ -49,15 +57,16 @@ def greedy_decode(model, src: torch.Tensor, max_len: int | None = None, use_cach
 
 
 @torch.no_grad()
-def exact_match(model, src: torch.Tensor, tgt: torch.Tensor, use_cache: bool = True,
-                batch_size: int = 1000) -> float:
+def exact_match(
+    model, src: torch.Tensor, tgt: torch.Tensor, use_cache: bool = True, batch_size: int = 1000
+) -> float:
     """Fraction of sequences whose greedy decoding equals tgt up to and including <eos>."""
     if src.size(0) != tgt.size(0):
         raise ValueError(f"src and tgt hold {src.size(0)} and {tgt.size(0)} sequences")
     device = next(model.parameters()).device
     correct = 0
     for i in range(0, src.size(0), batch_size):
-        s, t = src[i:i + batch_size].to(device), tgt[i:i + batch_size].to(device)
+        s, t = src[i : i + batch_size].to(device), tgt[i : i + batch_size].to(device)
         pred = greedy_decode(model, s, use_cache=use_cache)
         correct += int(sequences_equal(pred, t).sum())
     return correct / max(src.size(0), 1)

@@ -15,7 +15,9 @@ def sinusoidal_position_encoding(max_len: int, d_model: int) -> torch.Tensor:
         raise ValueError(f"need max_len >= 1 and an even d_model >= 2, got {max_len=}, {d_model=}")
     pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # [L, 1]
     # 1 / 10000^(2i/d) computed in log space for accuracy
-    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    inv_freq = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
     pe = torch.zeros(max_len, d_model)
     pe[:, 0::2] = torch.sin(pos * inv_freq)
     pe[:, 1::2] = torch.cos(pos * inv_freq)
@@ -31,7 +33,7 @@ class TokenAndPosition(nn.Module):
         self.emb = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
         # nn.Embedding starts at N(0, 1); times sqrt(d) that is std ~11 and drowns the
         # positions (amplitude <= 1). N(0, d^-1/2) makes the scaled tokens std ~1.
-        nn.init.normal_(self.emb.weight, mean=0.0, std=d_model ** -0.5)
+        nn.init.normal_(self.emb.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.emb.weight[PAD_ID].zero_()
         # a buffer follows .to(device) but is not trained; not persistent: it is recomputable

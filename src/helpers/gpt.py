@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,6 +34,7 @@ def load_corpus() -> str:
 
 
 # ---------------------------------------------------------------- tokenizer
+
 
 class CharTokenizer:
     """One id per character seen in `text`; id 0 (PAD_ID) is reserved and is not a character.
@@ -68,20 +70,25 @@ class CharTokenizer:
         """int tensor [L] or list of ids -> str; PAD_ID or an unknown id is a ValueError."""
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D [L], got shape {tuple(ids.shape)}; decode rows one at a time")
+                raise ValueError(
+                    f"ids must be 1-D [L], got shape {tuple(ids.shape)}; decode rows one at a time"
+                )
             ids = ids.tolist()
         try:
             return "".join(self.itos[int(i)] for i in ids)
         except KeyError:
             bad = next(int(i) for i in ids if int(i) not in self.itos)
             what = "the reserved padding id" if bad == PAD_ID else "outside the vocabulary"
-            raise ValueError(f"id {bad} is {what}: valid character ids are 1..{len(self.chars)}") from None
+            raise ValueError(
+                f"id {bad} is {what}: valid character ids are 1..{len(self.chars)}"
+            ) from None
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
 
 
 # ---------------------------------------------------------------- model
+
 
 def causal_mask_with_past(new: int, past: int = 0, device=None) -> torch.Tensor | None:
     """bool [1, 1, new, past + new], True = blocked: query i (at position past + i) may see
@@ -111,6 +118,24 @@ class GPTBlock(EncoderLayer):
         return x, w
 
 
+@dataclass(frozen=True)
+class GPTConfig:
+    """Built in chapter 14. Every hyperparameter of a MiniGPT; model.config holds one."""
+
+    vocab_size: int
+    d_model: int = 128
+    num_heads: int = 4
+    dff: int = 512
+    num_layers: int = 4
+    max_len: int = 128
+    dropout: float = 0.1
+    tie_weights: bool = False
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.num_heads
+
+
 class MiniGPT(nn.Module):
     """ids [B, L] -> next-token logits [B, L, vocab_size]. Decoder-only, causal mask only.
 
@@ -121,15 +146,28 @@ class MiniGPT(nn.Module):
     embedding, which the tied head reads back), so it starts well above the ln V loss.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, dff: int = 512,
-                 num_layers: int = 4, max_len: int = 128, dropout: float = 0.1, tie_weights: bool = False):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        dff: int = 512,
+        num_layers: int = 4,
+        max_len: int = 128,
+        dropout: float = 0.1,
+        tie_weights: bool = False,
+    ):
         super().__init__()
-        self.config = dict(vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, dff=dff,
-                           num_layers=num_layers, max_len=max_len, dropout=dropout, tie_weights=tie_weights)
+        self.config = GPTConfig(
+            vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout, tie_weights
+        )
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout)
-        self.blocks = nn.ModuleList(GPTBlock(d_model, num_heads, dff, dropout) for _ in range(num_layers))
-        self.ln_final = nn.LayerNorm(d_model)  # Pre-Norm: normalise the residual stream once at the exit
+        self.blocks = nn.ModuleList(
+            GPTBlock(d_model, num_heads, dff, dropout) for _ in range(num_layers)
+        )
+        # Pre-Norm: normalise the residual stream once at the exit
+        self.ln_final = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         xavier_init_linears(self.blocks)
         if tie_weights:
@@ -147,7 +185,9 @@ class MiniGPT(nn.Module):
         the cached sequence, their positions start after it, and the blocks extend the caches."""
         check_token_ids("ids", ids, self.vocab_size)
         if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"caches must hold one dict per block ({len(self.blocks)}), got {len(caches)}")
+            raise ValueError(
+                f"caches must hold one dict per block ({len(self.blocks)}), got {len(caches)}"
+            )
         past = self.cached_length(caches)
         x = self.embed(ids, start_pos=past)  # raises a clear ValueError beyond max_len
         mask = causal_mask_with_past(ids.size(1), past, ids.device)
@@ -158,16 +198,23 @@ class MiniGPT(nn.Module):
 
 # ---------------------------------------------------------------- sampling and generation
 
+
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Keep exactly the k largest logits of each row; set the others to -inf."""
     if not 1 <= k <= logits.size(-1):
         raise ValueError(f"top_k must be in [1, {logits.size(-1)}] (the vocabulary size), got {k}")
-    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, logits.topk(k, dim=-1).indices, True)
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(
+        -1, logits.topk(k, dim=-1).indices, True
+    )
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-               generator: torch.Generator | None = None) -> torch.Tensor:
+def next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """logits [B, V] -> int64 [B]. temperature 0: argmax (greedy); else sample from
     softmax(logits / temperature), restricted to the top_k most likely tokens if given.
     PAD_ID is never chosen: it is not a character."""
@@ -183,9 +230,15 @@ def next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None
 
 
 @torch.no_grad()
-def generate(model: MiniGPT, prompt_ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, use_cache: bool = False,
-             generator: torch.Generator | None = None) -> torch.Tensor:
+def generate(
+    model: MiniGPT,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """prompt_ids [B, T] -> int64 [B, T + max_new_tokens]: the prompt, then the new tokens.
 
     use_cache=False feeds the whole sequence every step (the textbook loop).
@@ -220,6 +273,7 @@ def generate(model: MiniGPT, prompt_ids: torch.Tensor, max_new_tokens: int, temp
 
 # ---------------------------------------------------------------- training
 
+
 def split_train_val(ids: torch.Tensor, val_fraction: float = 0.1):
     """A contiguous split: the last val_fraction of the text is held out (never trained on).
     A random split of overlapping windows would leak training text into validation."""
@@ -240,9 +294,11 @@ def fixed_windows(ids: torch.Tensor, block_size: int, max_windows: int | None = 
     if max_windows is not None:
         n = min(n, max_windows)
     if n < 1:
-        raise ValueError(f"the text ({len(ids)} tokens) is shorter than one window of {block_size} + 1")
-    x = ids[:n * block_size].view(n, block_size)
-    y = ids[1:n * block_size + 1].view(n, block_size)
+        raise ValueError(
+            f"the text ({len(ids)} tokens) is shorter than one window of {block_size} + 1"
+        )
+    x = ids[: n * block_size].view(n, block_size)
+    y = ids[1 : n * block_size + 1].view(n, block_size)
     return x, y
 
 
@@ -253,17 +309,31 @@ def evaluate_loss(model: MiniGPT, x: torch.Tensor, y: torch.Tensor, batch_size: 
     model.eval()
     total, count = 0.0, 0
     for i in range(0, x.size(0), batch_size):
-        logits = model(x[i:i + batch_size])
-        total += F.cross_entropy(logits.flatten(0, 1), y[i:i + batch_size].flatten(), reduction="sum").item()
-        count += y[i:i + batch_size].numel()
+        logits = model(x[i : i + batch_size])
+        total += F.cross_entropy(
+            logits.flatten(0, 1), y[i : i + batch_size].flatten(), reduction="sum"
+        ).item()
+        count += y[i : i + batch_size].numel()
     model.train(was_training)
     return total / count
 
 
-def train_gpt(model: MiniGPT, train_ids: torch.Tensor, val_ids: torch.Tensor, steps: int = 600,
-              batch_size: int = 32, block_size: int | None = None, lr: float = 3e-3, warmup: int = 50,
-              weight_decay: float = 0.01, eval_every: int = 50, eval_windows: int = 64, seed: int = 0,
-              keep_best: bool = True, progress: bool = True) -> dict:
+def train_gpt(
+    model: MiniGPT,
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor,
+    steps: int = 600,
+    batch_size: int = 32,
+    block_size: int | None = None,
+    lr: float = 3e-3,
+    warmup: int = 50,
+    weight_decay: float = 0.01,
+    eval_every: int = 50,
+    eval_windows: int = 64,
+    seed: int = 0,
+    keep_best: bool = True,
+    progress: bool = True,
+) -> dict:
     """Next-token training on random windows: AdamW, linear warmup then cosine decay to lr/10,
     gradient clipping at 1.
 
@@ -277,7 +347,9 @@ def train_gpt(model: MiniGPT, train_ids: torch.Tensor, val_ids: torch.Tensor, st
 
     block_size = model.max_len if block_size is None else block_size
     if not 1 <= block_size <= model.max_len:
-        raise ValueError(f"block_size must be in [1, {model.max_len}] (the model's max_len), got {block_size}")
+        raise ValueError(
+            f"block_size must be in [1, {model.max_len}] (the model's max_len), got {block_size}"
+        )
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # dropout masks
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)

@@ -41,7 +41,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout)
         # ModuleList, not a Python list: only registered modules are trained and moved
-        self.layers = nn.ModuleList(EncoderLayer(d_model, num_heads, dff, dropout) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, dff, dropout) for _ in range(num_layers)
+        )
         # Pre-Norm never normalises the residual stream itself: normalise it once at the exit
         self.ln_final = nn.LayerNorm(d_model)
 
@@ -55,7 +57,11 @@ class Encoder(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dff: int, dropout: float = 0.1):
         super().__init__()
-        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ln1, self.ln2, self.ln3 = (
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+            nn.LayerNorm(d_model),
+        )
         self.self_mha = MultiHeadAttention(d_model, num_heads, dropout)
         self.cross_mha = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, dff, dropout)
@@ -75,12 +81,18 @@ class DecoderLayer(nn.Module):
 
         h = self.ln2(x)  # Q from the decoder, K/V from the encoder's memory
         if cache is None:
-            a, cross_w = self.cross_mha(h, memory, memory, attn_mask=cross_mask, need_weights=need_weights)
+            a, cross_w = self.cross_mha(
+                h, memory, memory, attn_mask=cross_mask, need_weights=need_weights
+            )
         else:
             if "cross_k" not in cache:
                 cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(memory, memory)
             a, cross_w = self.cross_mha.attend(
-                h, cache["cross_k"], cache["cross_v"], attn_mask=cross_mask, need_weights=need_weights
+                h,
+                cache["cross_k"],
+                cache["cross_v"],
+                attn_mask=cross_mask,
+                need_weights=need_weights,
             )
         x = x + self.drop2(a)
         x = x + self.ffn(self.ln3(x))
@@ -91,10 +103,14 @@ class Decoder(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout=0.1):
         super().__init__()
         self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout)
-        self.layers = nn.ModuleList(DecoderLayer(d_model, num_heads, dff, dropout) for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, dff, dropout) for _ in range(num_layers)
+        )
         self.ln_final = nn.LayerNorm(d_model)
 
-    def forward(self, tgt, memory, self_mask, cross_mask, need_weights=True, caches=None, start_pos=0):
+    def forward(
+        self, tgt, memory, self_mask, cross_mask, need_weights=True, caches=None, start_pos=0
+    ):
         """-> (hidden [B, Lt, d], cross-attention weights: one [B, h, Lt, Ls] per layer, or Nones)."""
         x = self.embed(tgt, start_pos=start_pos)
         cross_weights = []

@@ -1,5 +1,8 @@
 """The encoder-decoder Transformer."""
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 
@@ -20,19 +23,58 @@ def xavier_init_linears(module: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
-class Transformer(nn.Module):
-    """encode(src) -> (memory, src_mask); decode(tgt_in, memory, src_mask) -> (logits, cross_weights)."""
+@dataclass(frozen=True)
+class ModelConfig:
+    """Built in chapter 7. Every hyperparameter of a Transformer; model.config holds one.
 
-    def __init__(self, src_vocab, tgt_vocab, d_model=128, num_heads=4, dff=512, num_layers=2,
-                 max_len=64, dropout=0.1):
+    Transformer.from_config(dataclasses.replace(model.config, dropout=0.1)) builds a twin
+    that differs in one setting.
+    """
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 128
+    num_heads: int = 4
+    dff: int = 512
+    num_layers: int = 2
+    max_len: int = 64
+    dropout: float = 0.1
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.num_heads
+
+
+class Transformer(nn.Module):
+    """Built in chapter 7. The encoder-decoder model of the book.
+
+    encode(src) -> (memory, src_mask); decode(tgt_in, memory, src_mask) -> (logits, cross_weights).
+    """
+
+    def __init__(
+        self,
+        src_vocab,
+        tgt_vocab,
+        d_model=128,
+        num_heads=4,
+        dff=512,
+        num_layers=2,
+        max_len=64,
+        dropout=0.1,
+    ):
         super().__init__()
-        self.config = dict(src_vocab=src_vocab, tgt_vocab=tgt_vocab, d_model=d_model, num_heads=num_heads,
-                           dff=dff, num_layers=num_layers, max_len=max_len, dropout=dropout)
+        self.config = ModelConfig(
+            src_vocab, tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout
+        )
         self.src_vocab, self.tgt_vocab, self.max_len = src_vocab, tgt_vocab, max_len
         self.encoder = Encoder(src_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
         self.decoder = Decoder(tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
         self.out_proj = nn.Linear(d_model, tgt_vocab)
         xavier_init_linears(self)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> "Transformer":
+        return cls(**dataclasses.asdict(config))
 
     def encode(self, src: torch.Tensor):
         """src [B, Ls] -> (memory [B, Ls, d], src_mask [B, 1, 1, Ls])."""

@@ -12,6 +12,6 @@ def noam_lambda(d_model: int, warmup: int):
 
     def factor(step: int) -> float:
         step = step + 1  # LambdaLR starts counting at 0; avoid 0 ** -0.5
-        return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
     return factor

@@ -42,9 +42,15 @@ def to_torch_transformer(model) -> nn.Transformer:
         # with norm_first=True nn.Transformer warns that it cannot use nested tensors: expected
         warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
         ref = nn.Transformer(
-            d_model=first.mha.d_model, nhead=first.mha.h, num_encoder_layers=len(enc_layers),
-            num_decoder_layers=len(dec_layers), dim_feedforward=first.ffn.net[0].out_features,
-            dropout=first.drop.p, activation="gelu", batch_first=True, norm_first=True,
+            d_model=first.mha.d_model,
+            nhead=first.mha.h,
+            num_encoder_layers=len(enc_layers),
+            num_decoder_layers=len(dec_layers),
+            dim_feedforward=first.ffn.net[0].out_features,
+            dropout=first.drop.p,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
         )
     for ours, theirs in zip(enc_layers, ref.encoder.layers):
         _copy_attention(theirs.self_attn, ours.mha)
@@ -63,7 +69,9 @@ def to_torch_transformer(model) -> nn.Transformer:
     return ref.to(next(model.parameters()).device).train(model.training)
 
 
-def torch_forward(model, ref: nn.Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+def torch_forward(
+    model, ref: nn.Transformer, src: torch.Tensor, tgt_in: torch.Tensor
+) -> torch.Tensor:
     """Logits from our embeddings + ref's stacks + our output projection.
 
     Mask arguments of nn.Transformer use our convention (bool, True = blocked) but are
@@ -73,8 +81,11 @@ def torch_forward(model, ref: nn.Transformer, src: torch.Tensor, tgt_in: torch.T
     src_pad, tgt_pad = src == PAD_ID, tgt_in == PAD_ID
     causal = make_causal_mask(tgt_in.size(1), tgt_in.device)[0, 0]
     h = ref(
-        model.encoder.embed(src), model.decoder.embed(tgt_in),
-        src_key_padding_mask=src_pad, tgt_mask=causal,
-        tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad,
+        model.encoder.embed(src),
+        model.decoder.embed(tgt_in),
+        src_key_padding_mask=src_pad,
+        tgt_mask=causal,
+        tgt_key_padding_mask=tgt_pad,
+        memory_key_padding_mask=src_pad,
     )
     return model.out_proj(h)

@@ -91,7 +91,9 @@ def _check_layer_head(model, layer: int, head) -> None:
     if not (isinstance(layer, (int, np.integer)) and -n_layers <= layer < n_layers):
         raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
     if head != MEAN_OF_HEADS and not (isinstance(head, (int, np.integer)) and 0 <= head < n_heads):
-        raise ValueError(f"head must be an int in [0, {n_heads}) or {MEAN_OF_HEADS!r}, got {head!r}")
+        raise ValueError(
+            f"head must be an int in [0, {n_heads}) or {MEAN_OF_HEADS!r}, got {head!r}"
+        )
 
 
 @torch.no_grad()
@@ -174,13 +176,16 @@ def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Te
     rows = torch.arange(tgt_in.size(1))[None, :]  # [1, Lt]
     target = torch.where(rows < n[:, None], n[:, None] - 1 - rows, n[:, None])  # [B, Lt]
     valid = rows <= n[:, None]  # <bos> + n digits = n + 1 real rows
-    idx = target.clamp(max=src.size(1) - 1)[None, :, None, :, None].expand(w.size(0), -1, w.size(2), -1, 1)
+    idx = target.clamp(max=src.size(1) - 1)[None, :, None, :, None].expand(
+        w.size(0), -1, w.size(2), -1, 1
+    )
     on = w.gather(-1, idx).squeeze(-1)  # [layers, B, h, Lt]
     mask = valid[None, :, None, :].to(on.dtype)
     return (on * mask).sum(dim=(1, 3)) / mask.sum(dim=(1, 3))
 
 
 # ------------------------------------------------------------------ plotting
+
 
 def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate: bool = False):
     """Draw amap as a heatmap on ax (a new Figure when None); returns the Axes."""
@@ -200,8 +205,15 @@ def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate:
             for j in range(amap.weights.shape[1]):
                 v = amap.weights[i, j]
                 if v >= 0.05:
-                    ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
-                            color="white" if v > 0.6 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.1f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if v > 0.6 else "black",
+                    )
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     return ax
@@ -226,12 +238,15 @@ def plot_attention_grid(model, digits):
                 ax.set_xlabel("")
             if hi > 0:
                 ax.set_ylabel("")
-    fig.suptitle("cross-attention of every layer and head (rows: decoder input, columns: source)",
-                 fontsize=10)
+    fig.suptitle(
+        "cross-attention of every layer and head (rows: decoder input, columns: source)",
+        fontsize=10,
+    )
     return fig
 
 
 # ------------------------------------------------------------------ the widget
+
 
 class AttentionExplorer:
     """Type digits, pick a layer and a head: see the decoded output and the heatmap.
@@ -268,9 +283,13 @@ class AttentionExplorer:
         except ValueError as err:
             self.last_figure, self.last_message = None, f"error: {err}"
             return None, self.last_message
-        verdict = "correct" if amap.correct else f"WRONG (expected {' '.join(map(str, digits[::-1]))})"
-        message = (f"input {' '.join(map(str, digits))} -> output "
-                   f"{' '.join(map(str, amap.output)) or '(nothing)'}: {verdict}")
+        verdict = (
+            "correct" if amap.correct else f"WRONG (expected {' '.join(map(str, digits[::-1]))})"
+        )
+        message = (
+            f"input {' '.join(map(str, digits))} -> output "
+            f"{' '.join(map(str, amap.output)) or '(nothing)'}: {verdict}"
+        )
         ax = plot_attention(amap)
         fig = ax.figure
         fig.tight_layout()
@@ -285,8 +304,11 @@ class AttentionExplorer:
         """
         import ipywidgets as W
 
-        text = W.Text(value=self.initial, description="digits",
-                      placeholder=f"up to {self.limit} digits, e.g. 7 3 0 9")
+        text = W.Text(
+            value=self.initial,
+            description="digits",
+            placeholder=f"up to {self.limit} digits, e.g. 7 3 0 9",
+        )
         layer = W.Dropdown(options=self.layer_options, value=self.n_layers - 1, description="layer")
         head = W.Dropdown(options=self.head_options, value=MEAN_OF_HEADS, description="head")
         status = W.HTML()
@@ -302,12 +324,20 @@ class AttentionExplorer:
                 image.layout.width = f"{round(fig.get_size_inches()[0] * 100)}px"
                 image.layout.display = None
             color = "#b00020" if fig is None else "#1b5e20"  # the status last: it signals "done"
-            status.value = f'<span style="color:{color}" class="explorer-status">{_escape(message)}</span>'
+            status.value = (
+                f'<span style="color:{color}" class="explorer-status">{_escape(message)}</span>'
+            )
 
         for w in (text, layer, head):
             w.observe(update, names="value")
         update()
-        self.controls = {"text": text, "layer": layer, "head": head, "status": status, "image": image}
+        self.controls = {
+            "text": text,
+            "layer": layer,
+            "head": head,
+            "status": status,
+            "image": image,
+        }
         self.update = update
         self._box = W.VBox([W.HBox([text, layer, head]), status, image])
         self._box.add_class("attention-explorer")

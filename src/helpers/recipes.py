@@ -1,0 +1,107 @@
+"""Training recipes: every setting that determines a trained reversal model, in one frozen
+dataclass, and the named recipes the book uses. Built in chapter 10.
+
+TrainConfig   the settings; the same config always gives the same weights (and checkpoint);
+SEED_RECIPE   the reference chapter's recipe (d_model 128, 10 epochs), for comparison;
+BOOK_RECIPE   the fast CPU recipe the book trains with (chapter 10 measures each change);
+fixed_budget_recipe, default_init_recipe   the fixed-budget twins chapter 12 compares.
+"""
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+CHECKPOINT_FORMAT = 2  # bump when the training code changes what a config produces
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Built in chapter 10. Everything that determines the trained weights. Same config -> same checkpoint.
+
+    The defaults are the reference chapter's recipe (SEED_RECIPE); BOOK_RECIPE is the fast one.
+    """
+
+    d_model: int = 128
+    num_heads: int = 4
+    dff: int = 512
+    num_layers: int = 2
+    dropout: float = 0.1
+    init: str = "fixed"  # "fixed": scaled embeddings + Xavier; "default": PyTorch defaults
+    train_size: int = 20000
+    val_size: int = 1000
+    data_seed: int = 0
+    val_seed: int = 1
+    seed: int = 0
+    batch_size: int = 64
+    warmup: int = 1000
+    lr_scale: float = 1.0  # multiplies the Noam factor: peak lr = lr_scale * d^-0.5 * warmup^-0.5
+    cooldown: int = 0  # the last `cooldown` steps before max_steps ramp the lr linearly down to 0
+    label_smoothing: float = 0.0
+    max_steps: int = 3120  # 10 epochs of 312 full batches of 64
+    eval_every: int = 312  # steps between evaluations on the validation set (312 = one epoch)
+    eval_gate: float = 0.0  # evaluate only when the training batch is at least this exactly right
+    eval_size: int = 1000  # validation sequences used by the periodic evaluation
+    target_exact_match: float | None = None  # stop once validation exact match reaches it
+    seq_len: int = 14  # max_len of the model = 12 digits + <bos>/<eos>
+    threads: int = 0  # torch threads while training; 0 leaves torch's default (thread count
+    #                   changes the order of float sums, hence the low bits of the weights)
+    bucket: int = 0  # 0: shuffled batches; n: sort every n batches' worth of sequences by length
+    bf16: bool = False  # run the forward pass under torch.autocast("cpu", bfloat16)
+    compile: bool = False  # torch.compile the model for the training steps
+
+    def key(self) -> str:
+        blob = json.dumps({"format": CHECKPOINT_FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# The reference chapter's recipe: d_model 128, batch 64, warmup 1000, dropout 0.1, 10 epochs,
+# one evaluation per epoch.
+SEED_RECIPE = TrainConfig()
+
+# The recipe the book trains with. Chapter 10 measures each change against SEED_RECIPE
+# (tools/bench_training.py): a 60,781-parameter model (d_model 32), no dropout, batch 128, a
+# short warmup and a linear cooldown to 0 at step 500, one thread, and a cheap evaluation every
+# 10 steps once the training batch is at least 98 % exactly right. It stops at 99.5 %.
+BOOK_RECIPE = TrainConfig(
+    d_model=32,
+    num_heads=4,
+    dff=128,
+    num_layers=2,
+    dropout=0.0,
+    batch_size=128,
+    warmup=100,
+    lr_scale=1.0,
+    cooldown=400,
+    max_steps=500,
+    eval_every=10,
+    eval_gate=0.98,
+    target_exact_match=0.995,
+    threads=1,
+)
+
+# Chapter 12 compares initialisations on one fixed budget, with no early stop for either model.
+COMPARISON_STEPS = 300
+
+
+def fixed_budget_recipe(
+    recipe: TrainConfig = BOOK_RECIPE, init: str = "fixed", steps: int = COMPARISON_STEPS
+) -> TrainConfig:
+    """recipe trained for exactly `steps` steps with the given init: no early stop, an
+    evaluation every 20 steps, and (if recipe has a cooldown) the cooldown rescaled so that it
+    still starts where the warmup ends."""
+    cooldown = steps - recipe.warmup if recipe.cooldown else 0
+    return dataclasses.replace(
+        recipe,
+        init=init,
+        max_steps=steps,
+        cooldown=cooldown,
+        target_exact_match=None,
+        eval_every=20,
+        eval_gate=0.0,
+    )
+
+
+def default_init_recipe(recipe: TrainConfig = BOOK_RECIPE) -> TrainConfig:
+    """PyTorch's default initialisation, otherwise the book's recipe on the comparison budget."""
+    return fixed_budget_recipe(recipe, init="default")

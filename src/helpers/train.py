@@ -1,0 +1,227 @@
+"""The training loop of the reversal model: teacher forcing, Adam, the Noam schedule with an
+optional linear cooldown, a progress bar, and a cheap periodic evaluation. Built in chapter 10.
+
+train_reversal(cfg)   trains from scratch and returns the model with its history.
+"""
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .data import make_reversal_dataset
+from .decoding import exact_match
+from .model import Transformer, apply_default_init
+from .recipes import TrainConfig
+from .schedule import noam_lambda
+from .vocab import EOS_ID, PAD_ID, VOCAB_SIZE
+
+
+@dataclass
+class TrainResult:
+    model: Transformer
+    config: TrainConfig
+    # per step: step, loss, token_acc, lr; per evaluation: eval_step, exact_match, seconds
+    history: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    from_cache: bool = False
+
+
+def build_model(cfg: TrainConfig) -> Transformer:
+    """The untrained model for cfg (seeded: the same cfg gives the same initial weights)."""
+    torch.manual_seed(cfg.seed)
+    model = Transformer(
+        VOCAB_SIZE,
+        VOCAB_SIZE,
+        d_model=cfg.d_model,
+        num_heads=cfg.num_heads,
+        dff=cfg.dff,
+        num_layers=cfg.num_layers,
+        max_len=cfg.seq_len,
+        dropout=cfg.dropout,
+    )
+    if cfg.init == "default":
+        apply_default_init(model)
+    elif cfg.init != "fixed":
+        raise ValueError(f"init must be 'fixed' or 'default', got {cfg.init!r}")
+    return model
+
+
+def lr_factor(cfg: TrainConfig):
+    """The learning-rate factor for LambdaLR (base lr = cfg.lr_scale): Noam, then a linear cooldown.
+
+    noam_lambda rises for cfg.warmup steps and decays as 1/sqrt(step); with cfg.cooldown > 0 it
+    is also multiplied by a ramp that falls linearly from 1 to 0 over the last cfg.cooldown
+    steps before cfg.max_steps, so that the final steps are small and the last few wrong
+    sequences get fixed instead of jittering.
+    """
+    noam = noam_lambda(cfg.d_model, cfg.warmup)
+    if cfg.cooldown <= 0:
+        return noam
+    if cfg.cooldown > cfg.max_steps:
+        raise ValueError(f"cooldown={cfg.cooldown} is longer than max_steps={cfg.max_steps}")
+
+    def factor(step: int) -> float:
+        return noam(step) * min(1.0, (cfg.max_steps - step) / cfg.cooldown)
+
+    return factor
+
+
+def sequence_correct(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+    """bool [B]: the argmax is right at every position up to and including the target's <eos>."""
+    is_eos = (tgt_out == EOS_ID).long()
+    upto_eos = (is_eos.cumsum(1) - is_eos) == 0
+    return ((logits.argmax(-1) == tgt_out) | ~upto_eos).all(dim=1)
+
+
+def teacher_forced_exact_match(
+    model, src: torch.Tensor, tgt: torch.Tensor, batch_size: int = 1000
+) -> float:
+    """Fraction of sequences whose teacher-forced argmax is right at every position up to <eos>.
+
+    This is the same number as greedy exact match (helpers.exact_match): while every argmax
+    is right, greedy decoding feeds itself exactly the prefix that teacher forcing feeds, and
+    at the first wrong argmax both go wrong. It costs one batched forward pass instead of
+    one decoder pass per output token.
+    """
+    was_training = model.training
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, src.size(0), batch_size):
+            s, t = src[i : i + batch_size], tgt[i : i + batch_size]
+            correct += int(sequence_correct(model(s, t[:, :-1]), t[:, 1:]).sum())
+    model.train(was_training)
+    return correct / max(src.size(0), 1)
+
+
+def epoch_batches(
+    lengths: torch.Tensor, batch_size: int, bucket: int, gen: torch.Generator
+) -> list:
+    """One epoch of index batches (full batches only).
+
+    bucket=0: a random permutation cut into batches. bucket=n: the permutation is cut into
+    runs of n * batch_size sequences, each run is sorted by length before it is cut into
+    batches, and the batches are shuffled; a batch then holds sequences of about the same
+    length, so trimming its padding columns saves work.
+    """
+    n = lengths.numel()
+    perm = torch.randperm(n, generator=gen)
+    if bucket <= 0:
+        return [perm[i : i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
+    batches = []
+    for i in range(0, n, bucket * batch_size):
+        run = perm[i : i + bucket * batch_size]
+        run = run[torch.argsort(lengths[run], stable=True)]
+        batches += [
+            run[j : j + batch_size] for j in range(0, run.numel() - batch_size + 1, batch_size)
+        ]
+    order = torch.randperm(len(batches), generator=gen).tolist()
+    return [batches[k] for k in order]
+
+
+def train_reversal(
+    cfg: TrainConfig = TrainConfig(), progress: bool = True, confirm: bool = True
+) -> TrainResult:
+    """Train a reversal model from scratch with teacher forcing, Adam and the Noam schedule.
+
+    Every cfg.eval_every steps (when the training batch just scored is at least cfg.eval_gate
+    exactly right) the model is scored on the first cfg.eval_size validation sequences with
+    teacher_forced_exact_match, one forward pass. With a target, training stops at the first
+    evaluation that reaches it, once greedy decoding (exact_match) has confirmed the score
+    (confirm=True); the history then records the greedy score. The last step is always evaluated.
+
+    history: per step "step", "loss", "token_acc" (teacher-forced, on the training batch),
+    "batch_exact" (the batch's share of sequences right at every position), "lr"; per
+    evaluation "eval_step", "exact_match", "seconds" (since the start).
+    """
+    from tqdm.auto import tqdm
+
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _train(cfg, progress, confirm, tqdm)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(cfg: TrainConfig, progress: bool, confirm: bool, tqdm) -> TrainResult:
+    t0 = time.perf_counter()
+    model = build_model(cfg)
+    src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
+    src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
+    src_eval, tgt_eval = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
+    src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    hist = {
+        k: []
+        for k in (
+            "step",
+            "loss",
+            "token_acc",
+            "batch_exact",
+            "lr",
+            "eval_step",
+            "exact_match",
+            "seconds",
+        )
+    }
+    forward = torch.compile(model) if cfg.compile else model
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.bf16 else nullcontext
+
+    step, batches = 0, []
+    bar = tqdm(total=cfg.max_steps, desc="training", disable=not progress, mininterval=0.5)
+    model.train()
+    while step < cfg.max_steps:
+        if not batches:  # a new epoch
+            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
+        idx = batches.pop()
+        # padding is trailing: cut the columns that are padding in every row of the batch
+        src = src_train[idx, : int(src_len[idx].max())]
+        tgt = tgt_train[idx, : int(tgt_len[idx].max())]
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: shift by one
+        with autocast():
+            logits = forward(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.size(-1)),
+            tgt_out.reshape(-1),
+            ignore_index=PAD_ID,
+            label_smoothing=cfg.label_smoothing,
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        with torch.no_grad():  # free statistics of the batch just seen (before this update)
+            real = tgt_out != PAD_ID
+            acc = ((logits.argmax(-1) == tgt_out) & real).sum().item() / real.sum().item()
+            batch_exact = sequence_correct(logits, tgt_out).float().mean().item()
+        hist["step"].append(step)
+        hist["loss"].append(loss.item())
+        hist["token_acc"].append(acc)
+        hist["batch_exact"].append(batch_exact)
+        hist["lr"].append(sched.get_last_lr()[0])
+        bar.update(1)
+        due = step % cfg.eval_every == 0 and batch_exact >= cfg.eval_gate
+        if due or step == cfg.max_steps:
+            em = teacher_forced_exact_match(model, src_eval, tgt_eval)
+            done = cfg.target_exact_match is not None and em >= cfg.target_exact_match
+            if done and confirm:
+                em = exact_match(model, src_eval, tgt_eval)  # greedy decoding with the KV cache
+                done = em >= cfg.target_exact_match
+                model.train()
+            hist["eval_step"].append(step)
+            hist["exact_match"].append(em)
+            hist["seconds"].append(time.perf_counter() - t0)
+            bar.set_postfix(loss=f"{loss.item():.3f}", exact_match=f"{em:.3f}")
+            if done:
+                break
+    bar.close()
+    model.eval()
+    return TrainResult(model, cfg, hist, time.perf_counter() - t0)

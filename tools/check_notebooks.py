@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Check that every chapter notebook keeps the book's conventions (part of `make test`).
+
+Usage:
+    python tools/check_notebooks.py                  # every chapters/NN_*.ipynb
+    python tools/check_notebooks.py chapters/03_x.ipynb ...
+
+It reads the stored notebooks (it runs nothing, so it takes well under a second) and fails
+on what nbval cannot see:
+
+- a code cell never executed, one with a stored error, execution counts not 1, 2, 3, ...,
+  or a cell that nbval would skip (`nbval-skip`, `# NBVAL_SKIP`);
+- a stored output holding a repr with a memory address (`<... at 0x7f...>`);
+- an output line that is only `True` or `False`, or a check printed as one
+  ("a == b: True", "same output: True"): print the measured numbers, then assert;
+- a code line over 100 characters (it scrolls sideways in the HTML book);
+- a title that is not numbered like the file (`# 7. ...` for `07_*.ipynb`);
+- no `## Summary` followed by `## Exercises` as the chapter's last two sections, fewer than
+  two exercises (`### Exercise N.k ...`), or an exercise without a solution cell right after
+  it; a solution cell must be collapsed in JupyterLab (`jupyter.source_hidden`) and behind a
+  toggle in the HTML (tag `hide-input`);
+- no figure (an image output, or an image or figure directive in the prose);
+- drawing code (a cell tagged `figure`) not hidden in the same two ways.
+
+It prints one line per problem and exits 1 if there is any.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+MAX_LINE = 100
+ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+BARE_BOOL = re.compile(r"^\s*(True|False)\s*$")
+# "a == b: True", "same output: True", "unchanged (< 1e-5): True": a check printed as a bool
+CHECK_BOOL = re.compile(
+    r"(==|!=|<|>|\bsame\b|\bequal|\bunchanged\b|\bchanged\b|\bwithin\b|\bmatch|"
+    r"\bidentical\b|\bagree)[^:;|]*:\s*(True|False)\b",
+    re.I,
+)
+EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+)\b", re.M)
+SOLUTION_MARK = re.compile(r"^# Solution to exercise (\d+)\.(\d+)\b")
+FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
+
+
+def source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def output_text(out) -> str:
+    text = out.get("text", "")
+    if isinstance(text, list):
+        text = "".join(text)
+    plain = out.get("data", {}).get("text/plain", "")
+    if isinstance(plain, list):
+        plain = "".join(plain)
+    return text + "\n" + plain
+
+
+def hidden(cell) -> bool:
+    meta = cell.get("metadata", {})
+    tags = meta.get("tags", [])
+    return meta.get("jupyter", {}).get("source_hidden") is True and (
+        "hide-input" in tags or "hide-cell" in tags
+    )
+
+
+def check(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cells = nb.get("cells", [])
+    problems: list[str] = []
+
+    def problem(msg: str) -> None:
+        problems.append(f"{path.relative_to(ROOT)}: {msg}")
+
+    # execution and nbval
+    counts = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code" or not source(cell).strip():
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "nbval-skip" in tags or "NBVAL_SKIP" in source(cell):
+            problem(f"cell {i} is skipped by nbval: run it, and tag it nbval-ignore-output if "
+                    "its output cannot be stable")
+        counts.append(cell.get("execution_count"))
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                problem(f"cell {i} has a stored error: {out.get('ename')}: {out.get('evalue')}")
+            text = output_text(out)
+            match = ADDRESS.search(text)
+            if match:
+                problem(f"cell {i} stores a repr with a memory address: {match.group(0)}")
+            for line in text.splitlines():
+                if BARE_BOOL.match(line) or CHECK_BOOL.search(line):
+                    problem(f"cell {i} prints a check as True/False ({line.strip()[:60]!r}): "
+                            "print the measured numbers, then assert")
+                    break
+        for n, line in enumerate(source(cell).splitlines(), 1):
+            if len(line) > MAX_LINE:
+                problem(f"cell {i} line {n} has {len(line)} characters (at most {MAX_LINE})")
+    if None in counts:
+        problem(f"{counts.count(None)} code cell(s) never executed: re-execute the notebook")
+    elif counts != list(range(1, len(counts) + 1)):
+        problem("execution counts are not 1, 2, 3, ...: re-execute it in a fresh kernel")
+
+    # title
+    number = int(path.name[:2])
+    first = source(cells[0]).lstrip().splitlines()[0] if cells and source(cells[0]).strip() else ""
+    if cells[0].get("cell_type") != "markdown" or not first.startswith(f"# {number}. "):
+        problem(f"the first cell must be the title '# {number}. ...', found {first[:40]!r}")
+
+    # summary, exercises, solutions
+    headings = [
+        (i, line)
+        for i, cell in enumerate(cells)
+        if cell.get("cell_type") == "markdown"
+        for line in source(cell).splitlines()
+        if line.startswith("## ")
+    ]
+    tail = [line.strip() for _, line in headings[-2:]]
+    if tail != ["## Summary", "## Exercises"]:
+        problem(f"the last two sections must be '## Summary' and '## Exercises', found {tail}")
+    exercises = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "markdown":
+            exercises += [(i, m.group(1), m.group(2)) for m in EXERCISE.finditer(source(cell))]
+    if len(exercises) < 2:
+        problem(f"{len(exercises)} exercise(s); each chapter has at least 2 ('### Exercise N.k')")
+    for i, chap, k in exercises:
+        if int(chap) != number:
+            problem(f"exercise {chap}.{k} in chapter {number}: number it {number}.{k}")
+        solutions = [
+            j
+            for j, cell in enumerate(cells)
+            if cell.get("cell_type") == "code"
+            and (m := SOLUTION_MARK.match(source(cell).lstrip()))
+            and (m.group(1), m.group(2)) == (chap, k)
+        ]
+        if not solutions:
+            problem(f"exercise {chap}.{k} has no code cell starting '# Solution to exercise "
+                    f"{chap}.{k}'")
+        for j in solutions:
+            if j < i:
+                problem(f"the solution to exercise {chap}.{k} comes before its statement")
+            if not hidden(cells[j]):
+                problem(f"the solution to exercise {chap}.{k} (cell {j}) must be collapsed: "
+                        "metadata jupyter.source_hidden and tag hide-input")
+
+    # figures
+    has_image = any(
+        any(k.startswith("image/") for k in out.get("data", {}))
+        for cell in cells
+        for out in cell.get("outputs", [])
+    )
+    has_md_figure = any(
+        FIGURE_MD.search(source(c)) for c in cells if c.get("cell_type") == "markdown"
+    )
+    if not (has_image or has_md_figure):
+        problem("no figure: every chapter shows at least one (a plot, or an SVG in the prose)")
+    for i, cell in enumerate(cells):
+        if "figure" in cell.get("metadata", {}).get("tags", []) and not hidden(cell):
+            problem(f"cell {i} draws a figure (tag 'figure'): hide its code (source_hidden, "
+                    "hide-input)")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    paths = [Path(a).resolve() for a in argv] or sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+    problems = [p for path in paths for p in check(path)]
+    for p in problems:
+        print(p)
+    n = len(paths)
+    if problems:
+        print(f"check_notebooks: {len(problems)} problem(s) in {n} notebook(s)")
+        return 1
+    print(f"check_notebooks: {n} notebook(s) keep the conventions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
