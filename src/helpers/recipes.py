@@ -28,6 +28,7 @@ class TrainConfig:
     num_layers: int = 2
     dropout: float = 0.1
     init: str = "fixed"  # "fixed": scaled embeddings + Xavier; "default": PyTorch defaults
+    #                      (chapter 12 also uses "embedding_only" and "xavier_only": one fix each)
     train_size: int = 20000
     val_size: int = 1000
     data_seed: int = 0

@@ -30,7 +30,10 @@ class TrainResult:
 
 
 def build_model(cfg: TrainConfig) -> Transformer:
-    """The untrained model for cfg (seeded: the same cfg gives the same initial weights)."""
+    """The untrained model for cfg (seeded: the same cfg gives the same initial weights).
+
+    Built in chapter 10; chapter 12 compares its four inits (cfg.init).
+    """
     torch.manual_seed(cfg.seed)
     model = Transformer(
         VOCAB_SIZE,
@@ -44,8 +47,15 @@ def build_model(cfg: TrainConfig) -> Transformer:
     )
     if cfg.init == "default":
         apply_default_init(model)
+    elif cfg.init in ("embedding_only", "xavier_only"):  # chapter 12's 2 x 2: one fix undone
+        kind = torch.nn.Linear if cfg.init == "embedding_only" else torch.nn.Embedding
+        for m in model.modules():
+            if isinstance(m, kind):
+                m.reset_parameters()  # PyTorch's default for this kind of layer only
     elif cfg.init != "fixed":
-        raise ValueError(f"init must be 'fixed' or 'default', got {cfg.init!r}")
+        raise ValueError(
+            f"init must be 'fixed', 'default', 'embedding_only' or 'xavier_only', got {cfg.init!r}"
+        )
     return model
 
 
