@@ -70,7 +70,8 @@ def test_broken_causal_mask_is_caught(monkeypatch):
 
 
 def test_every_decoder_query_sees_a_key():
-    """Over-masking (e.g. diagonal=0) leaves queries with no key at all: catch it where masks are built."""
+    """Over-masking (e.g. diagonal=0) leaves queries with no key at all: catch it where masks
+    are built."""
     from helpers import fully_masked_rows, make_causal_mask, make_padding_mask
 
     _, tgt = make_reversal_dataset(8, seed=5)

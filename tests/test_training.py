@@ -1,4 +1,5 @@
-"""The training loop, the cheap exact-match proxy, and the checkpoint cache (tiny configs: seconds)."""
+"""The training loop, the cheap exact-match proxy, and the checkpoint cache (tiny configs:
+seconds)."""
 
 import dataclasses
 import signal
@@ -11,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import helpers
 from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset
-from helpers.schedule import noam_lambda
 from helpers.checkpoints import checkpoint_path, load_checkpoint, load_or_train, save_checkpoint
 from helpers.recipes import (
     BOOK_RECIPE,
@@ -22,6 +23,7 @@ from helpers.recipes import (
     default_init_recipe,
     fixed_budget_recipe,
 )
+from helpers.schedule import noam_lambda
 from helpers.train import (
     build_model,
     epoch_batches,
@@ -44,8 +46,6 @@ TINY = TrainConfig(
     eval_every=3,
     eval_size=64,
 )
-import helpers
-
 SRC_DIR = Path(helpers.__file__).resolve().parents[1]  # the folder that holds the package
 
 
@@ -195,7 +195,7 @@ def test_truncated_checkpoint_is_detected_and_retrained(tmp_path, capsys):
     path = checkpoint_path(TINY, tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # what a non-atomic writer leaves when killed
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (torch raises RuntimeError, pickle others)
         load_checkpoint(path, TINY)
     again = load_or_train(TINY, cache_dir=tmp_path, progress=False)
     out = capsys.readouterr().out
@@ -264,7 +264,7 @@ def test_a_successful_save_leaves_no_temporary_file(tmp_path):
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path):
-    res = load_or_train(TINY, cache_dir=tmp_path, progress=False, verbose=False)
+    load_or_train(TINY, cache_dir=tmp_path, progress=False, verbose=False)
     payload = torch.load(checkpoint_path(TINY, tmp_path), weights_only=True)
     assert set(payload) >= {"format", "config", "state_dict", "history"}
 

@@ -81,7 +81,8 @@ def main() -> None:
         "--threads",
         type=int,
         default=1,
-        help="torch.set_num_threads; 1 (the default) is steady on a shared machine, 0 = torch's choice",
+        help="torch.set_num_threads; 1 (the default) is steady on a shared machine, "
+        "0 = torch's choice",
     )
     args = ap.parse_args()
     if args.threads:

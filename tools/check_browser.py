@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import functools
 import http.server
 import json
@@ -66,14 +67,11 @@ CHROMIUM_FLAGS = [
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
 ]
-# Console messages that are not errors of the book. Each entry: (substring, why).
-KNOWN_HARMLESS = [
-    (
-        "Got invalid theme mode",
-        "pydata-sphinx-theme, once on a fresh browser profile: no stored theme yet",
-    ),
-    ("/favicon.ico", "the browser asks every http server for /favicon.ico; the book ships none"),
-]
+# Console messages that are not errors of the book. Each entry: (substring, why). Empty:
+# every console error on a book page fails the check. (pydata-sphinx-theme's "Got invalid
+# theme mode" is fixed at its cause, html_context.default_mode in _config.yml, and the
+# browser's /favicon.ico request by the book's own favicon.)
+KNOWN_HARMLESS: list[tuple[str, str]] = []
 
 
 def log(msg: str) -> None:
@@ -181,10 +179,8 @@ class CDP:
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.ws.close()
-        except Exception:
-            pass
 
 
 class Chromium:
@@ -232,10 +228,8 @@ class Chromium:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(10)
         except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
@@ -288,11 +282,35 @@ PAGE_REPORT_JS = r"""
     title: document.title,
     math: math.length,
     rendered: math.filter(el => el.querySelector('mjx-container')).length,
-    raw: math.filter(el => !el.querySelector('mjx-container')).slice(0, 3).map(el => el.textContent.slice(0, 60)),
+    raw: math.filter(el => !el.querySelector('mjx-container')).slice(0, 3)
+             .map(el => el.textContent.slice(0, 60)),
     mathjax: !!window.MathJax,
     images: imgs.length,
-    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src').slice(0, 80)),
+    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0))
+                .map(i => i.getAttribute('src').slice(0, 80)),
   };
+})()
+"""
+
+
+# Exercise solutions: a code cell tagged hide-input becomes <details class="hide
+# above-input"> around the cell's source. Every solution must start closed (its code not
+# rendered); for the first one, clicking its summary must show the code.
+SOLUTIONS_JS = r"""
+(() => {
+  const sols = [...document.querySelectorAll('details.above-input')]
+      .filter(d => d.textContent.includes('# Solution to exercise'));
+  const visible = el => !!el && el.getClientRects().length > 0 && el.offsetHeight > 0;
+  const open = sols.filter(d => d.open || visible(d.querySelector('pre')));
+  let expanded = null;
+  if (sols.length) {
+    const d = sols[0];
+    d.querySelector('summary').click();
+    const pre = d.querySelector('pre');
+    expanded = {open: d.open, shown: visible(pre),
+                starts: pre ? pre.innerText.trim().slice(0, 40) : ''};
+  }
+  return {solutions: sols.length, open_at_load: open.length, expanded: expanded};
 })()
 """
 
@@ -331,7 +349,8 @@ def check_book(browser: Chromium) -> list[str]:
     server, port = serve(HTML)
     prefix = f"http://127.0.0.1:{port}/"
     failures: list[str] = []
-    totals = {"pages": 0, "math": 0, "images": 0, "requests": 0}
+    totals = {"pages": 0, "math": 0, "images": 0, "requests": 0, "solutions": 0}
+    toggled = 0
     try:
         for path in book_pages():
             rel = path.relative_to(HTML).as_posix()
@@ -340,6 +359,7 @@ def check_book(browser: Chromium) -> list[str]:
             try:
                 page.navigate(prefix + rel)
                 info = page.evaluate(PAGE_REPORT_JS, timeout=60)
+                sols = page.evaluate(SOLUTIONS_JS)
                 page.pump(0.3)  # late console messages
             except Exception as err:
                 failures.append(f"{rel}: {type(err).__name__}: {err}")
@@ -363,6 +383,18 @@ def check_book(browser: Chromium) -> list[str]:
                 problems.append(f"{len(external)} request(s) left localhost: {external[:3]}")
             if errors:
                 problems.append(f"{len(errors)} JavaScript error(s): {errors[:3]}")
+            totals["solutions"] += sols["solutions"]
+            if sols["open_at_load"]:
+                problems.append(
+                    f"{sols['open_at_load']} of {sols['solutions']} exercise solution(s) visible "
+                    "before their toggle is clicked (tag the cell hide-input)"
+                )
+            exp = sols["expanded"]
+            if exp is not None:
+                if exp["open"] and exp["shown"] and exp["starts"].startswith("# Solution"):
+                    toggled += 1
+                else:
+                    problems.append(f"clicking a solution's toggle did not show its code: {exp}")
             status = "ok  " if not problems else "FAIL"
             log(
                 f"  {status} {rel}: {info['math']} math ({info['rendered']} rendered), "
@@ -373,9 +405,12 @@ def check_book(browser: Chromium) -> list[str]:
         server.shutdown()
     if not totals["pages"]:
         failures.append("no page was checked")
+    if not totals["solutions"]:
+        failures.append("no exercise solution found behind a toggle on any page")
     log(
-        f"  book: {totals['pages']} pages, {totals['math']} math elements, {totals['images']} images, "
-        f"{totals['requests']} requests"
+        f"  book: {totals['pages']} pages, {totals['math']} math elements, "
+        f"{totals['images']} images, {totals['requests']} requests; "
+        f"{totals['solutions']} solutions, all closed at load; clicked open on {toggled} pages"
     )
     return failures
 
@@ -386,7 +421,8 @@ LAB_STATE_TEMPLATE = r"""
 (() => {
   const app = window.jupyterapp;
   if (!app) return null;
-  const panel = [...app.shell.widgets('main')].find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  const panel = [...app.shell.widgets('main')]
+      .find(w => w.context && w.context.path === NOTEBOOK_PATH);
   if (!panel || !panel.content || !panel.sessionContext) return {ready: false};
   const s = panel.sessionContext;
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
@@ -397,7 +433,8 @@ LAB_STATE_TEMPLATE = r"""
     code_cells: cells.length,
     executed: cells.filter(c => c.model.executionCount !== null).length,
     running: document.querySelectorAll('.jp-InputPrompt').length
-             ? [...document.querySelectorAll('.jp-InputPrompt')].filter(p => p.textContent.includes('*')).length : 0,
+             ? [...document.querySelectorAll('.jp-InputPrompt')]
+                 .filter(p => p.textContent.includes('*')).length : 0,
     errors: outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
   };
 })()
@@ -439,7 +476,8 @@ def select_option_js(label: str, index: int) -> str:
 (() => {{
   const boxes = document.querySelectorAll('.attention-explorer');
   const select = [...boxes[boxes.length - 1].querySelectorAll('.widget-dropdown')]
-      .find(d => d.querySelector('label').textContent.trim() === {json.dumps(label)}).querySelector('select');
+      .find(d => d.querySelector('label').textContent.trim() === {json.dumps(label)})
+      .querySelector('select');
   select.selectedIndex = {index};
   select.dispatchEvent(new Event('change', {{bubbles: true}}));
   return select.options[{index}].textContent.replace(/\u00a0/g, ' ');
@@ -451,7 +489,8 @@ def type_text_js(label: str, text: str) -> str:
 (() => {{
   const boxes = document.querySelectorAll('.attention-explorer');
   const input = [...boxes[boxes.length - 1].querySelectorAll('.widget-text')]
-      .find(d => d.querySelector('label').textContent.trim() === {json.dumps(label)}).querySelector('input');
+      .find(d => d.querySelector('label').textContent.trim() === {json.dumps(label)})
+      .querySelector('input');
   input.value = {json.dumps(text)};
   input.dispatchEvent(new Event('input', {{bubbles: true}}));
   input.dispatchEvent(new KeyboardEvent('keydown', {{key: 'Enter', bubbles: true}}));
@@ -459,10 +498,47 @@ def type_text_js(label: str, text: str) -> str:
 }})()"""
 
 
+# Exercise solutions in JupyterLab: cells whose source starts "# Solution to exercise" must
+# open with their input collapsed (cell metadata jupyter.source_hidden: JupyterLab shows a
+# placeholder instead of the editor); clicking the placeholder must show the code.
+LAB_SOLUTIONS_JS = r"""
+(() => {
+  const app = window.jupyterapp;
+  const panel = [...app.shell.widgets('main')]
+      .find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  const visible = el => !!el && el.getClientRects().length > 0 && el.offsetHeight > 0;
+  const sols = panel.content.widgets.filter(
+      c => c.model.sharedModel.getSource().startsWith('# Solution to exercise'));
+  return sols.map(c => ({
+    hidden: c.inputHidden,
+    placeholder: visible(c.node.querySelector('.jp-InputPlaceholder')),
+    editor: visible(c.node.querySelector('.jp-InputArea-editor')),
+  }));
+})()
+"""
+
+EXPAND_SOLUTION_JS = r"""
+(async () => {
+  const app = window.jupyterapp;
+  const panel = [...app.shell.widgets('main')]
+      .find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  const c = panel.content.widgets.find(
+      c => c.model.sharedModel.getSource().startsWith('# Solution to exercise'));
+  c.node.scrollIntoView();
+  c.node.querySelector('.jp-InputPlaceholder').click();
+  await new Promise(r => setTimeout(r, 500));
+  const editor = c.node.querySelector('.jp-InputArea-editor');
+  const shown = !!editor && editor.getClientRects().length > 0 && editor.offsetHeight > 0;
+  return {hidden: c.inputHidden, shown: shown,
+          text: editor ? editor.innerText.trim().slice(0, 40) : ''};
+})()
+"""
+
 ACTIVATE_JS = r"""
 (() => {
   const app = window.jupyterapp;
-  const panel = [...app.shell.widgets('main')].find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  const panel = [...app.shell.widgets('main')]
+      .find(w => w.context && w.context.path === NOTEBOOK_PATH);
   app.shell.activateById(panel.id);
   panel.content.activate();
   return panel.id;
@@ -493,7 +569,8 @@ def start_lab(workdir: Path):
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     env["PYTHONHASHSEED"] = "0"
     env.pop("MPLBACKEND", None)
-    logfile = open(workdir / "jupyterlab.log", "w")
+    # stays open for the server's lifetime; the temporary folder goes with it
+    logfile = open(workdir / "jupyterlab.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -527,7 +604,8 @@ def start_lab(workdir: Path):
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(
-                f"JupyterLab did not start; see its log:\n{(workdir / 'jupyterlab.log').read_text()[-2000:]}"
+                "JupyterLab did not start; see its log:\n"
+                + (workdir / "jupyterlab.log").read_text()[-2000:]
             )
         time.sleep(0.3)
 
@@ -565,7 +643,8 @@ def check_lab(
         log(f"  JupyterLab up on 127.0.0.1:{port} in {time.monotonic() - t0:.1f} s")
         page.navigate(f"http://127.0.0.1:{port}/lab/tree/{notebook.name}", timeout=90)
         state = page.wait_for(
-            f"(() => {{ const s = {LAB_STATE_JS}; return s && s.ready && s.kernel === 'idle' && s; }})()",
+            f"(() => {{ const s = {LAB_STATE_JS}; "
+            "return s && s.ready && s.kernel === 'idle' && s; })()",
             timeout=90,
         )
         log(f"  notebook open, kernel idle, {state['code_cells']} code cells")
@@ -574,7 +653,8 @@ def check_lab(
         page.wait_for("!!window.jupyterapp.shell.currentWidget", timeout=30)
         page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all').then(() => true)")
         state = page.wait_for(
-            f"(() => {{ const s = {LAB_STATE_JS}; return s && s.kernel === 'idle' && s.running === 0 && "
+            f"(() => {{ const s = {LAB_STATE_JS}; "
+            "return s && s.kernel === 'idle' && s.running === 0 && "
             f"(s.executed === s.code_cells || s.errors.length) && s; }})()",
             timeout=run_timeout,
             interval=1.0,
@@ -589,6 +669,22 @@ def check_lab(
             failures.append(
                 f"only {state['executed']} of {state['code_cells']} code cells executed"
             )
+
+        sols_js = LAB_SOLUTIONS_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name))
+        sols = page.evaluate(sols_js)
+        collapsed = [x for x in sols if x["hidden"] and x["placeholder"] and not x["editor"]]
+        log(f"  {len(sols)} exercise solution cell(s), {len(collapsed)} collapsed at open")
+        if not sols:
+            failures.append("no cell starting '# Solution to exercise' in the notebook")
+        elif len(collapsed) != len(sols):
+            failures.append(f"solutions not collapsed in JupyterLab: {sols}")
+        else:
+            exp = page.evaluate(
+                EXPAND_SOLUTION_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name))
+            )
+            log(f"  clicked the first solution's placeholder: {exp}")
+            if exp["hidden"] or not exp["shown"] or not exp["text"].startswith("# Solution"):
+                failures.append(f"clicking a collapsed solution did not show its code: {exp}")
 
         before = page.wait_for(
             f"(async () => {{ const e = await {EXPLORER_JS}; return e && e.shown && e; }})()",
@@ -610,8 +706,9 @@ def check_lab(
                 timeout=30,
             )
             log(
-                f"  layer -> {chosen!r}: the heatmap image changed (PNG {before['bytes']} bytes, hash "
-                f"{before['hash']} -> {after['bytes']} bytes, hash {after['hash']}); status: {after['status']!r}"
+                f"  layer -> {chosen!r}: the heatmap image changed (PNG {before['bytes']} "
+                f"bytes, hash {before['hash']} -> {after['bytes']} bytes, hash {after['hash']}); "
+                f"status: {after['status']!r}"
             )
             if screenshots:
                 page.screenshot(screenshots / "lab_after_layer.png")
@@ -643,7 +740,8 @@ def check_lab(
             )
         if errors:  # JupyterLab itself logs some; reported, not failed
             log(
-                f"  note: {len(errors)} console message(s) at error level in JupyterLab, e.g. {errors[:2]}"
+                f"  note: {len(errors)} console message(s) at error level in JupyterLab, "
+                f"e.g. {errors[:2]}"
             )
         state = page.evaluate(LAB_STATE_JS)
         if state and state["errors"]:
@@ -651,10 +749,8 @@ def check_lab(
     except Exception as err:
         failures.append(f"{type(err).__name__}: {err}")
     finally:
-        try:  # leave the page before the server goes away
+        with contextlib.suppress(Exception):  # leave the page before the server goes away
             page.navigate("about:blank", timeout=10)
-        except Exception:
-            pass
         if proc is not None:
             stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -704,12 +800,12 @@ def main(argv) -> int:
         log(f"browser: {browser.version}, headless, new empty profile")
         if not args.lab_only:
             log("(a) the HTML book, every page from http://127.0.0.1")
-            results["book: math rendered, images loaded, no external request, no JS error"] = (
+            results["book: math, images, no external request, no JS error, solutions toggle"] = (
                 check_book(browser)
             )
         if not args.book_only:
-            log("(b) JupyterLab: run the heatmap chapter, change the layer, bad input")
-            results["lab: run-all, layer change redraws the heatmap, bad input message"] = (
+            log("(b) JupyterLab: run the heatmap chapter, solutions, layer change, bad input")
+            results["lab: run-all, solutions collapsed, layer redraws heatmap, bad input"] = (
                 check_lab(browser, args.screenshots, args.run_timeout, args.notebook.resolve())
             )
     except Exception as err:
@@ -726,7 +822,8 @@ def main(argv) -> int:
             log(f"      - {f}")
         failed += bool(failures)
     log(
-        f"check-browser: {'PASS' if not failed else 'FAIL'} ({len(results) - failed} passed, {failed} failed) "
+        f"check-browser: {'PASS' if not failed else 'FAIL'} "
+        f"({len(results) - failed} passed, {failed} failed) "
         f"in {time.monotonic() - t0:.0f} s"
     )
     return 1 if failed or not results else 0

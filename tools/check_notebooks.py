@@ -86,8 +86,10 @@ def check(path: Path) -> list[str]:
             continue
         tags = cell.get("metadata", {}).get("tags", [])
         if "nbval-skip" in tags or "NBVAL_SKIP" in source(cell):
-            problem(f"cell {i} is skipped by nbval: run it, and tag it nbval-ignore-output if "
-                    "its output cannot be stable")
+            problem(
+                f"cell {i} is skipped by nbval: run it, and tag it nbval-ignore-output if "
+                "its output cannot be stable"
+            )
         counts.append(cell.get("execution_count"))
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
@@ -98,8 +100,10 @@ def check(path: Path) -> list[str]:
                 problem(f"cell {i} stores a repr with a memory address: {match.group(0)}")
             for line in text.splitlines():
                 if BARE_BOOL.match(line) or CHECK_BOOL.search(line):
-                    problem(f"cell {i} prints a check as True/False ({line.strip()[:60]!r}): "
-                            "print the measured numbers, then assert")
+                    problem(
+                        f"cell {i} prints a check as True/False ({line.strip()[:60]!r}): "
+                        "print the measured numbers, then assert"
+                    )
                     break
         for n, line in enumerate(source(cell).splitlines(), 1):
             if len(line) > MAX_LINE:
@@ -143,14 +147,17 @@ def check(path: Path) -> list[str]:
             and (m.group(1), m.group(2)) == (chap, k)
         ]
         if not solutions:
-            problem(f"exercise {chap}.{k} has no code cell starting '# Solution to exercise "
-                    f"{chap}.{k}'")
+            problem(
+                f"exercise {chap}.{k} has no code cell starting '# Solution to exercise {chap}.{k}'"
+            )
         for j in solutions:
             if j < i:
                 problem(f"the solution to exercise {chap}.{k} comes before its statement")
             if not hidden(cells[j]):
-                problem(f"the solution to exercise {chap}.{k} (cell {j}) must be collapsed: "
-                        "metadata jupyter.source_hidden and tag hide-input")
+                problem(
+                    f"the solution to exercise {chap}.{k} (cell {j}) must be collapsed: "
+                    "metadata jupyter.source_hidden and tag hide-input"
+                )
 
     # figures
     has_image = any(
@@ -165,8 +172,9 @@ def check(path: Path) -> list[str]:
         problem("no figure: every chapter shows at least one (a plot, or an SVG in the prose)")
     for i, cell in enumerate(cells):
         if "figure" in cell.get("metadata", {}).get("tags", []) and not hidden(cell):
-            problem(f"cell {i} draws a figure (tag 'figure'): hide its code (source_hidden, "
-                    "hide-input)")
+            problem(
+                f"cell {i} draws a figure (tag 'figure'): hide its code (source_hidden, hide-input)"
+            )
     return problems
 
 

@@ -247,7 +247,7 @@ def save(nb, notebook: Path, twin: Path) -> None:
     try:
         compare_notebooks(jupytext.read(twin, fmt=TWIN_FMT), nb, fmt=TWIN_FMT)
     except Exception as err:
-        raise ExecutionFailed(f"{twin.name} does not round-trip to the notebook: {err}")
+        raise ExecutionFailed(f"{twin.name} does not round-trip to the notebook: {err}") from err
 
 
 def main(argv: list[str]) -> int:
