@@ -39,12 +39,14 @@ from .model import ModelConfig, Transformer, count_parameters, xavier_init_linea
 
 # 9. Data
 from .data import make_reversal_dataset
+from .evaluation import TEST_SEED, TEST_SIZE, test_set, train_test_overlap
 
 # 10. Training
 from .schedule import noam_lambda
 from .recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
 from .train import TrainResult, teacher_forced_exact_match, train_reversal
 from .checkpoints import load_or_train, trained_reversal_model
+from .evaluation import Interval, exact_match_with_interval, wilson_interval
 
 # 11. Greedy decoding
 from .decoding import exact_match, greedy_decode, sequences_equal
@@ -127,6 +129,10 @@ __all__ = [
     "count_parameters",
     "xavier_init_linears",
     "make_reversal_dataset",
+    "TEST_SEED",
+    "TEST_SIZE",
+    "test_set",
+    "train_test_overlap",
     "noam_lambda",
     "BOOK_RECIPE",
     "SEED_RECIPE",
@@ -136,6 +142,9 @@ __all__ = [
     "train_reversal",
     "load_or_train",
     "trained_reversal_model",
+    "Interval",
+    "exact_match_with_interval",
+    "wilson_interval",
     "exact_match",
     "greedy_decode",
     "sequences_equal",
