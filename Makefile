@@ -30,6 +30,7 @@ help:
 	@echo "make lab      JupyterLab on the chapters"
 	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
 	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
+	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (tools/record_gpu.py)"
 	@echo "make clean    remove build outputs; make distclean also removes .venv"
 
 # ---------------------------------------------------------------------------- set-up
@@ -91,8 +92,9 @@ test-conventions: $(STAMP)
 # cache holds a lock while it trains.
 NBVAL_WORKERS ?= 2
 test-notebooks: $(STAMP)
-	@echo "$(BIN)/python -m pytest --nbval chapters/ -q -n $(NBVAL_WORKERS) --dist loadfile"; \
-	$(BIN)/python -m pytest --nbval chapters/ -q -n $(NBVAL_WORKERS) --dist loadfile; $(PYTEST_ALLOW_EMPTY)
+	@echo "$(BIN)/python -m pytest --nbval chapters/ appendix/ -q -n $(NBVAL_WORKERS) --dist loadfile"; \
+	$(BIN)/python -m pytest --nbval chapters/ appendix/ -q -n $(NBVAL_WORKERS) --dist loadfile; \
+	$(PYTEST_ALLOW_EMPTY)
 
 # The book must work offline and without JavaScript errors: no page may load a script,
 # stylesheet, image or frame from another host, and the sphinx-thebe inline script
@@ -120,6 +122,14 @@ check-browser: $(STAMP)
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@test -f _build/html/index.html || $(BOOK_BUILD)
 	$(BIN)/python tools/check_browser.py
+
+# ---------------------------------------------------------------------------- GPU
+# The one command to run on a machine with an NVIDIA GPU (it needs only python3 with torch,
+# numpy and pytest: no virtual environment). It writes one JSON file per part into OUT;
+# copy them into chapters/data/ and re-execute chapters 10, 13 and 19.
+OUT ?= gpu_results
+record-gpu:
+	PYTHONPATH=src python3 tools/record_gpu.py --device cuda --out $(OUT)
 
 # ---------------------------------------------------------------------------- authoring
 # The server runs at the repository root (so jupytext.toml applies and src/ is at hand)

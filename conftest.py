@@ -23,6 +23,7 @@ SANITIZE_FILE = ROOT / "chapters" / "sanitize.cfg"
 collect_ignore_glob = [
     "chapters/*.py",
     "chapters/**/*.py",
+    "appendix/*.py",
     "_build/*",
     "**/.ipynb_checkpoints/*",
 ]

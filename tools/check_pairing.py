@@ -27,6 +27,7 @@ from jupytext.compare import compare_notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
+NOTEBOOK_FOLDERS = (CHAPTERS, ROOT / "appendix")  # every notebook of the book lives in one
 FORMATS = "ipynb,py:percent"
 TWIN_FMT = "py:percent"
 
@@ -84,8 +85,13 @@ def main(argv: list[str]) -> int:
         notebooks = [Path(a).resolve() for a in argv]
         orphans = []
     else:
-        notebooks = sorted(CHAPTERS.glob("*.ipynb"))
-        orphans = sorted(p for p in CHAPTERS.glob("*.py") if not p.with_suffix(".ipynb").exists())
+        notebooks = sorted(nb for d in NOTEBOOK_FOLDERS for nb in d.glob("*.ipynb"))
+        orphans = sorted(
+            p
+            for d in NOTEBOOK_FOLDERS
+            for p in d.glob("*.py")
+            if not p.with_suffix(".ipynb").exists()
+        )
 
     failed = 0
     for notebook in notebooks:

@@ -259,10 +259,13 @@ def main(argv: list[str]) -> int:
         "paths",
         nargs="*",
         type=Path,
-        help="notebooks (.ipynb) or their twins (.py); default: chapters/*.ipynb",
+        help="notebooks (.ipynb) or their twins (.py); default: chapters/*.ipynb and "
+        "appendix/*.ipynb",
     )
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.paths] or sorted(CHAPTERS.glob("*.ipynb"))
+    paths = [p.resolve() for p in args.paths] or sorted(CHAPTERS.glob("*.ipynb")) + sorted(
+        (ROOT / "appendix").glob("*.ipynb")
+    )
     if not paths:
         print("execute_notebooks: no notebooks in chapters/")
         return 0
