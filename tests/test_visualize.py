@@ -182,3 +182,35 @@ def test_mirror_weight_batch_matches_the_single_sequence_measure(model):
     single = mirror_weight_batch(model, src[:1], tgt[:1])[-1, 1].item()
     assert single == pytest.approx(one, abs=1e-5)
     assert ((batch > 0) & (batch < 1)).all()
+
+
+def test_alignment_stats_per_layer_by_hand(model):
+    from helpers import make_reversal_dataset
+    from helpers.visualize import alignment_stats, mirror_weight_batch
+
+    src, tgt = make_reversal_dataset(8, seed=5)
+    stats = alignment_stats(model, src, tgt)
+    torch.testing.assert_close(stats["mirror_heads"], mirror_weight_batch(model, src, tgt))
+    torch.testing.assert_close(stats["mirror"], stats["mirror_heads"].mean(dim=1))
+    # eos_peak and digit_peak by hand, one sequence at a time, from the mean-of-heads map
+    eos, digit_hits, digit_rows = torch.zeros(2), torch.zeros(2), 0
+    for b in range(8):
+        n = int((src[b] != 0).sum()) - 1
+        memory, mask = model.encode(src[b : b + 1, : n + 1])
+        _, cross = model.decode(tgt[b : b + 1, : n + 1], memory, mask)
+        for layer, w in enumerate(cross):
+            peaks = w[0].mean(dim=0).argmax(dim=-1).numpy()  # [n + 1]
+            eos[layer] += float(peaks[n] == n) / 8
+            digit_hits[layer] += float((peaks[:n] == mirrored_columns(n)[:n]).sum())
+        digit_rows += n
+    torch.testing.assert_close(stats["eos_peak"], eos)
+    torch.testing.assert_close(stats["digit_peak"], digit_hits / digit_rows)
+
+
+def test_alignment_stats_rejects_mismatched_batches(model):
+    from helpers import make_reversal_dataset
+    from helpers.visualize import alignment_stats
+
+    src, tgt = make_reversal_dataset(4, seed=5)
+    with pytest.raises(ValueError, match="same B"):
+        alignment_stats(model, src, tgt[:3])

@@ -1,11 +1,12 @@
-"""Cross-attention heatmaps and the ipywidgets explorer of the heatmap chapter.
+"""Cross-attention heatmaps and the ipywidgets explorer of chapter 18.
 
 The logic is in plain functions that the tests call directly:
 - parse_digits(text, max_digits)   text from a text box -> digits, or a clear ValueError;
 - cross_attention(model, digits, layer, head)  -> an AttentionMap (matrix + labels + output);
 - plot_attention / plot_attention_grid           matplotlib figures with labelled axes;
 - mirrored_columns, attention_sharpness          what "the model reads the source backwards"
-                                                 means, as numbers.
+                                                 means, as numbers, on one input;
+- mirror_weight_batch, alignment_stats           the same over a teacher-forced batch.
 AttentionExplorer wraps them in widgets (a Text box, a layer and a head Dropdown, an Output);
 its render() method does everything except the widget plumbing and never raises on bad
 input: it returns the message the widget shows instead.
@@ -27,7 +28,7 @@ MEAN_OF_HEADS = "mean of heads"
 
 @dataclass
 class AttentionMap:
-    """One cross-attention matrix, ready to plot.
+    """One cross-attention matrix, ready to plot. Built in chapter 18.
 
     weights: float numpy [Lt, Ls]; row i is the decoder input token at position i (the
     query), column j the source token j (the key). Every row sums to 1.
@@ -52,12 +53,14 @@ class AttentionMap:
 
 
 def max_digits(model) -> int:
-    """The longest input the model can reverse: <bos> + n digits + <eos> must fit in max_len."""
+    """The longest input the model can reverse: <bos> + n digits + <eos> fit in max_len.
+    Used in chapter 18."""
     return model.max_len - 2
 
 
 def parse_digits(text, limit: int) -> list[int]:
-    """'7 3 0 9', '7309' or '7,3,0,9' -> [7, 3, 0, 9]; a ValueError that says what is wrong otherwise."""
+    """'7 3 0 9', '7309' or '7,3,0,9' -> [7, 3, 0, 9]; otherwise a ValueError that says what is
+    wrong. Built in chapter 18 (the explorer's input box)."""
     if not isinstance(text, str):
         raise ValueError(f"expected a string of digits, got {type(text).__name__}")
     cleaned = text.replace(",", " ").split()
@@ -76,7 +79,7 @@ def parse_digits(text, limit: int) -> list[int]:
 
 
 def mirrored_columns(n_digits: int) -> np.ndarray:
-    """For each decoder row, the source column a reversing model should read.
+    """For each decoder row, the source column a reversing model should read. Chapter 18.
 
     Row i (i < n) predicts output digit i, which is source digit n-1-i; the last row
     (input = the last digit produced) predicts <eos> and should look at the source's <eos>,
@@ -99,6 +102,7 @@ def _check_layer_head(model, layer: int, head) -> None:
 @torch.no_grad()
 def all_cross_attention(model, digits):
     """Greedy-decode digits and return (pred ids [Lp], weights [layers, heads, Lt, Ls]).
+    Built in chapter 18.
 
     The decoder is re-run on its own output minus the final token (pred[:, :-1]): row i is
     the query made while predicting token i+1, exactly as during generation.
@@ -113,7 +117,8 @@ def all_cross_attention(model, digits):
 
 
 def cross_attention(model, digits, layer: int = -1, head=MEAN_OF_HEADS) -> AttentionMap:
-    """The cross-attention matrix of one layer and one head (or the mean of the heads)."""
+    """The cross-attention matrix of one layer and one head (or the mean of the heads).
+    Built in chapter 18."""
     _check_layer_head(model, layer, head)
     digits = list(digits)
     pred, weights = all_cross_attention(model, digits)
@@ -136,7 +141,7 @@ def _attention_map(pred, weights, digits, layer, head) -> AttentionMap:
 
 
 def attention_sharpness(amap: AttentionMap) -> dict:
-    """How sharply the rows read the mirrored source position.
+    """How sharply the rows of one map read the mirrored source position. Chapter 18.
 
     on_mirror: mean weight on the mirrored column (1.0 = every row reads exactly it);
     argmax_hits: fraction of rows whose maximum is on the mirrored column;
@@ -158,15 +163,15 @@ def attention_sharpness(amap: AttentionMap) -> dict:
 
 
 @torch.no_grad()
-def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-    """Teacher-forced batch -> [layers, heads]: mean cross-attention weight on the mirrored source position.
-
-    src, tgt as from make_reversal_dataset. The decoder gets the correct prefix tgt[:, :-1];
-    for every real (non-pad) decoder row of every sequence we read the weight on the source
-    column that row should look at (mirrored_columns) and average over rows and sequences.
-    """
+def _teacher_forced_cross(model, src: torch.Tensor, tgt: torch.Tensor):
+    """-> (weights [layers, B, h, Lt, Ls], target column [B, Lt], valid rows [B, Lt], n [B])."""
     from .vocab import PAD_ID
 
+    if src.dim() != 2 or tgt.dim() != 2 or src.size(0) != tgt.size(0):
+        raise ValueError(
+            f"src and tgt must be [B, L] with the same B, got {tuple(src.shape)} and "
+            f"{tuple(tgt.shape)}"
+        )
     model.eval()
     memory, src_mask = model.encode(src)
     tgt_in = tgt[:, :-1]
@@ -176,19 +181,58 @@ def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Te
     rows = torch.arange(tgt_in.size(1))[None, :]  # [1, Lt]
     target = torch.where(rows < n[:, None], n[:, None] - 1 - rows, n[:, None])  # [B, Lt]
     valid = rows <= n[:, None]  # <bos> + n digits = n + 1 real rows
-    idx = target.clamp(max=src.size(1) - 1)[None, :, None, :, None].expand(
-        w.size(0), -1, w.size(2), -1, 1
-    )
+    return w, target.clamp(max=src.size(1) - 1), valid, n
+
+
+def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced batch -> [layers, heads]: mean cross-attention weight on the mirrored
+    source position. Used in chapter 18.
+
+    src, tgt as from make_reversal_dataset. The decoder gets the correct prefix tgt[:, :-1];
+    for every real (non-pad) decoder row of every sequence we read the weight on the source
+    column that row should look at (mirrored_columns) and average over rows and sequences.
+    The mean over heads is the same number for the mean-of-heads map.
+    """
+    w, target, valid, _ = _teacher_forced_cross(model, src, tgt)
+    idx = target[None, :, None, :, None].expand(w.size(0), -1, w.size(2), -1, 1)
     on = w.gather(-1, idx).squeeze(-1)  # [layers, B, h, Lt]
     mask = valid[None, :, None, :].to(on.dtype)
     return (on * mask).sum(dim=(1, 3)) / mask.sum(dim=(1, 3))
+
+
+def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
+    """How sharp the teacher-forced cross-attention is, per decoder layer (mean of heads).
+    Used in chapter 18 and by tools/explore_ch18_sharpness.py.
+
+    mirror      float [layers]: mean weight on the mirrored position (mirror_weight_batch);
+    eos_peak    float [layers]: share of sequences whose final row (the one that predicts
+                <eos>) has its maximum on the source's <eos>;
+    digit_peak  float [layers]: share of digit rows whose maximum is on the mirrored digit;
+    mirror_heads float [layers, heads]: mirror per head.
+    """
+    w, target, valid, n = _teacher_forced_cross(model, src, tgt)
+    mean = w.mean(dim=2)  # [layers, B, Lt, Ls]: the mean-of-heads maps
+    peaks = mean.argmax(dim=-1)  # [layers, B, Lt]
+    hit = peaks == target[None]
+    b = torch.arange(n.numel())
+    digit_rows = (valid & (torch.arange(valid.size(1))[None, :] < n[:, None]))[None]
+    idx = target[None, :, None, :, None].expand(w.size(0), -1, w.size(2), -1, 1)
+    on = w.gather(-1, idx).squeeze(-1)  # [layers, B, h, Lt]
+    mask = valid[None, :, None, :].to(on.dtype)
+    heads = (on * mask).sum(dim=(1, 3)) / mask.sum(dim=(1, 3))
+    return {
+        "mirror": heads.mean(dim=1),
+        "eos_peak": hit[:, b, n].float().mean(dim=1),
+        "digit_peak": (hit & digit_rows).sum(dim=(1, 2)).float() / digit_rows.sum(),
+        "mirror_heads": heads,
+    }
 
 
 # ------------------------------------------------------------------ plotting
 
 
 def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate: bool = False):
-    """Draw amap as a heatmap on ax (a new Figure when None); returns the Axes."""
+    """Draw amap as a heatmap on ax (a new Figure when None); returns the Axes. Chapter 18."""
     if ax is None:
         from matplotlib.figure import Figure  # not pyplot: no global state, no auto-display
 
@@ -220,7 +264,8 @@ def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate:
 
 
 def plot_attention_grid(model, digits):
-    """Every decoder layer (rows) x every head (columns) of cross-attention: a matplotlib Figure."""
+    """Every decoder layer (rows) x every head (columns) of cross-attention: a matplotlib
+    Figure. Used in chapter 18."""
     from matplotlib.figure import Figure
 
     pred, weights = all_cross_attention(model, list(digits))
@@ -250,6 +295,7 @@ def plot_attention_grid(model, digits):
 
 class AttentionExplorer:
     """Type digits, pick a layer and a head: see the decoded output and the heatmap.
+    Built in chapter 18.
 
     render(text, layer, head) -> (figure or None, message) holds the logic and never raises
     for bad input; the widgets only call it and show the result. Build the widgets with
@@ -345,7 +391,7 @@ class AttentionExplorer:
 
 
 def figure_png(fig, dpi: int = 100) -> bytes:
-    """A matplotlib Figure as PNG bytes."""
+    """A matplotlib Figure as PNG bytes (the explorer's image). Chapter 18."""
     import io
 
     buf = io.BytesIO()
