@@ -1,9 +1,10 @@
-"""The sequence-reversal data set."""
+"""The sequence-reversal data set: generating it, and turning ids into digits and text. Built in
+chapter 09."""
 
 import numpy as np
 import torch
 
-from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, token_name
+from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
 
 
 def make_reversal_dataset(n: int, seed: int, min_len: int = 3, max_len: int = 12):
@@ -11,7 +12,8 @@ def make_reversal_dataset(n: int, seed: int, min_len: int = 3, max_len: int = 12
 
     src = digits, <eos>, <pad>...            e.g. 7 3 0 9 5 <eos>
     tgt = <bos>, reversed digits, <eos>, <pad>...  <bos> 5 9 0 3 7 <eos>
-    Lengths are uniform in [min_len, max_len]; the same seed gives the same data.
+    Lengths are uniform in [min_len, max_len]; the same seed gives the same data. Built in
+    chapter 09.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
@@ -30,7 +32,7 @@ def make_reversal_dataset(n: int, seed: int, min_len: int = 3, max_len: int = 12
 
 
 def encode_digits(digits, width: int | None = None) -> torch.Tensor:
-    """[7, 3, 0] or "730" -> src ids [1, width]: digits, <eos>, padding."""
+    """[7, 3, 0] or "730" -> src ids [1, width]: digits, <eos>, padding. Used in chapter 11."""
     if isinstance(digits, str):
         if not digits.isdigit():
             raise ValueError(f"expected only the digits 0-9, got {digits!r}")
@@ -50,16 +52,29 @@ def encode_digits(digits, width: int | None = None) -> torch.Tensor:
 
 
 def decode_digits(ids) -> list[int]:
-    """Token ids of one sequence -> the digits before the first <eos> (specials skipped)."""
+    """Token ids of one sequence -> the digits before the first <eos> (specials skipped).
+
+    Built in chapter 09. An id outside the vocabulary [0, VOCAB_SIZE) before the first <eos>
+    raises ValueError rather than turning into a digit that was never there (id 13 would
+    otherwise read as the "digit" 10).
+    """
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be one sequence [L], got shape {tuple(ids.shape)}")
+        ids = ids.tolist()
     out = []
-    for t in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+    for pos, t in enumerate(ids):
+        if not 0 <= int(t) < VOCAB_SIZE:
+            raise ValueError(
+                f"token id {t} at position {pos} is outside the vocabulary [0, {VOCAB_SIZE})"
+            )
         if t == EOS_ID:
             break
         if t >= NUM_OFFSET:
-            out.append(t - NUM_OFFSET)
+            out.append(int(t) - NUM_OFFSET)
     return out
 
 
 def describe(ids) -> str:
-    """Token ids -> readable text, e.g. '<bos> 5 9 0 <eos> <pad>'."""
+    """Token ids -> readable text, e.g. '<bos> 5 9 0 <eos> <pad>'. Used from chapter 01 on."""
     return " ".join(token_name(t) for t in (ids.tolist() if isinstance(ids, torch.Tensor) else ids))
