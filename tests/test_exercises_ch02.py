@@ -1,0 +1,100 @@
+"""The checkers of chapter 2's exercises accept the book's answers and explain wrong ones."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from helpers import sinusoidal_position_encoding
+from helpers.exercises import ExerciseError, check_learned_positions, check_sinusoidal_table
+
+
+def table(max_len, d, *, swap=False, halves=False, start=0):
+    p = torch.arange(start, start + max_len, dtype=torch.float32)[:, None]
+    angle = p / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+    sin, cos = (angle.cos(), angle.sin()) if swap else (angle.sin(), angle.cos())
+    if halves:
+        return torch.cat([sin, cos], dim=1)
+    t = torch.zeros(max_len, d)
+    t[:, 0::2], t[:, 1::2] = sin, cos
+    return t
+
+
+def test_table_accepts_the_book_answer(capsys):
+    check_sinusoidal_table(table)
+    check_sinusoidal_table(sinusoidal_position_encoding)
+    assert "all 3 checks passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (dict(swap=True), "swapped"),
+        (dict(halves=True), "interleaved"),
+        (dict(start=1), "positions start at 0"),
+    ],
+)
+def test_table_rejects_a_wrong_table(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        check_sinusoidal_table(lambda max_len, d: table(max_len, d, **wrong))
+
+
+def test_table_rejects_a_wrong_frequency():
+    def wrong(max_len, d):  # 10000^(i/d) with i = 0, 1, 2, ...
+        p = torch.arange(max_len, dtype=torch.float32)[:, None]
+        angle = p / 10000 ** (torch.arange(d // 2, dtype=torch.float32) / d)
+        t = torch.zeros(max_len, d)
+        t[:, 0::2], t[:, 1::2] = angle.sin(), angle.cos()
+        return t
+
+    with pytest.raises(ExerciseError, match="the exponent is 2i/d"):
+        check_sinusoidal_table(wrong)
+
+
+class Learned(nn.Module):
+    def __init__(
+        self, vocab_size, d_model, max_len, *, add=True, scale=True, by_ids=False, check=True
+    ):
+        super().__init__()
+        self.d, self.max_len = d_model, max_len
+        self.add, self.scale, self.by_ids, self.check = add, scale, by_ids, check
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+
+    def forward(self, ids):
+        if self.check and ids.size(1) > self.max_len:
+            raise ValueError(f"length {ids.size(1)} > max_len={self.max_len}")
+        x = self.tok(ids) * (math.sqrt(self.d) if self.scale else 1.0)
+        if self.add:
+            x = x + self.pos(ids if self.by_ids else torch.arange(ids.size(1)))
+        return x
+
+
+def test_learned_accepts_the_book_answer(capsys):
+    check_learned_positions(Learned)
+    assert "check_learned_positions: all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (dict(add=False), "positions are not added"),
+        (dict(scale=False), "not multiplied by sqrt"),
+        (dict(by_ids=True), "indexed by the token ids"),
+        (dict(check=False), "IndexError"),
+    ],
+)
+def test_learned_rejects_a_wrong_module(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        check_learned_positions(lambda v, d, m: Learned(v, d, m, **wrong))
+
+
+def test_learned_rejects_a_module_without_a_position_table():
+    class NoTable(nn.Module):
+        def __init__(self, vocab_size, d_model, max_len):
+            super().__init__()
+            self.tok = nn.Embedding(vocab_size, d_model)
+
+    with pytest.raises(ExerciseError, match=r"module.pos should be an nn.Embedding"):
+        check_learned_positions(NoTable)
