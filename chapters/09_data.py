@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # Data: the reversal task
+# # 9. Data: the reversal task
 #
 # The model is built (chapters 01-08); now it needs something to learn. The task is to reverse
 # a string of digits: `7 3 0 9 5` becomes `5 9 0 3 7`. It is a good first task for an
@@ -28,8 +28,10 @@
 # - **It trains in seconds on a CPU**, which makes every later experiment cheap.
 #
 # This chapter builds the data set by hand, looks at it from a few angles (one sample, the lengths,
-# the padding), and checks the train/validation split honestly: how many validation sequences
-# also occur in the training set?
+# the padding), and splits it three ways: a **training** set to learn from, a **validation** set
+# that decides when training stops, and a **test** set of 10,000 sequences that only ever gives
+# the one number the book reports. It checks the splits honestly: how many validation and test
+# sequences also occur in the training set?
 
 # %%
 import matplotlib.pyplot as plt
@@ -38,7 +40,8 @@ import torch
 
 from helpers import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, decode_digits, describe
 
-print(f"PAD={PAD_ID} BOS={BOS_ID} EOS={EOS_ID}; digit d is id d + {NUM_OFFSET}; vocabulary size {VOCAB_SIZE}")
+print(f"PAD={PAD_ID} BOS={BOS_ID} EOS={EOS_ID}; digit d is id d + {NUM_OFFSET}")
+print(f"vocabulary size {VOCAB_SIZE}")
 
 # %% [markdown]
 # ## Building the data set
@@ -70,7 +73,7 @@ def make_dataset(n: int, seed: int):
         src[i, :L] = digits
         src[i, L] = EOS_ID
         tgt[i, 0] = BOS_ID
-        tgt[i, 1:L + 1] = digits[::-1]
+        tgt[i, 1 : L + 1] = digits[::-1]
         tgt[i, L + 1] = EOS_ID
     return torch.from_numpy(src), torch.from_numpy(tgt)
 
@@ -140,18 +143,29 @@ ax.legend(loc="lower right")
 plt.show()
 
 # %% [markdown]
-# Because the tensors have a fixed width of 14, short samples carry a lot of `<pad>`. The average
-# source holds $7.5 + 1$ real tokens out of 14, so roughly 40 % of the source positions (and a third
-# of the target positions) are padding. Two
-# consequences come up in the training chapter (10): the loss must ignore padded positions
-# (`ignore_index`), and a batch of similar lengths can be cut to a narrower width to save work.
+# Because the tensors have a fixed width of 14, short samples carry a lot of `<pad>`. With $L$
+# uniform over 3..12 the mean length is 7.5, so a source holds on average $7.5 + 1$ real tokens
+# (the digits and `<eos>`) out of 14, and a target $7.5 + 2$ (with `<bos>`). The expected padding
+# shares are therefore $1 - 8.5/14 \approx 39.3\,\%$ and $1 - 9.5/14 \approx 32.1\,\%$. The cell
+# counts the `<pad>` tokens and checks the counts against these numbers, which follow from the
+# length distribution alone: a generator that drew lengths from 3 to 11, or wrote one token too
+# many, would fail. Two consequences come up in chapter 10: the loss must ignore padded
+# positions (`ignore_index`), and a batch of short sequences can be cut to a narrower width to
+# save work (exercise 9.2).
 
 # %%
 pad_share_src = (src_train == PAD_ID).float().mean().item()
 pad_share_tgt = (tgt_train == PAD_ID).float().mean().item()
-print(f"padding share: src {pad_share_src:.1%}, tgt {pad_share_tgt:.1%}")
-expected_src = 1 - (lengths_train.float().mean().item() + 1) / WIDTH
-assert abs(pad_share_src - expected_src) < 1e-6 and 0.35 < pad_share_src < 0.42
+mean_len = (MIN_LEN + MAX_LEN) / 2  # 7.5 for lengths uniform over 3..12
+std_len = ((MAX_LEN - MIN_LEN + 1) ** 2 - 1) ** 0.5 / 12**0.5  # of one length
+tolerance = 4 * std_len / len(src_train) ** 0.5 / WIDTH  # 4 standard errors of a share
+for name, share, real in (
+    ("src", pad_share_src, mean_len + 1),
+    ("tgt", pad_share_tgt, mean_len + 2),
+):
+    expected = 1 - real / WIDTH
+    print(f"padding share of {name}: {share:.2%} (expected {expected:.2%} +- {tolerance:.2%})")
+    assert abs(share - expected) < tolerance
 
 # %% [markdown]
 # The digits themselves are uniform too: each of the ten appears about 10 % of the time.
@@ -163,9 +177,10 @@ print("digit frequencies:", [round(f, 3) for f in freq.tolist()])
 assert (freq - 0.1).abs().max() < 0.01
 
 # %% [markdown]
-# ## Train and validation: split by seed
+# ## Train, validation and test: split by seed
 #
-# The training set uses seed 0 and the validation set seed 1. The same seed always gives the same
+# The training set uses seed 0 and the validation set seed 1, as in
+# {ref}`the reference chapter <reference-chapter>`. The same seed always gives the same
 # data (so a checkpoint trained today was trained on exactly these samples), and a different seed
 # gives different data.
 
@@ -178,13 +193,14 @@ print("seed 0 twice: identical; seed 0 vs seed 1: different")
 # %% [markdown]
 # "Different seed" does **not** mean "no overlap". A different seed draws independently, and
 # independent draws can repeat a sequence. How often? There are only $10^3 = 1000$ strings of three
-# digits, and the training set holds about 2,000 three-digit samples, so nearly every three-digit
-# validation sequence also occurs in training. For length $L$ with $n_L$ training samples the
-# chance that a given validation sequence appears among them is $1-(1-10^{-L})^{n_L}$: large for
-# $L=3$, about 18 % for $L=4$, 2 % for $L=5$, and from $L=6$ on a fraction of one sequence in the
-# whole validation set.
+# digits, and the training set holds about 2,000 three-digit samples, so most three-digit
+# validation sequences also occur in training. For length $L$ with $n_L$ training samples, the
+# chance that a given validation sequence of that length appears among them is
+# $p_L = 1-(1-10^{-L})^{n_L}$, and the expected overlap is the sum of $p_L$ over the validation
+# sequences.
 #
-# The next cell counts the overlap exactly and compares it with that estimate.
+# The next cell prints $p_L$, counts the overlap exactly, and compares the count with that
+# estimate.
 
 # %%
 train_set = {tuple(row) for row in src_train.tolist()}
@@ -192,31 +208,86 @@ in_train = torch.tensor([tuple(row) in train_set for row in src_val.tolist()])
 lengths_val = (src_val != PAD_ID).sum(1) - 1
 n_per_len = torch.bincount(lengths_train, minlength=MAX_LEN + 1)
 
-expected = sum(1 - (1 - 10.0 ** -int(L)) ** int(n_per_len[L]) for L in lengths_val)
-print(f"validation sequences that also occur in training: {int(in_train.sum())} of {len(src_val)}"
-      f" (estimate {expected:.0f})")
+
+def p_seen(L):
+    """Chance that one random L-digit sequence occurs among the n_L training samples."""
+    return 1 - (1 - 10.0 ** -int(L)) ** int(n_per_len[L])
+
+
+expected = sum(p_seen(L) for L in lengths_val)
+print(
+    f"validation sequences that also occur in training: {int(in_train.sum())} of {len(src_val)}"
+    f" (estimate {expected:.0f})"
+)
 for L in range(MIN_LEN, 8):
     sel = lengths_val == L
-    print(f"  length {L}: {int(in_train[sel].sum()):3d} of {int(sel.sum()):3d}")
+    print(
+        f"  length {L}: {int(in_train[sel].sum()):3d} of {int(sel.sum()):3d}"
+        f"  (p_L = {p_seen(L):.1%})"
+    )
 assert int(in_train[lengths_val >= 7].sum()) == 0
 assert 0.07 < in_train.float().mean() < 0.14  # about one in ten
-assert abs(int(in_train.sum()) - expected) < 3 * expected ** 0.5  # within sampling noise
+assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within sampling noise
 
 # %% [markdown]
-# So about one validation sequence in ten was also seen in training, nearly all of them with three
-# or four digits. That does not make validation meaningless: the task has $10^{12}$ twelve-digit
+# So 113 of the 1,000 validation sequences, about one in nine, were also seen in training, nearly
+# all of them with three or four digits. That does not make validation useless: the task has $10^{12}$ twelve-digit
 # inputs, and the model cannot memorise its way to high accuracy on the long ones. It does flatter
-# the exact-match score a little, so the training chapter also reports the score on the **unseen**
-# validation sequences only. We keep the overlapping ones in the validation set because the
-# reference chapter's recipe (train: 20,000 with seed 0, validation: 1,000 with seed 1) is the
-# benchmark this book compares against.
+# the score a little, and there is a second, larger problem with reporting it: training stops at
+# the first evaluation where the validation score reaches the target (chapter 10). A score that
+# decided when to stop is chosen to be high; reporting it as the model's accuracy is optional
+# stopping. The validation set keeps that one job, deciding when to stop, and keeps the
+# {ref}`reference chapter <reference-chapter>`'s split (train: 20,000 with seed 0, validation:
+# 1,000 with seed 1).
 #
-# Inside the training set, the same arithmetic predicts duplicates as well:
+# ## The test set
+#
+# The accuracy the book reports comes from a third split that neither training nor stopping ever
+# looks at: `helpers.test_set()`, 10,000 sequences drawn by the same generator with a seed no
+# other split uses (`helpers.TEST_SEED`). Ten times as many sequences make the interval around the
+# reported number about three times narrower (its width shrinks as $1/\sqrt{n}$): the cell prints
+# the 95 % interval of a score of 99.5 % on 1,000 and on 10,000 sequences (the Wilson interval {cite}`wilson1927`, which chapter
+# 10 explains). The same arithmetic as above predicts the test set's overlap with the training
+# set, and `helpers.train_test_overlap` counts it:
+
+# %%
+from helpers import TEST_SEED, TEST_SIZE, test_set, train_test_overlap, wilson_interval
+
+for n in (1000, 10_000):
+    low, high = wilson_interval(round(0.995 * n), n)
+    print(f"99.5 % of {n:>6,}: 95 % interval {low:.2%} to {high:.2%} (width {high - low:.2%})")
+src_test, tgt_test = test_set()
+check_pairs(src_test, tgt_test)
+test_in_train = train_test_overlap(src_test, src_train)
+lengths_test = (src_test != PAD_ID).sum(1) - 1
+expected_test = sum(p_seen(L) for L in lengths_test)
+print(f"test set: {TEST_SIZE:,} sequences, seed {TEST_SEED} (training 0, validation 1)")
+print(
+    f"test sequences that also occur in training: {int(test_in_train.sum()):,} of {TEST_SIZE:,}"
+    f" ({test_in_train.float().mean():.1%}; estimate {expected_test:.0f})"
+)
+print(f"unseen test sequences: {int((~test_in_train).sum()):,}")
+assert torch.equal(train_test_overlap(src_val, src_train), in_train)  # the count above
+assert int(test_in_train[lengths_test >= 7].sum()) == 0
+assert abs(int(test_in_train.sum()) - expected_test) < 3 * expected_test**0.5
+
+# %% [markdown]
+# The test set overlaps the training set as much as the validation set does, about one sequence
+# in nine, all of them with at most six digits. Chapter 10 therefore reports the test score
+# twice: on all 10,000 sequences, and on the unseen ones only.
+#
+# Inside one split, the same arithmetic predicts duplicates as well. Of $n_L$ draws from $10^L$
+# equally likely strings, $10^L\,(1-(1-10^{-L})^{n_L})$ are distinct on average; the rest repeat
+# one drawn before:
 
 # %%
 dupes = len(src_train) - len(train_set)
-print(f"duplicate rows inside the training set: {dupes} ({dupes / len(src_train):.1%})")
-assert 0 < dupes < 0.1 * len(src_train)
+expected_dupes = sum(int(n_per_len[L]) - 10.0**L * p_seen(L) for L in range(MIN_LEN, MAX_LEN + 1))
+print(
+    f"duplicate rows inside the training set: {dupes} ({dupes / len(src_train):.1%}),"
+    f" expected {expected_dupes:.0f}"
+)
+assert abs(dupes - expected_dupes) < 3 * expected_dupes**0.5
 
 # %% [markdown]
 # ## The finished piece
@@ -234,5 +305,71 @@ for n, seed in ((20000, 0), (1000, 1)):
 print("helpers.make_reversal_dataset == make_dataset for both splits")
 
 # %% [markdown]
-# Next, chapter 10 trains the model on these 20,000 pairs until it reverses at least 99.5 % of the
-# 1,000 validation sequences exactly, and measures what it takes to get there fast on a CPU.
+# Its companion `helpers.decode_digits` reads the digits of one sequence back, up to `<eos>`. An id
+# outside the vocabulary is a bug upstream (a model with the wrong output size, ids shifted by one),
+# so it raises instead of turning id 13 into a "digit" 10:
+
+# %%
+print("digits of", describe(tgt_test[0]), "->", decode_digits(tgt_test[0]))
+bad = [NUM_OFFSET + 7, VOCAB_SIZE, EOS_ID]
+try:
+    decode_digits(bad)
+    raise AssertionError("decode_digits accepted an id outside the vocabulary")
+except ValueError as err:
+    print(f"decode_digits({bad}) raises ValueError: {err}")
+
+# %% [markdown]
+# ## Summary
+#
+# - The reversal data is generated: `make_reversal_dataset(n, seed)` draws lengths uniform over
+#   3..12 and digits uniform over 0..9; a seed fixes the data bit for bit.
+# - Three splits by seed: training (20,000, seed 0), validation (1,000, seed 1) to decide when
+#   training stops, and a test set (10,000, `TEST_SEED`) for the one number the book reports.
+# - Measured: padding is about 39 % of the source and 32 % of the target positions, as the length
+#   distribution predicts; about one validation or test sequence in nine also occurs in training,
+#   nearly all with three or four digits, as $1-(1-10^{-L})^{n_L}$ predicts.
+# - The one thing to remember: independent draws are not disjoint, and a score that decided when
+#   to stop is not a fair report. Count the overlap, and report on data that made no decision.
+#
+# ## Exercises
+#
+# ### Exercise 9.1 (predict, then run): the short test sequences
+#
+# The test set holds about 1,000 three-digit sequences, and the training set about 2,000. Before
+# running anything, predict how many of the three-digit test sequences also occur in the training
+# set. Then count them.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 9.1
+# About 2,000 training samples have three digits, each a uniform draw from 1,000 strings, so a
+# given three-digit string is among them with chance 1 - 0.999^2000, about 86 %: expect about
+# 0.86 x 1,000 overlapping test sequences.
+three = lengths_test == 3
+predicted = int(three.sum()) * p_seen(3)
+counted = int(test_in_train[three].sum())
+print(f"three-digit test sequences: {int(three.sum())}; n_3 = {int(n_per_len[3])} in training")
+print(f"predicted overlap {predicted:.0f} (p_3 = {p_seen(3):.1%}), counted {counted}")
+assert abs(counted - predicted) < 3 * predicted**0.5
+
+# %% [markdown]
+# ### Exercise 9.2 (implement): cut the padding off a batch
+#
+# Chapter 10's training loop takes batches of 128 sequences, all 14 columns wide. When every row
+# of a batch is short, its last columns are `<pad>` in every row and only cost time. Write
+# `trim_padding(src, tgt)` that returns `src` and `tgt` with those columns cut off: each tensor
+# keeps exactly as many columns as its longest row has real tokens (padding trails, so these are
+# the first columns). `check_trim_padding` runs it on three batches and compares.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 9.2
+from helpers.exercises import check_trim_padding
+
+
+def trim_padding(src, tgt):
+    # <eos> and <bos> are real tokens; each tensor is measured on its own longest row
+    width_src = int((src != PAD_ID).sum(1).max())
+    width_tgt = int((tgt != PAD_ID).sum(1).max())
+    return src[:, :width_src], tgt[:, :width_tgt]
+
+
+check_trim_padding(trim_padding)
