@@ -1,22 +1,33 @@
-"""helpers.benchmark: the memory counter really measures, the variants agree, the records round-trip."""
+"""helpers.benchmark (chapter 19): the memory counter really measures, the variants agree, the
+records round-trip, and the CUDA branches run (against a fake torch.cuda) before a GPU sees them."""
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from helpers.benchmark import (
+    ALL_VARIANTS,
+    FORCED_BACKENDS,
     VARIANTS,
     MiB,
     Workload,
+    attention_flops,
     cpu_peak_bytes,
     cpu_peak_memory_supported,
+    cpu_times_s,
+    environment,
     load_results,
     loglog_slope,
     measure,
+    measure_like_reference,
+    outcome,
     results_table,
     save_results,
     score_matrix_bytes,
+    spread,
+    spread_table,
 )
 
 linux_only = pytest.mark.skipif(
@@ -68,7 +79,9 @@ def test_unknown_variant():
 
 @linux_only
 def test_measure_a_tiny_configuration():
-    rows = [measure(v, 32, B=1, d_model=32, heads=4, min_run_time=0.01) for v in VARIANTS]
+    rows = [
+        measure(v, 32, B=1, d_model=32, heads=4, min_run_time=0.01, min_runs=1) for v in VARIANTS
+    ]
     for r in rows:
         assert r["ms"] > 0 and r["peak_mib"] >= 0 and r["runs"] >= 1
         assert r["score_matrix_mib"] == pytest.approx(4 * 32 * 32 * 4 / MiB)
@@ -80,7 +93,9 @@ def test_measure_a_tiny_configuration():
 def test_handwritten_memory_grows_like_L_squared():
     lengths = [256, 512, 1024]
     peaks = [
-        measure("handwritten", L, B=1, d_model=32, heads=8, min_run_time=0.01)["peak_mib"]
+        measure("handwritten", L, B=1, d_model=32, heads=8, min_run_time=0.01, min_runs=1)[
+            "peak_mib"
+        ]
         for L in lengths
     ]
     assert 1.7 < loglog_slope(lengths, peaks) < 2.2, peaks
@@ -116,3 +131,137 @@ def test_records_round_trip_and_table(tmp_path):
 
 def test_loglog_slope():
     assert loglog_slope([1, 2, 4], [3, 12, 48]) == pytest.approx(2.0)
+
+
+# ---------------------------------------------------------------- the variants record_gpu adds
+
+
+def test_every_variant_computes_the_same_attention():
+    work = Workload.make(B=2, L=17, d_model=32, heads=4, seed=2)
+    with torch.no_grad():
+        ref, _ = work.fn("handwritten")()
+        for v in ALL_VARIANTS[1:]:
+            try:
+                out = work.fn(v)()
+            except RuntimeError as err:  # a forced backend this machine lacks
+                assert v in FORCED_BACKENDS, (v, err)
+                continue
+            out = out[0] if isinstance(out, tuple) else out
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5, msg=v)
+
+
+def test_a_backend_that_cannot_run_is_recorded_as_unsupported():
+    # the memory-efficient and cuDNN kernels exist only on CUDA
+    row = measure("sdpa_efficient", 16, B=1, d_model=16, heads=2, device="cpu", min_runs=1)
+    if "ms" not in row:
+        assert outcome(row) == "unsupported" and "RuntimeError" in row["unsupported"]
+    with pytest.raises(ValueError, match="variant"):
+        measure("flash", 16)
+
+
+def test_out_of_memory_is_recorded_and_not_raised(monkeypatch):
+    def oom(self, variant):
+        def run():
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 GiB")
+
+        return run
+
+    monkeypatch.setattr(Workload, "fn", oom)
+    row = measure("handwritten", 16, B=1, d_model=16, heads=2, min_runs=1)
+    assert outcome(row) == "oom" and "32.00 GiB" in row["oom"] and "ms" not in row
+    monkeypatch.setattr(Workload, "fn", lambda self, v: lambda: 1 / 0)
+    row = measure("sdpa", 16, B=1, d_model=16, heads=2, min_runs=1)
+    assert outcome(row) == "error" and "ZeroDivisionError" in row["error"]
+
+
+def test_spread_of_runs():
+    s = spread([0.004, 0.001, 0.002, 0.003, 0.100])
+    assert s["ms"] == pytest.approx(3.0) and s["runs"] == 5
+    assert s["min_ms"] == pytest.approx(1.0) and s["max_ms"] == pytest.approx(100.0)
+    assert s["iqr_ms"] == pytest.approx(2.0)
+    assert spread([0.002])["iqr_ms"] == 0
+
+
+def test_cpu_times_keeps_every_run():
+    calls = []
+    times = cpu_times_s(lambda: calls.append(1), min_runs=7, min_run_time=0.0)
+    assert len(times) == len(calls) == 7 and all(t >= 0 for t in times)
+
+
+def test_attention_flops():
+    # B=1, h=1, L=2, d=2: projections 4 * 2 * 1 * 2 * 2 * 2 = 64; scores and weights @ V
+    # 2 * 2 * 1 * 1 * 2 * 2 * 2 = 32, halved when causal
+    assert attention_flops(1, 1, 2, 2, causal=False) == 96
+    assert attention_flops(1, 1, 2, 2, causal=True) == 80
+
+
+def test_tables_show_outcomes():
+    rows = [
+        {"variant": "handwritten", "L": 64, "oom": "CUDA out of memory", "score_matrix_mib": 1},
+        {"variant": "sdpa", "L": 64, "ms": 0.25, "peak_mib": 3.0, "score_matrix_mib": 1},
+        {"variant": "sdpa_causal", "L": 64, "unsupported": "No kernel", "score_matrix_mib": 1},
+    ]
+    table = results_table(rows, VARIANTS)
+    assert "oom" in table and "unsupported" in table and "0.250" in table
+    rows[1].update(iqr_ms=0.01, min_ms=0.2, max_ms=0.3, runs=20)
+    text = spread_table(rows, VARIANTS)
+    assert "0.20-0.30" in text and "oom" in text
+
+
+def test_reference_protocol_runs_on_the_cpu():
+    rows = measure_like_reference(L=16, B=1, d_model=16, heads=2, device="cpu")
+    assert [r["variant"] for r in rows] == ["handwritten", "sdpa_causal"]
+    assert all(r["mean_ms"] > 0 for r in rows)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Just enough of torch.cuda for the CUDA branches of measure() to run on the CPU: the
+    tensors stay on the CPU, the allocator reports 100 MiB before and 250 MiB at the peak,
+    and every CUDA event pair measures 1.5 ms."""
+
+    class Event:
+        clock = 0.0
+
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            Event.clock += 1.5
+            self.t = Event.clock
+
+        def elapsed_time(self, end):
+            return 1.5
+
+    props = SimpleNamespace(
+        name="NVIDIA H200", total_memory=140 * 2**30, major=9, minor=0, multi_processor_count=132
+    )
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "Event", Event)
+    monkeypatch.setattr(cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(cuda, "memory_allocated", lambda device=None: 100 * MiB)
+    monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(cuda, "max_memory_allocated", lambda device=None: 250 * MiB)
+    monkeypatch.setattr(cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(cuda, "mem_get_info", lambda device=None: (10 * 2**30, 140 * 2**30))
+    monkeypatch.setattr(cuda, "get_device_properties", lambda device=None: props)
+    make = Workload.make.__func__
+    monkeypatch.setattr(
+        Workload, "make", classmethod(lambda cls, *a, **k: make(cls, *a[:5], device="cpu"))
+    )
+
+
+def test_the_cuda_branch_of_measure(fake_cuda):
+    row = measure("handwritten", 16, B=1, d_model=16, heads=2, device="cuda", cuda_repeats=20)
+    assert row["peak_abs_mib"] == 250 and row["peak_mib"] == 150 and row["inputs_mib"] == 100
+    assert row["runs"] == 20 and len(row["times_ms"]) == 20 and row["ms"] == pytest.approx(1.5)
+    assert row["timer"].startswith("CUDA events")
+    # on CUDA nothing is skipped by estimate: a row is attempted and an OOM would be recorded
+    big = measure("handwritten", 16, B=1, d_model=16, heads=2, device="cuda", memory_fraction=0)
+    assert "skipped" not in big and "ms" in big
+
+
+def test_environment_on_cuda(fake_cuda):
+    env = environment("cuda")
+    assert env["gpu"] == "NVIDIA H200" and env["compute_capability"] == "9.0"
+    assert {"driver", "cuda", "cudnn", "tf32_matmul", "date", "torch"} <= set(env)
