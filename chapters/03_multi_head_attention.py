@@ -18,7 +18,8 @@
 #
 # Attention is the only place in a Transformer where positions exchange information.
 # Everything else (embeddings, feed-forward networks, LayerNorms) treats each position on
-# its own. It is also the densest piece of code in the model: one formula,
+# its own. It is also the densest piece of code in the model: one formula from
+# {cite}`vaswani2017`,
 #
 # $$
 # \operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V,
@@ -27,9 +28,10 @@
 # becomes a sequence of projections, reshapes, transposes and masks on 4-D tensors, and
 # each step has a way to go silently wrong. This chapter computes one head by hand,
 # measures why the $\sqrt{d_k}$ is there, splits and merges heads with every shape
-# printed, reproduces the two classic PyTorch errors (`view` after `transpose`, and
-# `-1e9` in half precision), and ends with a module that matches both
-# `torch.nn.MultiheadAttention` and `helpers.MultiHeadAttention` to float precision.
+# printed, reproduces two classic PyTorch errors (`view` after `transpose`, and `-1e9` in
+# half precision), looks at what PyTorch's fused attention does with masks and memory,
+# and ends with a module that matches both `torch.nn.MultiheadAttention` and
+# `helpers.MultiHeadAttention` to float precision.
 
 # %%
 import math
@@ -38,6 +40,8 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from matplotlib.patches import FancyBboxPatch, Rectangle
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import helpers
 from helpers import PAD_ID, VOCAB_SIZE, describe
@@ -54,8 +58,77 @@ from helpers import PAD_ID, VOCAB_SIZE, describe
 # - a **value** $v_j$: what position $j$ hands over if it is chosen.
 #
 # The score of query $i$ against key $j$ is their dot product, scaled by $1/\sqrt{d_k}$;
-# a softmax over $j$ turns each row of scores into weights that sum to 1; and the output
-# for position $i$ is the weighted average of the values.
+# a mask may block some keys; a softmax over $j$ turns each row of scores into weights
+# that sum to 1; and the output for position $i$ is the weighted average of the values.
+# Figure 3.1 draws this data flow with the shapes the rest of the chapter uses: a batch
+# of $B$ sequences, $h$ heads, $L_q$ queries and $L_k$ keys.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+def flow_box(ax, x, y, text, color, w=1.55, h=0.8):
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            fc=color,
+            ec="0.3",
+            lw=1,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+        )
+    )
+    ax.text(x, y, text, ha="center", va="center", fontsize=8.5)
+
+
+def flow_arrow(ax, start, end):
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color="0.3", lw=1.2))
+
+
+tensor, op = "#dbe9f6", "#fde2c8"
+fig, ax = plt.subplots(figsize=(12, 3.0))
+ax.set_xlim(-0.1, 13.6)
+ax.set_ylim(-0.35, 3.3)
+ax.axis("off")
+flow_box(ax, 0.8, 2.75, "Q\n[B, h, Lq, d_k]", tensor)
+flow_box(ax, 0.8, 1.55, "K\n[B, h, Lk, d_k]", tensor)
+flow_box(ax, 0.8, 0.2, "V\n[B, h, Lk, d_v]", tensor)
+chain = [
+    (2.75, "Q @ Kᵀ", op),
+    (4.55, "scores\n[B, h, Lq, Lk]", tensor),
+    (6.35, "÷ √d_k", op),
+    (8.15, "mask: blocked\nscores → −∞", op),
+    (9.95, "softmax over\nkeys (dim −1)", op),
+    (11.75, "weights\n[B, h, Lq, Lk]", tensor),
+]
+for x, text, color in chain:
+    flow_box(ax, x, 2.15, text, color)
+flow_box(ax, 11.75, 0.2, "weights @ V\n→ [B, h, Lq, d_v]", op, w=1.8)
+flow_arrow(ax, (1.58, 2.65), (1.97, 2.3))
+flow_arrow(ax, (1.58, 1.65), (1.97, 2.0))
+for (x0, _, _), (x1, _, _) in zip(chain, chain[1:]):
+    flow_arrow(ax, (x0 + 0.78, 2.15), (x1 - 0.78, 2.15))
+flow_arrow(ax, (11.75, 1.75), (11.75, 0.6))
+flow_arrow(ax, (1.58, 0.2), (10.85, 0.2))
+ax.text(
+    8.15,
+    1.2,
+    "mask: bool, broadcastable to\n[B, h, Lq, Lk]; True = blocked",
+    ha="center",
+    va="center",
+    fontsize=8,
+    color="0.35",
+)
+flow_arrow(ax, (8.15, 1.45), (8.15, 1.75))
+ax.set_title(
+    "Figure 3.1  Scaled dot-product attention, one tensor operation per box "
+    "(blue: tensors, orange: operations)",
+    fontsize=10,
+)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Here it is for one head and one sequence, so the batch and head dimensions are not yet
+# there: `Q`, `K`, `V` are `[L, d_k]` and the scores `[L, L]`. No key is masked yet.
 
 # %%
 torch.manual_seed(0)
@@ -71,23 +144,25 @@ with torch.no_grad():
 print("Q:", tuple(Q.shape), " K:", tuple(K.shape), " V:", tuple(V.shape), "  [L, d_k]")
 
 scores = Q @ K.T / math.sqrt(d_k)  # [Lq, Lk]: scores[i, j] = q_i . k_j / sqrt(d_k)
-weights = scores.softmax(dim=-1)   # normalise each row over the keys
-out = weights @ V                  # [Lq, d_k]
+weights = scores.softmax(dim=-1)  # normalise each row over the keys
+out = weights @ V  # [Lq, d_k]
 print("scores:", tuple(scores.shape), " weights:", tuple(weights.shape), " out:", tuple(out.shape))
 print("weights (row = query, column = key):")
 print(weights.numpy().round(2))
+row_sums = weights.sum(dim=-1)
+print(f"row sums: {row_sums.numpy().round(6)}   smallest weight: {weights.min().item():.3f}")
 
-torch.testing.assert_close(weights.sum(dim=-1), torch.ones(4))
+torch.testing.assert_close(row_sums, torch.ones(4))
 assert (weights > 0).all()
 
 # %% [markdown]
-# Every weight is positive and every row sums to 1 (asserted), so each output row is a
+# Every weight is positive and every row sums to 1, so each output row is a
 # *convex combination* of the value rows. The matrix product hides that; written as a
 # loop for the first query it is plain:
 
 # %%
 by_loop = sum(weights[0, j] * V[j] for j in range(4))
-print("out[0]           =", out[0].numpy().round(3))
+print("out[0]            =", out[0].numpy().round(3))
 print("sum_j w[0,j] V[j] =", by_loop.numpy().round(3))
 torch.testing.assert_close(out[0], by_loop)
 
@@ -96,11 +171,12 @@ torch.testing.assert_close(out[0], by_loop)
 #
 # Suppose the components of $q$ and $k$ are independent with mean 0 and variance 1. Then
 # $q \cdot k = \sum_{i=1}^{d_k} q_i k_i$ is a sum of $d_k$ terms of variance 1, so its
-# variance is $d_k$: the scores grow with the head width. The softmax is not scale-free:
-# large scores make it nearly one-hot. A nearly one-hot softmax passes almost no gradient
-# back to the scores (its Jacobian $\operatorname{diag}(p) - p p^\top$ vanishes when $p$
-# is one-hot), so the model struggles to learn *where* to look. Dividing by $\sqrt{d_k}$
-# brings the variance back to 1 whatever the head width.
+# variance is $d_k$: the scores grow with the head width (the argument of
+# {cite}`vaswani2017`, section 3.2.1). The softmax is not scale-free: large scores make
+# it nearly one-hot. A nearly one-hot softmax passes almost no gradient back to the
+# scores (its Jacobian $\operatorname{diag}(p) - p p^\top$ vanishes when $p$ is one-hot),
+# so the model struggles to learn *where* to look. Dividing by $\sqrt{d_k}$ brings the
+# variance back to 1 whatever the head width.
 #
 # Measure it: random unit-variance queries against 16 random keys, for $d_k$ = 16, 64
 # and 256, without and with the scale. For each case the cell prints the variance of the
@@ -111,39 +187,53 @@ torch.testing.assert_close(out[0], by_loop)
 
 # %%
 def softmax_stats(scores):
-    """scores [n, Lk] -> variance, mean max weight, share saturated, mean entropy, mean Jacobian norm."""
+    """scores [n, Lk] -> variance, mean max weight, share saturated, mean entropy, mean
+    Jacobian norm."""
     p = scores.softmax(dim=-1)
     entropy = -(p * p.clamp_min(1e-45).log()).sum(-1)
     jacobian = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]  # d softmax / d scores
     top = p.max(dim=-1).values
-    return (scores.var().item(), top.mean().item(), (top > 0.99).float().mean().item(),
-            entropy.mean().item(), jacobian.norm(dim=(-2, -1)).mean().item())
+    return (
+        scores.var().item(),
+        top.mean().item(),
+        (top > 0.99).float().mean().item(),
+        entropy.mean().item(),
+        jacobian.norm(dim=(-2, -1)).mean().item(),
+    )
 
 
 torch.manual_seed(0)
 n, Lk = 4000, 16
 stats = {}
-print(f"{'d_k':>4s} {'scale':>10s} {'var(q.k)':>9s} {'max weight':>11s} {'>0.99':>6s} {'entropy':>8s} {'|Jacobian|':>11s}")
+print(
+    f"{'d_k':>4s} {'scale':>10s} {'var(q.k)':>9s} {'max weight':>11s} {'>0.99':>6s} "
+    f"{'entropy':>8s} {'|Jacobian|':>11s}"
+)
 for dk in (16, 64, 256):
     q, k = torch.randn(n, 1, dk), torch.randn(n, Lk, dk)
     raw = (q @ k.transpose(-2, -1)).squeeze(1)  # [n, Lk]
     for scale, s in (("none", raw), ("1/sqrt(dk)", raw / math.sqrt(dk))):
         stats[dk, scale] = st = softmax_stats(s)
-        print(f"{dk:4d} {scale:>10s} {st[0]:9.1f} {st[1]:11.2f} {st[2]:6.0%} {st[3]:8.2f} {st[4]:11.2f}")
+        print(
+            f"{dk:4d} {scale:>10s} {st[0]:9.1f} {st[1]:11.2f} {st[2]:6.0%} {st[3]:8.2f} "
+            f"{st[4]:11.2f}"
+        )
 
 for dk in (16, 64, 256):
-    assert abs(stats[dk, "none"][0] / dk - 1) < 0.05          # variance = d_k
-    assert abs(stats[dk, "1/sqrt(dk)"][0] - 1) < 0.05          # variance = 1
-    assert abs(stats[dk, "1/sqrt(dk)"][1] - stats[16, "1/sqrt(dk)"][1]) < 0.02  # same softmax at any d_k
-assert stats[16, "none"][1] < stats[64, "none"][1] < stats[256, "none"][1]  # saturation grows with d_k
+    assert abs(stats[dk, "none"][0] / dk - 1) < 0.05  # variance = d_k
+    assert abs(stats[dk, "1/sqrt(dk)"][0] - 1) < 0.05  # variance = 1
+    # the same softmax statistics at any d_k
+    assert abs(stats[dk, "1/sqrt(dk)"][1] - stats[16, "1/sqrt(dk)"][1]) < 0.02
+assert stats[16, "none"][1] < stats[64, "none"][1] < stats[256, "none"][1]  # saturation grows
 assert stats[256, "none"][2] > 0.5 and stats[256, "1/sqrt(dk)"][2] < 0.01
-assert stats[256, "none"][4] < 0.4 * stats[256, "1/sqrt(dk)"][4]             # a third of the gradient
+assert stats[256, "none"][4] < 0.4 * stats[256, "1/sqrt(dk)"][4]  # a third of the gradient
 
 # %% [markdown]
 # Without the scale, the variance grows linearly with $d_k$, and at $d_k = 256$ more than
 # half of the rows are already one-hot (over 99 % on one key) before any training, and
-# about a third of the gradient is left. With the scale, every column is the same at every
-# width: the softmax sees scores of variance 1. The plot sweeps $d_k$ from 4 to 512.
+# less than 40 % of the gradient is left (asserted). With the scale, every column is the
+# same at every width: the softmax sees scores of variance 1. Figure 3.2 sweeps $d_k$
+# from 4 to 512 (1,000 rows per width, seed 0).
 
 # %%
 torch.manual_seed(0)
@@ -154,17 +244,26 @@ for dk in dks:
     raw = (q @ k.transpose(-2, -1)).squeeze(1)
     curves["none"].append(softmax_stats(raw))
     curves["1/sqrt(dk)"].append(softmax_stats(raw / math.sqrt(dk)))
+unscaled_top = [c[1] for c in curves["none"]]
+print("mean largest weight without the scale:", [round(v, 2) for v in unscaled_top])
+print("with the scale:                       ", [round(c[1], 2) for c in curves["1/sqrt(dk)"]])
+assert unscaled_top == sorted(unscaled_top) and unscaled_top[-1] > 0.9
 
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.3))
-for (col, title, ylabel), ax in zip([(0, "variance of the scores", "var"),
-                                     (1, "mean largest softmax weight", "max weight"),
-                                     (4, "gradient through the softmax", "mean |Jacobian|")], axes):
+panels = [
+    (0, "variance of the scores", "var"),
+    (1, "mean largest softmax weight", "max weight"),
+    (4, "gradient through the softmax", "mean |Jacobian|"),
+]
+for (col, title, ylabel), ax in zip(panels, axes):
     for scale, marker in (("none", "o"), ("1/sqrt(dk)", "s")):
         ax.plot(dks, [c[col] for c in curves[scale]], marker=marker, label=f"scale: {scale}")
     ax.set(title=title, xlabel="d_k", ylabel=ylabel, xscale="log")
     ax.set_xticks(dks, [str(v) for v in dks])
 axes[0].set_yscale("log")
 axes[0].legend()
+fig.suptitle("Figure 3.2  Unscaled scores saturate the softmax as d_k grows", fontsize=10)
 fig.tight_layout()
 plt.show()
 
@@ -187,19 +286,91 @@ assert abs(v_wrong - 1 / h) < 0.02
 #
 # One head can express one pattern of "who looks at whom". Multi-head attention runs $h$
 # heads side by side, each in its own $d_k = d/h$-dimensional subspace, and concatenates
-# the results. It costs no more than one wide head: the four projections are still
-# $d \times d$ matrices, and the heads are just a different way of *reading* their
-# outputs. The trick is in the shapes: the head dimension is split off the feature
-# dimension and moved next to the batch dimension, so that one batched matrix product
-# computes all heads at once. Follow the shapes with $B = 2$ sequences of $L = 5$ tokens
-# (the first ends in two `<pad>`), embedded at $d = 16$, and $h = 4$ heads:
+# the results {cite}`vaswani2017`. It has no more parameters than one wide head: the four
+# projections are still $d \times d$ matrices, and the heads are a different way of
+# *reading* their outputs. The trick is in the shapes: the head dimension is split off
+# the feature dimension and moved next to the batch dimension, so that one batched matrix
+# product computes all heads at once. Figure 3.3 draws the split and the merge for one
+# sequence; the cell below follows the shapes with $B = 2$ sequences of $L = 5$ tokens
+# (the first ends in two `<pad>`), embedded at $d = 16$, and $h = 4$ heads.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+def grid(ax, x0, y0, rows, cols, colors, cell=0.15, label="", sub="", gap_every=0):
+    """Draw a rows x cols tensor as cells, top-left corner at (x0, y0), one colour per column;
+    gap_every=k leaves a small gap after every k columns."""
+    for r in range(rows):
+        for c in range(cols):
+            x = x0 + c * cell + (0.06 * (c // gap_every) if gap_every else 0)
+            ax.add_patch(
+                Rectangle((x, y0 - (r + 1) * cell), cell, cell, fc=colors[c], ec="white", lw=0.6)
+            )
+    ax.text(x0 + cols * cell / 2, y0 + 0.1, label, ha="center", va="bottom", fontsize=8.5)
+    ax.text(
+        x0 + cols * cell / 2,
+        y0 - rows * cell - 0.1,
+        sub,
+        ha="center",
+        va="top",
+        fontsize=7.5,
+        color="0.35",
+    )
+
+
+head_colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
+L_fig, d_fig, h_fig, cell = 5, 16, 4, 0.15
+dk_fig = d_fig // h_fig
+cols = [head_colors[c // dk_fig] for c in range(d_fig)]
+fig, ax = plt.subplots(figsize=(12, 2.0))
+ax.set_xlim(-0.2, 17.0)
+ax.set_ylim(0.0, 1.35)
+ax.axis("off")
+top = 1.0
+grid(ax, 0.0, top, L_fig, d_fig, cols, label="W_q(x)  [L, d]", sub="[5, 16]")
+grid(
+    ax,
+    3.1,
+    top,
+    L_fig,
+    d_fig,
+    cols,
+    label=".view(L, h, d_k)",
+    sub="[5, 4, 4]: no copy",
+    gap_every=dk_fig,
+)
+for i in range(h_fig):
+    grid(ax, 6.4 + i * 0.8, top, L_fig, dk_fig, [head_colors[i]] * dk_fig, sub=f"head {i}")
+ax.text(7.9, top + 0.1, ".transpose(1, 2)  [h, L, d_k]", ha="center", va="bottom", fontsize=8.5)
+for i in range(h_fig):
+    grid(ax, 10.4 + i * 0.8, top, L_fig, dk_fig, [head_colors[i]] * dk_fig, sub=f"head {i}")
+ax.text(11.9, top + 0.1, "softmax(QKᵀ/√d_k) V per head", ha="center", va="bottom", fontsize=8.5)
+grid(
+    ax,
+    14.4,
+    top,
+    L_fig,
+    d_fig,
+    cols,
+    label=".transpose(1, 2).reshape(L, d)",
+    sub="[5, 16]: a copy; then W_o",
+)
+y = top - L_fig * cell / 2
+for x0, x1 in ((2.5, 3.1), (5.8, 6.3), (9.6, 10.3), (13.6, 14.3)):
+    ax.annotate(
+        "", xy=(x1, y), xytext=(x0, y), arrowprops=dict(arrowstyle="-|>", color="0.3", lw=1.2)
+    )
+ax.set_title(
+    "Figure 3.3  Splitting the features into heads and merging them back "
+    "(one sequence, d = 16, h = 4; colour = head)",
+    fontsize=10,
+)
+fig.tight_layout()
+plt.show()
 
 # %%
 torch.manual_seed(0)
 B, L, d, h = 2, 5, 16, 4
 d_k = d // h
-tokens = torch.tensor([[5, 6, 7, PAD_ID, PAD_ID],
-                       [5, 6, 7, 8, 9]])
+tokens = torch.tensor([[5, 6, 7, PAD_ID, PAD_ID], [5, 6, 7, 8, 9]])
 x = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len=16).eval()(tokens).detach()
 W_q, W_k, W_v, W_o = (nn.Linear(d, d) for _ in range(4))
 
@@ -230,10 +401,11 @@ assert y.shape == x.shape
 # concatenation of the heads' outputs along the feature dimension, position by position.
 
 # %%
-for i in range(h):
-    assert torch.equal(Q[:, i], q[..., i * d_k:(i + 1) * d_k])
-assert torch.equal(merged, torch.cat([heads[:, i] for i in range(h)], dim=-1))
-print("head i == columns [i*d_k, (i+1)*d_k) of W_q(x): True;  merged == cat(heads, dim=-1): True")
+split_diff = max((Q[:, i] - q[..., i * d_k : (i + 1) * d_k]).abs().max().item() for i in range(h))
+merge_diff = (merged - torch.cat([heads[:, i] for i in range(h)], dim=-1)).abs().max().item()
+print(f"max |Q[:, i] - columns [i*d_k, (i+1)*d_k) of W_q(x)| over the heads: {split_diff}")
+print(f"max |merged - cat(heads, dim=-1)|: {merge_diff}")
+assert split_diff == 0 and merge_diff == 0
 
 # %% [markdown]
 # ### `view` versus `reshape`
@@ -247,8 +419,17 @@ print("head i == columns [i*d_k, (i+1)*d_k) of W_q(x): True;  merged == cat(head
 
 # %%
 t = heads.transpose(1, 2)  # [B, L, h, d_k], a view with swapped strides
-print("heads.is_contiguous():", heads.is_contiguous(), "  strides", heads.stride())
-print("t.is_contiguous():    ", t.is_contiguous(), "  strides", t.stride())
+print(
+    "heads: shape",
+    tuple(heads.shape),
+    " strides",
+    heads.stride(),
+    " is_contiguous():",
+    heads.is_contiguous(),
+)
+print(
+    "t:     shape", tuple(t.shape), " strides", t.stride(), " is_contiguous():", t.is_contiguous()
+)
 try:
     t.view(B, L, d)
 except RuntimeError as err:
@@ -259,15 +440,19 @@ assert not t.is_contiguous() and "view size is not compatible" in str(caught)
 # %% [markdown]
 # The fixes are `t.contiguous().view(...)`, which copies the data into a fresh contiguous
 # block first, or `t.reshape(...)`, which returns a view when it can and copies when it
-# must. Both give the same result; here `reshape` had to copy (new memory), whereas the
-# `view` in the split shared memory with the linear layer's output.
+# must. Both give the same result; here `reshape` had to copy (its result lives in new
+# memory), whereas the `view` in the split shares memory with the linear layer's output.
 
 # %%
 fixed_a = t.contiguous().view(B, L, d)
 fixed_b = t.reshape(B, L, d)
-assert torch.equal(fixed_a, fixed_b) and torch.equal(fixed_b, merged)
-print("reshape copied:", fixed_b.data_ptr() != t.data_ptr(), "  split view shares memory:", q4.data_ptr() == q.data_ptr())
-assert fixed_b.data_ptr() != t.data_ptr() and q4.data_ptr() == q.data_ptr()
+diff = max((fixed_a - fixed_b).abs().max().item(), (fixed_b - merged).abs().max().item())
+reshape_shares = fixed_b.data_ptr() == t.data_ptr()
+view_shares = q4.data_ptr() == q.data_ptr()
+print(f"max |difference| between the two fixes and merged: {diff}")
+print("t.reshape(B, L, d) shares t's memory:", "yes" if reshape_shares else "no (a copy)")
+print("q.view(B, L, h, d_k) shares q's memory:", "yes" if view_shares else "no (a copy)")
+assert diff == 0 and not reshape_shares and view_shares
 
 # %% [markdown]
 # `reshape` is not a licence to skip the transpose, though. `heads.reshape(B, L, d)`
@@ -277,8 +462,9 @@ assert fixed_b.data_ptr() != t.data_ptr() and q4.data_ptr() == q.data_ptr()
 
 # %%
 scrambled = heads.reshape(B, L, d)  # forgot .transpose(1, 2)
-print("shape looks right:", tuple(scrambled.shape), "  values equal merged:", torch.equal(scrambled, merged))
-assert scrambled.shape == merged.shape and not torch.allclose(scrambled, merged)
+wrong_by = (scrambled - merged).abs().max().item()
+print("shape:", tuple(scrambled.shape), f"  max |scrambled - merged| = {wrong_by:.2f}")
+assert scrambled.shape == merged.shape and wrong_by > 0.1
 
 # %% [markdown]
 # ### `d_model` must be divisible by `num_heads`
@@ -308,27 +494,36 @@ assert "invalid for input of size" in str(caught)
 # replaced by a very negative number before the softmax, so their weight becomes 0. The
 # question is *which* very negative number. Three candidates are common: `-1e9`,
 # `float("-inf")`, and `torch.finfo(dtype).min`, the most negative finite number of the
-# dtype. In float32 all three look fine. Mixed-precision training computes the scores in
+# dtype. In float32 all three work. Mixed-precision training computes the scores in
 # float16 or bfloat16, and there they differ:
 
 # %%
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
-    print(f"{str(dtype):15s} -1e9 stored as {torch.tensor(-1e9, dtype=dtype).item():>14.6g}"
-          f"   finfo.min = {torch.finfo(dtype).min:.6g}")
+    fi = torch.finfo(dtype)
+    print(
+        f"{str(dtype):15s} -1e9 stored as {torch.tensor(-1e9, dtype=dtype).item():>14.6g}"
+        f"   finfo.min = {fi.min:.6g}   eps = {fi.eps:.3g} (2^{int(math.log2(fi.eps))})"
+    )
 assert torch.tensor(-1e9, dtype=torch.float16).item() == -math.inf  # fp16 tops out at 65504
 assert math.isfinite(torch.tensor(-1e9, dtype=torch.bfloat16).item())
 
 # %% [markdown]
-# bfloat16 has float32's range with only 8 bits of precision, so `-1e9` survives there,
-# rounded. Float16's range ends at 65504: `-1e9` does not exist in it and becomes `-inf`.
-# What that does depends on how the mask is applied. `masked_fill` refuses outright; the
-# additive form `scores + mask * -1e9`, common in older code, quietly produces `-inf`:
+# bfloat16 has about float32's range (its `finfo.min` is of the same order) with far less
+# precision (eps $= 2^{-7}$: 7 stored mantissa bits, 8 bits of precision), so `-1e9`
+# survives there, rounded. Float16's range ends at 65504: `-1e9` does not exist in it
+# and becomes `-inf`. What that does depends on how the mask is applied. `masked_fill`
+# refuses outright; the additive form `scores + mask * -1e9`, common in older code,
+# quietly produces `-inf`:
 
 # %%
 torch.manual_seed(0)
 scores16 = torch.randn(2, 4).half()
-mask = torch.tensor([[False, True, False, True],   # row 0: two keys blocked
-                     [True, True, True, True]])    # row 1: every key blocked
+mask = torch.tensor(
+    [
+        [False, True, False, True],  # row 0: two keys blocked
+        [True, True, True, True],  # row 1: every key blocked
+    ]
+)
 try:
     scores16.masked_fill(mask, -1e9)
 except RuntimeError as err:
@@ -345,75 +540,127 @@ assert torch.isinf(additive[mask]).all()
 # row** (a query with nothing it may look at; it happens, for instance, with an all-padding
 # sequence or when masks are combined carelessly) is all `-inf`, and
 # $\operatorname{softmax}$ computes $e^{-\infty} / \sum e^{-\infty} = 0/0$: NaN, in any
-# dtype. The NaN then spreads through every later layer and into the loss.
+# dtype, and the NaN weights make that query's output NaN as well.
 # `finfo(dtype).min` is finite, so a fully masked row becomes a uniform distribution
 # instead: meaningless but harmless (and the finished module zeroes it, see below):
 
 # %%
+values = torch.randn(4, 3)
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
     s = scores16.to(dtype)
     w_inf = s.masked_fill(mask, float("-inf")).softmax(-1)
     w_min = s.masked_fill(mask, torch.finfo(dtype).min).softmax(-1)
-    print(f"{str(dtype):15s} -inf:      row 0 {w_inf[0].float().numpy().round(3)}  row 1 {w_inf[1].float().numpy()}")
-    print(f"{'':15s} finfo.min: row 0 {w_min[0].float().numpy().round(3)}  row 1 {w_min[1].float().numpy()}")
+    out_inf = w_inf.float() @ values
+    print(
+        f"{str(dtype):15s} -inf:      row 0 {w_inf[0].float().numpy().round(3)}"
+        f"  row 1 {w_inf[1].float().numpy()}  -> output row 1 {out_inf[1].numpy()}"
+    )
+    print(
+        f"{'':15s} finfo.min: row 0 {w_min[0].float().numpy().round(3)}"
+        f"  row 1 {w_min[1].float().numpy()}"
+    )
     assert torch.isnan(w_inf[1]).all() and not torch.isnan(w_inf[0]).any()
+    assert torch.isnan(out_inf[1]).all()
     assert not torch.isnan(w_min).any() and (w_min[0][mask[0]] == 0).all()
     torch.testing.assert_close(w_min[1].float(), torch.full((4,), 0.25))
 
 # %% [markdown]
-# One more trap, for code that *adds* masks instead of filling: `finfo.min` is so close to
-# the edge of the range that adding anything negative to it overflows. In float16,
-# `finfo.min - 20` is already `-inf`, and two additive masks on the same key give
-# `-inf` in every dtype. `masked_fill` *replaces* the score, which is why the book
-# combines bool masks with `|` first and fills once.
+# One more trap, for code that *adds* masks instead of filling. `finfo.min` sits at the
+# edge of the range, but adding a small negative number to it does not overflow: the
+# exact result rounds back to `finfo.min`, because the spacing between neighbouring
+# numbers (one *ulp*, unit in the last place) is large out there. In float16 the two
+# most negative numbers are -65504 and -65472, one ulp of 32 apart. The sum overflows
+# to `-inf` only when the step is at least half an ulp (16 in float16, $2^{119}$ in
+# bfloat16): the exact result is then at least halfway to the next magnitude the format
+# would have ($2^{16}$ in float16), which is out of range, and rounding to nearest (ties
+# to even) goes there.
+# Two additive masks on the same key (finfo.min + finfo.min) overflow in every dtype.
+# The cell prints each case:
 
 # %%
 for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    zero = torch.tensor(0.0, dtype=dtype)
     fmin = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
-    print(f"{str(dtype):15s} finfo.min + finfo.min = {(fmin + fmin).item()}"
-          + (f"   finfo.min - 20 = {(fmin - 20).item()}" if dtype == torch.float16 else ""))
-    assert torch.isinf(fmin + fmin)
-assert torch.isinf(torch.tensor(torch.finfo(torch.float16).min, dtype=torch.float16) - 20)
+    ulp = torch.nextafter(fmin, zero) - fmin  # spacing at finfo.min (exact in this dtype)
+    half = ulp / 2
+    below = torch.nextafter(half, zero)  # the largest step below half an ulp
+    cases = {
+        "1": fmin - 1,
+        "below half ulp": fmin - below,
+        "half ulp": fmin - half,
+        "finfo.min": fmin + fmin,
+    }
+    print(
+        f"{str(dtype):15s} finfo.min = {fmin.item():.6g}, ulp there = {ulp.item():.6g}, "
+        f"half ulp = {half.item():.6g}, just below = {below.item():.8g}"
+    )
+    print(
+        f"{'':15s} finfo.min - step: "
+        + ";  ".join(f"{name} -> {v.item():.6g}" for name, v in cases.items())
+    )
+    assert cases["1"] == fmin and cases["below half ulp"] == fmin
+    assert torch.isinf(cases["half ulp"]) and torch.isinf(cases["finfo.min"])
+    if dtype == torch.bfloat16:
+        assert half.item() == 2.0**119
+    if dtype == torch.float16:
+        assert (ulp.item(), half.item(), cases["1"].item()) == (32, 16, -65504)
 
 # %% [markdown]
+# So `finfo.min - 1` is still `finfo.min` (in float16: -65504), and a second additive
+# mask overflows. `masked_fill` *replaces* the score, so it never adds to `finfo.min`;
+# that is why the book combines bool masks with `|` first and fills once.
+#
 # ## Fused QKV projection
 #
 # In self-attention the queries, keys and values are all projections of the same input.
 # Three `d -> d` linear layers can then be one `d -> 3d` layer whose output is cut in
-# three: one larger matrix multiplication instead of three smaller ones, which keeps the
-# hardware busier.
-# The two forms compute the same function: stacking the three weight matrices (and
-# biases) row-wise gives the fused weight, and `chunk(3, dim=-1)` recovers Q, K and V.
-# (`torch.nn.MultiheadAttention` stores its weights exactly this way, as one
-# `in_proj_weight` of shape `[3d, d]`. Cross-attention cannot fuse all three, since its
-# queries come from a different input than its keys and values; K and V can still share
-# one layer.)
+# three: one larger matrix multiplication instead of three smaller ones. The two forms
+# compute the same function: stacking the three weight matrices (and biases) row-wise
+# gives the fused weight, and `chunk(3, dim=-1)` recovers Q, K and V.
+# (`torch.nn.MultiheadAttention` stores its weights this way, as one `in_proj_weight` of
+# shape `[3d, d]`, as the comparison below shows. Cross-attention cannot fuse all three,
+# since its queries come from a different input than its keys and values; K and V can
+# still share one layer.)
 
 # %%
+def at_most(diff, tol=1e-6):
+    """A rounding-level difference, printed so that it reads the same on every CPU."""
+    return f"< {tol:.0e}" if diff < tol else f"{diff:.2g}"
+
+
 qkv = nn.Linear(d, 3 * d)
 with torch.no_grad():
     qkv.weight.copy_(torch.cat([W_q.weight, W_k.weight, W_v.weight], dim=0))  # [3d, d]
     qkv.bias.copy_(torch.cat([W_q.bias, W_k.bias, W_v.bias]))
-    fused = qkv(x)                        # [B, L, 3d]
+    fused = qkv(x)  # [B, L, 3d]
     q_f, k_f, v_f = fused.chunk(3, dim=-1)  # three [B, L, d]
-print("qkv.weight:", tuple(qkv.weight.shape), "  qkv(x):", tuple(fused.shape), "  chunks:", tuple(q_f.shape))
-with torch.no_grad():
-    for a, b in ((q_f, W_q(x)), (k_f, W_k(x)), (v_f, W_v(x))):
-        torch.testing.assert_close(a, b)
-print("fused == separate projections: True")
+    fused_diff = max(
+        (a - b).abs().max().item() for a, b in ((q_f, W_q(x)), (k_f, W_k(x)), (v_f, W_v(x)))
+    )
+print(
+    "qkv.weight:",
+    tuple(qkv.weight.shape),
+    "  qkv(x):",
+    tuple(fused.shape),
+    "  chunks:",
+    tuple(q_f.shape),
+)
+print(f"max |fused chunk - separate projection| {at_most(fused_diff)}")
+assert fused_diff < 1e-6
 
 # %% [markdown]
-# The book's modules keep the three projections separate: they read better, cross-attention
-# uses the same module, and the KV cache (chapter 13) needs the key/value projections on
-# their own.
+# The book's modules keep the three projections separate: they read more easily,
+# cross-attention uses the same module, and the KV cache (chapter 13) needs the
+# key/value projections on their own.
 #
 # ## The module
 #
 # Everything above, in one `nn.Module`. It takes separate query, key and value inputs
 # (for self-attention they are the same tensor; for cross-attention the keys and values
 # come from the encoder), an optional bool mask broadcastable to `[B, h, Lq, Lk]`, and
-# returns the output and the attention weights. Dropout on the weights is the original
-# paper's regularisation; it is inactive in `eval()` mode.
+# returns the output and the attention weights. Dropout on the weights is a common
+# regulariser (The Annotated Transformer {cite}`rush2018` uses it); it is inactive in
+# `eval()` mode.
 
 # %%
 class MultiHeadAttention(nn.Module):
@@ -428,22 +675,22 @@ class MultiHeadAttention(nn.Module):
         self.W_o = nn.Linear(d_model, d_model)
         self.attn_drop = nn.Dropout(dropout)
 
-    def split(self, x):   # [B, L, d] -> [B, h, L, d_k]
+    def split(self, x):  # [B, L, d] -> [B, h, L, d_k]
         B, L, _ = x.shape
         return x.view(B, L, self.h, self.d_k).transpose(1, 2)
 
-    def merge(self, x):   # [B, h, L, d_k] -> [B, L, d]
+    def merge(self, x):  # [B, h, L, d_k] -> [B, L, d]
         B, _, L, _ = x.shape
         return x.transpose(1, 2).reshape(B, L, self.h * self.d_k)
 
     def forward(self, q, k, v, attn_mask=None):
         Q, K, V = self.split(self.W_q(q)), self.split(self.W_k(k)), self.split(self.W_v(v))
-        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)       # [B, h, Lq, Lk]
-        if attn_mask is not None:                                    # bool, True = blocked
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)  # [B, h, Lq, Lk]
+        if attn_mask is not None:  # bool, True = blocked
             scores = scores.masked_fill(attn_mask, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(dim=-1)                             # [B, h, Lq, Lk]
-        out = self.attn_drop(weights) @ V                            # [B, h, Lq, d_k]
-        return self.W_o(self.merge(out)), weights                    # [B, Lq, d]
+        weights = scores.softmax(dim=-1)  # [B, h, Lq, Lk]
+        out = self.attn_drop(weights) @ V  # [B, h, Lq, d_k]
+        return self.W_o(self.merge(out)), weights  # [B, Lq, d]
 
 
 # %% [markdown]
@@ -455,33 +702,44 @@ class MultiHeadAttention(nn.Module):
 # %%
 torch.manual_seed(0)
 mha = MultiHeadAttention(d, h).eval()
-padding = (tokens == PAD_ID)[:, None, None, :]                   # [B, 1, 1, Lk]
-causal = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)  # [Lq, Lk], True above the diagonal
-mask = padding | causal                                          # [B, 1, Lq, Lk]
+padding = (tokens == PAD_ID)[:, None, None, :]  # [B, 1, 1, Lk]
+causal = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)  # [Lq, Lk]: the future
+mask = padding | causal  # [B, 1, Lq, Lk]
 out, w = mha(x, x, x, attn_mask=mask)
+blocked_max = w.masked_select(mask.expand_as(w)).max().item()
 print("mask:", tuple(mask.shape), " out:", tuple(out.shape), " weights:", tuple(w.shape))
+print(
+    f"largest weight on a blocked key: {blocked_max}   "
+    f"row sums between {w.sum(-1).min().item():.6f} and {w.sum(-1).max().item():.6f}"
+)
 assert out.shape == (B, L, d) and w.shape == (B, h, L, L)
-assert (w.masked_select(mask.expand_as(w)) == 0).all()
+assert blocked_max == 0
 torch.testing.assert_close(w.sum(-1), torch.ones(B, h, L))
 
+# %% [markdown]
+# Figure 3.4 shows the four heads' weights for the first sequence. Each head has its own
+# pattern, and all of them respect the mask: zero above the diagonal (the future) and
+# zero in the last two columns (padding), as the cell above asserted. Note the last two
+# *rows*: queries at padding positions still produce outputs; nothing downstream uses
+# them, since the loss ignores padding targets (chapter 10).
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(1, h, figsize=(11, 2.8))
 for i, ax in enumerate(axes):
     ax.imshow(w[0, i].detach(), cmap="viridis", vmin=0, vmax=1)
     ax.set(title=f"head {i}", xlabel="key position", ylabel="query position" if i == 0 else None)
-fig.suptitle("sequence 0: no weight on future keys or on the two padding keys", fontsize=10)
+fig.suptitle(
+    "Figure 3.4  Sequence 0: no weight on future keys or on the two padding keys", fontsize=10
+)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each head has its own pattern, and all of them respect the mask: zero above the
-# diagonal (the future) and zero in the last two columns (padding). Note the last two
-# *rows*: queries at padding positions still produce outputs; nothing downstream uses
-# them, since the loss ignores padding targets.
-#
 # ## Against `torch.nn.MultiheadAttention`
 #
 # PyTorch ships multi-head attention as `nn.MultiheadAttention`. Given our weights, it
-# must produce our outputs. Its interface differs in three ways worth knowing:
+# must produce our outputs. Its interface differs in three ways worth knowing (the cell
+# prints each):
 #
 # - it stores Q, K and V as one fused `in_proj_weight` `[3d, d]` (see above), and the
 #   output projection as `out_proj`;
@@ -492,43 +750,139 @@ plt.show()
 
 # %%
 ref = nn.MultiheadAttention(d, h, batch_first=True).eval()
+print("parameters:", [(n, tuple(p.shape)) for n, p in ref.named_parameters()])
+print("batch_first by default:", nn.MultiheadAttention(d, h).batch_first)
 with torch.no_grad():
     ref.in_proj_weight.copy_(torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight]))
     ref.in_proj_bias.copy_(torch.cat([mha.W_q.bias, mha.W_k.bias, mha.W_v.bias]))
     ref.out_proj.weight.copy_(mha.W_o.weight)
     ref.out_proj.bias.copy_(mha.W_o.bias)
 
-out_ref, w_ref = ref(x, x, x, key_padding_mask=tokens == PAD_ID, attn_mask=causal,
-                     need_weights=True, average_attn_weights=False)
-print("nn.MultiheadAttention: out", tuple(out_ref.shape), " weights", tuple(w_ref.shape))
+kpm = tokens == PAD_ID
+out_ref, w_ref = ref(
+    x, x, x, key_padding_mask=kpm, attn_mask=causal, need_weights=True, average_attn_weights=False
+)
+_, w_avg = ref(x, x, x, key_padding_mask=kpm, attn_mask=causal)
+print(
+    "weights by default:",
+    tuple(w_avg.shape),
+    "  with average_attn_weights=False:",
+    tuple(w_ref.shape),
+)
+d_out, d_w = (out - out_ref).abs().max().item(), (w - w_ref).abs().max().item()
+print(
+    f"max |ours - nn.MultiheadAttention|: output {at_most(d_out)}, per-head weights {at_most(d_w)}"
+)
+assert not nn.MultiheadAttention(d, h).batch_first and w_avg.shape == (B, L, L)
 torch.testing.assert_close(out, out_ref)
 torch.testing.assert_close(w, w_ref)
-print("same output and same per-head weights: True")
 
 # %% [markdown]
 # ## The fast path: `F.scaled_dot_product_attention`
 #
 # When the weights are not needed (during training, in every layer but the one whose
-# heatmap we draw), PyTorch's fused `F.scaled_dot_product_attention` computes
-# $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$ without materialising the `[B, h, Lq, Lk]`
-# weights, which saves memory and time (chapter 19 measures how much). Its bool mask has
-# the **opposite** meaning: True = *may attend*. So our mask goes in inverted:
+# heatmap we draw), PyTorch's `F.scaled_dot_product_attention` (SDPA) computes
+# $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$ in one call. Its bool mask has the
+# **opposite** meaning: True = *may attend*. So our mask goes in inverted:
 
 # %%
 with torch.no_grad():
     Q, K, V = mha.split(mha.W_q(x)), mha.split(mha.W_k(x)), mha.split(mha.W_v(x))
     out_sdpa = mha.W_o(mha.merge(F.scaled_dot_product_attention(Q, K, V, attn_mask=~mask)))
-    out_wrong = mha.W_o(mha.merge(F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)))
+    heads_wrong = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)  # not inverted
+    out_wrong = mha.W_o(mha.merge(heads_wrong))
+d_right, d_wrong = (out_sdpa - out).abs().max().item(), (out_wrong - out).abs().max().item()
+print(f"max |SDPA(~mask) - ours| {at_most(d_right)}   max |SDPA(mask) - ours| = {d_wrong:.2f}")
+print(
+    "SDPA(mask), sequence 1, query 4 (nothing blocked in our mask), head 0:",
+    heads_wrong[1, 0, 4].numpy(),
+)
 torch.testing.assert_close(out_sdpa, out)
-print("SDPA with ~mask == our output:", True)
-print("SDPA with mask (not inverted) == our output:", torch.allclose(out_wrong, out, atol=1e-4))
-assert not torch.allclose(out_wrong, out, atol=1e-4)
+assert d_wrong > 0.1 and heads_wrong[1, :, 4].abs().max() == 0
 
 # %% [markdown]
-# Passing our mask without the `~` raises no error: SDPA then attends *only* to the
-# blocked keys (and returns zeros for rows where nothing is blocked). Convert mask
-# conventions in exactly one place; the masks chapter (07) adds Hugging Face's integer
-# convention (1 = attend) to the list.
+# Passing our mask without the `~` raises no error: SDPA then attends *only* to the keys
+# we meant to block, and a query for which we blocked nothing (the last query of the
+# second sequence) sees no key at all and gets zeros. Convert mask conventions in
+# exactly one place; the masks chapter (07) adds Hugging Face's integer convention
+# (1 = attend) to the list.
+#
+# ### Which kernel ran, and what it keeps in memory
+#
+# Two things about SDPA depend on the PyTorch version and on the *backend* it picks, so
+# the book shows them for its pinned version instead of stating them in general. SDPA
+# dispatches to one of several implementations: a fused kernel (on this CPU, one
+# modelled on FlashAttention {cite}`dao2022`, which works through the keys block by
+# block) or the plain "math" fallback, which computes exactly the formula of Figure 3.1.
+# `torch.nn.attention.sdpa_kernel` restricts the choice, and the autograd graph of the
+# output tells which one ran and what it saved for the backward pass. The cell runs all
+# three (default, math only, flash only) on a mask in which query 0 of the first
+# sequence has every key blocked, and prints, for each, the node that produced the
+# output, every saved tensor of the weights' shape `[B, h, Lq, Lk]`, and the output on
+# the fully masked row.
+
+# %%
+def saved_tensors_of_shape(out, shape):
+    """Names of the tensors of `shape` that out's autograd graph keeps for backward."""
+    found, stack, seen = [], [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                try:
+                    saved = getattr(node, attr)
+                except RuntimeError:  # freed or not a tensor
+                    continue
+                if isinstance(saved, torch.Tensor) and tuple(saved.shape) == shape:
+                    found.append(f"{node.name()}.{attr}")
+        stack += [nxt for nxt, _ in node.next_functions]
+    return found
+
+
+blocked_row = mask.clone()
+blocked_row[0, :, 0] = True  # sequence 0, query 0: every key blocked
+print("torch", torch.__version__.split("+")[0])
+results = {}
+for name, backends in (
+    ("default", None),
+    ("math only", [SDPBackend.MATH]),
+    ("flash only", [SDPBackend.FLASH_ATTENTION]),
+):
+    Qg = Q.detach().clone().requires_grad_()
+    if backends is None:
+        o = F.scaled_dot_product_attention(Qg, K, V, attn_mask=~blocked_row)
+    else:
+        with sdpa_kernel(backends):
+            o = F.scaled_dot_product_attention(Qg, K, V, attn_mask=~blocked_row)
+    kept = saved_tensors_of_shape(o, (B, h, L, L))
+    results[name] = (o.grad_fn.name(), kept, o.detach())
+    print(f"{name:10s}: output from {o.grad_fn.name()}")
+    print(f"{'':10s}  saved [B, h, Lq, Lk] tensors: {kept or 'none'}")
+    print(f"{'':10s}  fully masked row, head 0: {o[0, 0, 0].detach().numpy()}")
+for _, _, o in results.values():
+    assert o[0, :, 0].abs().max() == 0  # zeros, not NaN, on the fully masked row
+    torch.testing.assert_close(o, results["math only"][2])
+assert results["math only"][1] and not results["flash only"][1]
+assert results["default"][0] == results["flash only"][0]
+
+# %% [markdown]
+# What the cell shows, in torch 2.13.0 on this CPU:
+#
+# - **Fully masked rows.** Every backend returns zeros for a query whose keys are all
+#   blocked. That is not a law of nature: earlier PyTorch releases returned NaN there
+#   (pytorch/pytorch issue 103963), and the zeros came with a change to SDPA's math
+#   path and fused kernels in 2024 (pull request 133882, the `SafeSoftmaxBackward0`
+#   node above). Code that must run on several versions should not rely on it; our
+#   handwritten path zeroes such rows itself (next section).
+# - **Memory.** By default SDPA picked the fused CPU kernel here, and its autograd node
+#   keeps Q, K, V, the output and our mask, but no `[B, h, Lq, Lk]` weights. The math
+#   fallback keeps the full weight tensor, like our handwritten module. "SDPA does not
+#   materialise the weights" is therefore a statement about the fused backends, not
+#   about SDPA: which backend runs depends on the device, the dtype, the shapes and the
+#   arguments (chapter 19 measures the memory of both paths).
 #
 # ## Checking against `helpers`
 #
@@ -542,13 +896,19 @@ assert not torch.allclose(out_wrong, out, atol=1e-4)
 # %%
 lib = helpers.MultiHeadAttention(d, h).eval()
 lib.load_state_dict(mha.state_dict())  # strict: same names, same shapes
-out_lib, w_lib = lib(x, x, x, attn_mask=mask)
-out_fast, w_none = lib(x, x, x, attn_mask=mask, need_weights=False)
+with torch.no_grad():
+    out_lib, w_lib = lib(x, x, x, attn_mask=mask)
+    out_fast, w_none = lib(x, x, x, attn_mask=mask, need_weights=False)
+diffs = [(a - b).abs().max().item() for a, b in ((out_lib, out), (w_lib, w), (out_fast, out))]
+print(
+    "max |helpers - ours|: output {}, weights {}, SDPA path output {}".format(
+        *(at_most(v) for v in diffs)
+    )
+)
 torch.testing.assert_close(out_lib, out)
 torch.testing.assert_close(w_lib, w)
 torch.testing.assert_close(out_fast, out)
 assert w_none is None
-print("helpers.MultiHeadAttention == ours: outputs, weights, and the SDPA path")
 
 try:
     helpers.MultiHeadAttention(d_model=16, num_heads=3)
@@ -561,13 +921,133 @@ assert "not divisible" in str(caught)
 # The library goes one step further on fully masked rows: where every key of a query is
 # blocked, it returns zero weights (and hence a zero output) rather than the uniform
 # distribution that `finfo.min` alone gives, so that both of its paths agree with each
-# other and with SDPA. With these pieces in hand, the next chapter adds the other
-# sub-layer of every Transformer layer, the position-wise feed-forward network.
+# other and with SDPA as it behaves in torch 2.13.0:
 
 # %%
 all_blocked = torch.ones(1, 1, 1, L, dtype=torch.bool)
 with torch.no_grad():
     _, w_blocked = lib(x[:1], x[:1], x[:1], attn_mask=all_blocked)
     _, w_ours = mha(x[:1], x[:1], x[:1], attn_mask=all_blocked)
-print("fully masked: ours (finfo.min) row", w_ours[0, 0, 0].numpy(), "  helpers row", w_blocked[0, 0, 0].numpy())
+print(
+    "fully masked: ours (finfo.min) row",
+    w_ours[0, 0, 0].numpy(),
+    "  helpers row",
+    w_blocked[0, 0, 0].numpy(),
+)
 assert torch.equal(w_blocked, torch.zeros_like(w_blocked)) and not torch.isnan(w_ours).any()
+
+# %% [markdown]
+# With these pieces in hand, the next chapter adds the other sub-layer of every
+# Transformer layer, the position-wise feed-forward network.
+#
+# ## Summary
+#
+# - Scaled dot-product attention is four tensor operations (Figure 3.1): $QK^\top$, the
+#   scale $1/\sqrt{d_k}$, the mask, a softmax over the keys, then a product with $V$.
+#   Each output row is a convex combination of the value rows.
+# - Without the scale the score variance is $d_k$ and the softmax saturates: at
+#   $d_k = 256$ more than half of the random rows were one-hot and less than 40 % of the
+#   gradient reached the scores. Divide by $\sqrt{d_k}$ of one head, not $\sqrt{d}$.
+# - Heads are a reshape, not extra parameters: `view` + `transpose(1, 2)` to split,
+#   `transpose(1, 2)` + `reshape` to merge (Figure 3.3). `view` after `transpose` raises;
+#   `reshape` without the `transpose` silently scrambles positions.
+# - Fill blocked scores with `masked_fill`, never add: `-1e9` does not exist in float16,
+#   `-inf` turns a fully masked row into NaN, and `finfo.min` overflows once a second
+#   mask (or any step of at least half an ulp) is added to it.
+# - SDPA's bool mask means the opposite of ours (True = may attend). What it returns on
+#   fully masked rows and whether it keeps the weights depend on the version and the
+#   backend; in torch 2.13.0 on this CPU: zeros, and the fused kernel keeps no weights.
+#
+# ## Exercises
+#
+# ### Exercise 3.1 (predict, then run): the wrong scale
+#
+# A colleague divides the scores by $d_k$ instead of $\sqrt{d_k}$. For unit-variance
+# random queries and keys with $d_k = 64$, what is the variance of the scores? Will the
+# softmax rows be closer to one-hot or to uniform than with the right scale? Predict,
+# then run the solution.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 3.1
+torch.manual_seed(0)
+dk = 64
+q, k = torch.randn(20000, dk), torch.randn(20000, 16, dk)
+raw = (q[:, None, :] * k).sum(-1)  # [20000, 16] scores
+right, wrong = softmax_stats(raw / math.sqrt(dk)), softmax_stats(raw / dk)
+print(
+    f"variance of q.k / d_k = {wrong[0]:.4f} (1/d_k = {1 / dk:.4f}); with sqrt(d_k): {right[0]:.2f}"
+)
+print(
+    f"mean largest weight: {wrong[1]:.3f} with 1/d_k, {right[1]:.3f} with 1/sqrt(d_k);"
+    f" uniform 1/16 = {1 / 16:.4f}"
+)
+assert abs(wrong[0] * dk - 1) < 0.05  # variance 1/d_k
+assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
+
+# %% [markdown]
+# The variance is $d_k / d_k^2 = 1/d_k$: the scores shrink towards 0 and every row is
+# close to uniform (mean largest weight 0.077 against 1/16 = 0.0625): at initialisation
+# each query averages the values almost equally, whatever the keys say.
+#
+# ### Exercise 3.2 (implement): attention with an additive float mask
+#
+# Many codebases (and `F.scaled_dot_product_attention` when given a float mask) *add* a
+# mask to the scores instead of filling them: 0 where attention is allowed, $-\infty$
+# where it is blocked. Write `additive_mask_attention(q, k, v, mask)` for
+# `q [B, h, Lq, d_k]`, `k [B, h, Lk, d_k]`, `v [B, h, Lk, d_v]` and the book's bool mask
+# (True = blocked, broadcastable to `[B, h, Lq, Lk]`): build the float mask from the
+# bool one, add it to the scaled scores, take the softmax, and return `[B, h, Lq, d_v]`.
+# A query whose keys are all blocked must get a zero output, not NaN. Check it with
+# `check_additive_mask_attention(additive_mask_attention)`; the checker compares it with
+# the book's masked attention on four inputs and tells you what differs.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 3.2
+from helpers.exercises import check_additive_mask_attention
+
+
+def additive_mask_attention(q, k, v, mask):
+    float_mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill(mask, float("-inf"))
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + float_mask
+    weights = scores.softmax(dim=-1)
+    weights = weights.masked_fill(mask.all(dim=-1, keepdim=True), 0.0)  # 0/0 rows -> 0
+    return weights @ v
+
+
+check_additive_mask_attention(additive_mask_attention)
+
+# %% [markdown]
+# ### Exercise 3.3 (implement): ALiBi, a distance penalty instead of positions
+#
+# ALiBi {cite}`press2022` adds no position vectors to the input. It adds a bias to the
+# attention scores instead: head $h$ (counting from 0) of $H$ subtracts $m_h$ times the
+# distance between query and key, with slopes $m_h = 2^{-8(h+1)/H}$ (a geometric
+# sequence: $1/2, 1/4, \dots, 1/256$ for $H = 8$). Write `alibi_bias(num_heads, L)`
+# returning the `[num_heads, L, L]` tensor $-m_h\,|i - j|$ (the paper's decoder only
+# needs $j \le i$, where $|i - j| = i - j$; the absolute value extends it to an encoder).
+# Check it with `check_alibi_bias(alibi_bias)`, then add it to the scores of the
+# handwritten path: with all-zero queries and keys, which key gets the most weight in
+# each head, and which head looks furthest?
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 3.3
+from helpers.exercises import check_alibi_bias
+
+
+def alibi_bias(num_heads, L):
+    slopes = 2 ** (-8 * torch.arange(1, num_heads + 1) / num_heads)  # [H]
+    pos = torch.arange(L)
+    distance = (pos[:, None] - pos[None, :]).abs()  # [L, L]
+    return -slopes[:, None, None] * distance  # [H, L, L]
+
+
+check_alibi_bias(alibi_bias)
+
+bias = alibi_bias(4, 6)
+zeros = torch.zeros(1, 4, 6, 8)  # queries and keys carry no content at all
+w_alibi = (zeros @ zeros.transpose(-2, -1) / math.sqrt(8) + bias).softmax(dim=-1)
+print("query 3, weight on keys 0..5, per head:")
+for i in range(4):
+    print(f"  head {i} (slope {2 ** (-8 * (i + 1) / 4):.4f}):", w_alibi[0, i, 3].numpy().round(3))
+assert (w_alibi[0, :, 3].argmax(dim=-1) == 3).all()  # each head prefers the query's own key
+assert w_alibi[0, 0, 3, 3] > w_alibi[0, 3, 3, 3]  # the steepest head is the most local
