@@ -1,9 +1,13 @@
-"""Input validation shared by the modules: clear errors instead of silent wrong answers."""
+"""Input validation shared by the modules: clear errors instead of silent wrong answers.
+
+Used from chapter 2 on (token ids), chapter 3 (masks) and chapter 7 (the full model).
+"""
 
 import torch
 
 
 def check_rank(name: str, t: torch.Tensor, rank: int, layout: str) -> None:
+    """t is a tensor of the given rank; the error names `layout` (e.g. "[B, L]")."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(t).__name__}")
     if t.dim() != rank:
@@ -31,8 +35,14 @@ def check_token_ids(
             )
 
 
-def check_mask(name: str, mask: torch.Tensor, like: torch.Tensor) -> None:
-    """A mask is bool (True = blocked), rank 4 and on the same device as the scores."""
+def check_mask(
+    name: str, mask: torch.Tensor, like: torch.Tensor, keys_len: int | None = None
+) -> None:
+    """A mask is bool (True = blocked), rank 4, on the same device as the scores, and
+    broadcastable to the scores [B, h, Lq, Lk]. Explained in chapters 3 and 7.
+
+    like: the queries [B, h, Lq, d_k], which give B, h and Lq; keys_len: Lk, when known.
+    """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(
             f"{name} must be a bool torch.Tensor (True = blocked), got {type(mask).__name__}"
@@ -44,9 +54,43 @@ def check_mask(name: str, mask: torch.Tensor, like: torch.Tensor) -> None:
         )
     if mask.dim() != 4:
         raise ValueError(
-            f"{name} must have rank 4, broadcastable to [B, h, Lq, Lk], got shape {tuple(mask.shape)}"
+            f"{name} must have rank 4, broadcastable to [B, h, Lq, Lk], "
+            f"got shape {tuple(mask.shape)}"
         )
     if mask.device != like.device:
         raise ValueError(
             f"{name} is on {mask.device} but the attention inputs are on {like.device}"
+        )
+    shape = tuple(like.shape[:3]) + (mask.size(-1) if keys_len is None else int(keys_len),)
+    check_mask_broadcasts(name, mask, shape)
+
+
+def check_mask_broadcasts(name: str, mask: torch.Tensor, scores_shape) -> None:
+    """mask broadcasts to the attention scores [B, h, Lq, Lk] = scores_shape, or a ValueError
+    names both shapes (instead of torch's RuntimeError from inside masked_fill). Chapter 7."""
+    scores_shape = tuple(int(n) for n in scores_shape)
+    fits = mask.dim() == len(scores_shape) and all(
+        m in (1, s) for m, s in zip(mask.shape, scores_shape)
+    )
+    if not fits:
+        dims = ("B", "h", "Lq", "Lk")
+        bad = [
+            f"{dims[i]}: mask {m} vs scores {s}"
+            for i, (m, s) in enumerate(zip(mask.shape, scores_shape))
+            if m not in (1, s)
+        ]
+        raise ValueError(
+            f"{name} has shape {tuple(mask.shape)}, which does not broadcast to the attention "
+            f"scores [B, h, Lq, Lk] = {scores_shape} (each mask dim must be 1 or equal; "
+            f"{'; '.join(bad)})"
+        )
+
+
+def check_same_batch(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+    """a and b hold the same number of sequences (dim 0), or a ValueError names both shapes.
+    Used by the full model, chapter 7."""
+    if a.size(0) != b.size(0):
+        raise ValueError(
+            f"{name_a} and {name_b} must have the same batch size: {name_a} has shape "
+            f"{tuple(a.shape)}, {name_b} has shape {tuple(b.shape)}"
         )

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .checks import check_token_ids
+from .checks import check_rank, check_same_batch, check_token_ids
 from .layers import Decoder, Encoder
 from .masks import make_causal_mask, make_padding_mask
 
 
 def xavier_init_linears(module: nn.Module) -> None:
-    """Xavier-uniform weights and zero biases for every nn.Linear inside module.
+    """Built in chapter 7. Xavier-uniform weights, zero biases, for every nn.Linear in module.
 
     PyTorch's nn.Linear default (Kaiming-uniform with a=sqrt(5)) has a smaller variance;
     nn.Transformer and The Annotated Transformer both switch to Xavier, and so do we.
@@ -83,30 +83,35 @@ class Transformer(nn.Module):
         return self.encoder(src, src_mask), src_mask
 
     def decode(self, tgt_in, memory, src_mask, need_weights=True):
-        """tgt_in [B, Lt] -> (logits [B, Lt, V], cross_weights: a list of [B, h, Lt, Ls], one per layer).
+        """tgt_in [B, Lt] -> (logits [B, Lt, V], cross_weights: one [B, h, Lt, Ls] per layer).
 
         The decoder's self-attention blocks a key if it is in the future OR is padding.
         Cross-attention takes the source padding mask only: every target position may look
         at every real source token.
         """
         check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
+        check_same_batch("tgt_in", tgt_in, "memory", memory)
         self_mask = make_causal_mask(tgt_in.size(1), tgt_in.device) | make_padding_mask(tgt_in)
         h, cross_w = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
         return self.out_proj(h), cross_w
 
     def forward(self, src, tgt_in):
         """-> logits [B, Lt, tgt_vocab]. Uses the SDPA path everywhere (no weights needed)."""
+        check_rank("src", src, 2, "[B, Ls]")
+        check_rank("tgt_in", tgt_in, 2, "[B, Lt]")
+        check_same_batch("src", src, "tgt_in", tgt_in)
         memory, src_mask = self.encode(src)
         logits, _ = self.decode(tgt_in, memory, src_mask, need_weights=False)
         return logits
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Built in chapter 7. The number of (trainable) parameters of model."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
 def apply_default_init(model: nn.Module) -> nn.Module:
-    """Re-initialise every Linear and Embedding with PyTorch's own defaults.
+    """Used in chapter 12. Re-initialise every Linear and Embedding with PyTorch's own defaults.
 
     This is the "first version" of the reference chapter: no N(0, d^-1/2) embeddings, no
     Xavier. Embeddings go back to N(0, 1) (PAD row zero), Linears to Kaiming-uniform(a=sqrt 5).
