@@ -300,7 +300,9 @@ SOLUTIONS_JS = r"""
 (() => {
   const sols = [...document.querySelectorAll('details.above-input')]
       .filter(d => d.textContent.includes('# Solution to exercise'));
-  const visible = el => !!el && el.getClientRects().length > 0 && el.offsetHeight > 0;
+  // checkVisibility: the content of a closed <details> keeps its layout boxes in Chromium
+  // (content-visibility: hidden), so getClientRects alone would call it visible
+  const visible = el => !!el && el.checkVisibility() && el.offsetHeight > 0;
   const open = sols.filter(d => d.open || visible(d.querySelector('pre')));
   let expanded = null;
   if (sols.length) {
@@ -506,7 +508,7 @@ LAB_SOLUTIONS_JS = r"""
   const app = window.jupyterapp;
   const panel = [...app.shell.widgets('main')]
       .find(w => w.context && w.context.path === NOTEBOOK_PATH);
-  const visible = el => !!el && el.getClientRects().length > 0 && el.offsetHeight > 0;
+  const visible = el => !!el && el.checkVisibility() && el.offsetHeight > 0;
   const sols = panel.content.widgets.filter(
       c => c.model.sharedModel.getSource().startsWith('# Solution to exercise'));
   return sols.map(c => ({
@@ -528,7 +530,7 @@ EXPAND_SOLUTION_JS = r"""
   c.node.querySelector('.jp-InputPlaceholder').click();
   await new Promise(r => setTimeout(r, 500));
   const editor = c.node.querySelector('.jp-InputArea-editor');
-  const shown = !!editor && editor.getClientRects().length > 0 && editor.offsetHeight > 0;
+  const shown = !!editor && editor.checkVisibility() && editor.offsetHeight > 0;
   return {hidden: c.inputHidden, shown: shown,
           text: editor ? editor.innerText.trim().slice(0, 40) : ''};
 })()
