@@ -46,9 +46,9 @@ ABLATION = DATA / "training_ablation.json"
 import helpers.embeddings  # noqa: E402
 import helpers.model  # noqa: E402
 from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset  # noqa: E402
-from helpers.schedule import noam_lambda  # noqa: E402
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
-from helpers.train import build_model, train_reversal  # noqa: E402
+from helpers.schedule import noam_lambda  # noqa: E402
+from helpers.train import build_model, teacher_forced_exact_match, train_reversal  # noqa: E402
 
 TARGET = 0.995
 
@@ -184,6 +184,16 @@ def record_seed(args) -> None:
 # ---------------------------------------------------------------- the book recipe
 
 
+def test_exact_match(model) -> float:
+    """Exact match on the test set (10,000 sequences no training or stopping decision saw);
+    teacher-forced, which equals greedy exact match (helpers.teacher_forced_exact_match)."""
+    try:
+        from helpers.evaluation import test_set
+    except ImportError:  # before helpers.evaluation existed: the same split, drawn directly
+        return teacher_forced_exact_match(model, *make_reversal_dataset(10_000, seed=2027))
+    return teacher_forced_exact_match(model, *test_set())
+
+
 def time_to_target(cfg: TrainConfig) -> dict:
     t0 = time.perf_counter()
     res = train_reversal(cfg, progress=False)
@@ -193,6 +203,7 @@ def time_to_target(cfg: TrainConfig) -> dict:
         "seconds": round(seconds, 2),
         "steps": res.history["step"][-1],
         "exact_match": em,
+        "test_exact_match": test_exact_match(res.model),  # not timed
         "reached": bool(cfg.target_exact_match is not None and em >= cfg.target_exact_match),
     }
 
@@ -217,8 +228,9 @@ def benchmark(args) -> None:
         run = time_to_target(BOOK_RECIPE)
         runs.append(run)
         print(
-            f"  run {r + 1}: book recipe {run['seconds']:6.2f} s, {run['steps']} steps, exact match "
-            f"{run['exact_match']:.3f}; seed recipe step {1000 * step_times[-1]:.1f} ms",
+            f"  run {r + 1}: book recipe {run['seconds']:6.2f} s, {run['steps']} steps, "
+            f"exact match {run['exact_match']:.3f} (test set {run['test_exact_match']:.4f}); "
+            f"seed recipe step {1000 * step_times[-1]:.1f} ms",
             flush=True,
         )
         if not run["reached"]:
@@ -237,8 +249,8 @@ def benchmark(args) -> None:
         f"x {1000 * step:.1f} ms per step (measured now) = {seed:.1f} s"
     )
     print(
-        f"  (with its own protocol, greedy evaluation at the end of each epoch: epoch {seed_epochs}, "
-        f"step {seed_steps}, {protocol:.1f} s)"
+        f"  (with its own protocol, greedy evaluation at the end of each epoch: "
+        f"epoch {seed_epochs}, step {seed_steps}, {protocol:.1f} s)"
     )
     print("load average after:", load())
     print(f"time_to_99.5={book:.1f} seed_recipe={seed:.1f} speedup={seed / book:.1f}x")
@@ -292,7 +304,24 @@ def ablation_rows():
             dataclasses.replace(B, compile=True),
         ),
         ("rejected", "- the token-id checks in every forward pass", B),
+        ("rejected", FUSED_ADAM, B),
     ]
+
+
+FUSED_ADAM = "+ fused Adam step (torch.optim.Adam(fused=True), one kernel for all parameters)"
+
+
+def fused_adam():
+    """Make helpers.train's Adam the fused one (torch 2.13 has it on the CPU) while a row runs."""
+    import functools
+
+    saved = torch.optim.Adam
+    torch.optim.Adam = functools.partial(saved, fused=True)
+
+    def restore():
+        torch.optim.Adam = saved
+
+    return restore
 
 
 def no_checks():
@@ -321,10 +350,9 @@ def time_in_fresh_process(cfg: TrainConfig) -> dict:
     import tempfile
 
     code = (
-        "import json, sys; sys.path.insert(0, %r); import bench_training as b; "
-        "from helpers.recipes import TrainConfig; "
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "import bench_training as b; from helpers.recipes import TrainConfig; "
         "print(json.dumps(b.time_to_target(TrainConfig(**json.loads(sys.argv[1])))))"
-        % str(Path(__file__).parent)
     )
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TORCHDYNAMO_VERBOSE="0")
@@ -339,7 +367,8 @@ def time_in_fresh_process(cfg: TrainConfig) -> dict:
 
 
 def extrapolated_seed_rows(record: dict, step: float, eval_s: float) -> list[dict]:
-    """The seed recipe itself, and with the cheap evaluation: recorded steps x measured step time."""
+    """The seed recipe itself, and with the cheap evaluation: recorded steps x measured step
+    time."""
     steps, epochs = seed_steps_to_target(record)
     cheap = next(s for s, em in zip(record["eval_step"], record["exact_match"]) if em >= TARGET)
     return [
@@ -365,8 +394,9 @@ def extrapolated_seed_rows(record: dict, step: float, eval_s: float) -> list[dic
 def ablation(args) -> None:
     record = json.loads(SEED_RUN.read_text())
     out = {
-        "what": "seconds to >= 99.5 % exact match on the 1000 validation sequences, one row per lever; "
-        "each row trains from scratch, once per seed 0..repeats-1, and reports the medians; "
+        "what": "seconds to >= 99.5 % exact match on the 1000 validation sequences, one row "
+        "per lever; each row trains from scratch, once per seed 0..repeats-1, and reports the "
+        "medians; "
         "rows marked extrapolated use the recorded reference run's step count times the "
         "measured step time; torch.compile runs in a fresh process with an empty compile cache",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -386,7 +416,11 @@ def ablation(args) -> None:
             args.repeats
         ):  # each repeat with another seed (initial weights, batch order)
             run_cfg = dataclasses.replace(cfg, seed=seed)
-            restore = no_checks() if lever.startswith("- the token-id checks") else None
+            patch = {
+                "- the token-id checks in every forward pass": no_checks,
+                FUSED_ADAM: fused_adam,
+            }
+            restore = patch[lever]() if lever in patch else None
             try:
                 results.append(
                     time_in_fresh_process(run_cfg) if cfg.compile else time_to_target(run_cfg)
@@ -406,6 +440,7 @@ def ablation(args) -> None:
             "extrapolated": False,
             "all_seconds": [r["seconds"] for r in results],
             "all_steps": [r["steps"] for r in results],
+            "all_test_exact_match": [r["test_exact_match"] for r in results],
             "load_average_at_start": row_load,
         }
         out["rows"].append(row)

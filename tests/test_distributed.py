@@ -1,0 +1,130 @@
+"""Data-parallel training (chapter 20): two gloo processes started by torchrun compute the same
+step as one process on the whole batch; rank 0 alone writes the checkpoint; bad launches stop
+with a clear message."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.data import make_reversal_dataset
+from helpers.distributed import (
+    DistInfo,
+    LaunchError,
+    init_distributed,
+    one_step_single,
+    port_is_free,
+    rank_batches,
+    save_on_rank0,
+    torchrun_command,
+)
+from helpers.recipes import BOOK_RECIPE
+from helpers.train import build_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tools" / "train_ddp.py"
+ONE_STEP_ROWS = 64  # as in tools/train_ddp.py
+
+
+def run(cmd, env=None):
+    env = dict(os.environ if env is None else env, OMP_NUM_THREADS="1")
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def one_step(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    r = run(torchrun_command(SCRIPT, 2, "--out", str(out), "--one-step"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def test_ddp_step_equals_one_process_on_the_whole_batch(one_step):
+    src, tgt = make_reversal_dataset(ONE_STEP_ROWS, seed=BOOK_RECIPE.data_seed)
+    model, grads, loss = one_step_single(BOOK_RECIPE, src, tgt)
+    ddp = torch.load(one_step / "grads.pt")
+    ckpt = torch.load(one_step / "model.pt")
+    assert ddp["loss"] == pytest.approx(loss, rel=1e-6)
+    for name, g in grads.items():
+        torch.testing.assert_close(ddp["grads"][name], g, rtol=1e-5, atol=1e-7)
+    for name, p in model.state_dict().items():
+        if name.endswith("W_k.bias"):
+            # Its gradient is 0 in exact arithmetic (softmax ignores a shift shared by every
+            # key), ~1e-11 of rounding in floats; Adam's first step divides it by its own size,
+            # so both runs move it by up to lr = 1.8e-4 in directions set by rounding.
+            assert grads[name].abs().max() < 1e-9
+            torch.testing.assert_close(ckpt["state_dict"][name], p, rtol=0, atol=2e-4)
+        else:
+            torch.testing.assert_close(ckpt["state_dict"][name], p, rtol=1e-5, atol=1e-7)
+
+
+def test_rank0_alone_writes_the_checkpoint(one_step):
+    ranks = json.loads((one_step / "result.json").read_text())
+    assert [r["wrote_checkpoint"] for r in ranks] == [True, False]
+    assert [r["replicas_max_diff"] for r in ranks] == [0.0, 0.0]
+    assert sorted(p.name for p in one_step.glob("*.pt")) == ["grads.pt", "model.pt"]
+
+
+def test_save_on_rank0_skips_other_ranks(tmp_path):
+    model = build_model(BOOK_RECIPE)
+    other = DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"))
+    assert save_on_rank0(model, BOOK_RECIPE, tmp_path / "m.pt", other) is None
+    assert not (tmp_path / "m.pt").exists()
+    main = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    assert save_on_rank0(model, BOOK_RECIPE, tmp_path / "m.pt", main) == str(tmp_path / "m.pt")
+    assert set(torch.load(tmp_path / "m.pt")["state_dict"]) == set(model.state_dict())
+
+
+def torchrun_env(world_size: int, port: int) -> dict:
+    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(world_size))
+    return dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def test_one_process_is_refused(tmp_path):
+    r = run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], torchrun_env(1, 29511))
+    assert r.returncode == 2
+    assert "WORLD_SIZE=1: data-parallel training needs at least 2 processes" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_port_in_use_is_named(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert not port_is_free(port)
+        r = run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], torchrun_env(2, port))
+    assert r.returncode == 2
+    assert f"MASTER_PORT={port} on 127.0.0.1 is already in use" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_without_torchrun(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(LaunchError, match="not set: start this script with torchrun"):
+        init_distributed()
+
+
+def test_rank_batches_split_the_global_batches():
+    one = rank_batches(1000, 128, 1, 0, seed=3, epoch=2)
+    two = [rank_batches(1000, 128, 2, r, seed=3, epoch=2) for r in range(2)]
+    assert len(one) == len(two[0]) == len(two[1]) == 1000 // 128
+    for k, batch in enumerate(one):
+        assert sorted(torch.cat([two[0][k], two[1][k]]).tolist()) == sorted(batch.tolist())
+    assert rank_batches(1000, 128, 1, 0, seed=3, epoch=3)[0].tolist() != one[0].tolist()
+    with pytest.raises(ValueError, match="not divisible by world_size=3"):
+        rank_batches(1000, 128, 3, 0, seed=0, epoch=0)
+
+
+def test_torchrun_command():
+    cmd = torchrun_command("t.py", 2, "--x", "1")
+    assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    assert cmd[-4:] == ["--nproc_per_node=2", "t.py", "--x", "1"]
+    fixed = torchrun_command("t.py", 4, port=29600)
+    assert "--master_port=29600" in fixed and "--standalone" not in fixed

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Chapter 20's measurement: the book's recipe trained to 99.5 % validation exact match with
+1 process x 1 thread, 1 process x 2 threads and 2 processes x 1 thread (DDP, gloo).
+
+    python tools/bench_ch20_ddp.py [--seeds 0,1,2,3,4]   # -> chapters/data/ch20_ddp_timing.json
+
+Every run is a fresh command, timed from its start to its exit: Python and torch start-up,
+data, training, evaluations and the checkpoint all count. All three configurations run the
+same loop (helpers.train_reversal_ddp; one process runs it without a process group) on the
+same global batches, so with the same seed they differ only in the rounding of the sums.
+The configurations are interleaved seed by seed, so that a change in the machine's load hits
+all three alike; the load average is recorded. The trained models are scored on the test set
+(helpers.evaluation, 10,000 sequences never used for training or stopping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "chapters" / "data" / "ch20_ddp_timing.json"
+CONFIGS = {  # name: (processes, threads per process)
+    "1 process x 1 thread": (1, 1),
+    "1 process x 2 threads": (1, 2),
+    "2 processes x 1 thread": (2, 1),
+}
+
+
+def child(args) -> None:
+    """One process, no process group: the same loop as the DDP script, world size 1."""
+    t_start = time.perf_counter()
+    import dataclasses
+
+    import torch
+
+    from helpers.distributed import train_reversal_ddp
+    from helpers.recipes import BOOK_RECIPE
+
+    torch.set_num_threads(args.threads)
+    cfg = dataclasses.replace(BOOK_RECIPE, seed=args.seed, threads=args.threads)
+    res = train_reversal_ddp(cfg, checkpoint=Path(args.out) / "model.pt")
+    h = res.history
+    rank = {
+        "rank": 0,
+        "world_size": 1,
+        "threads": args.threads,
+        "steps": h["step"][-1],
+        "exact_match": h["exact_match"][-1],
+        "ms_per_step": round(1000 * res.step_seconds, 2),
+        "startup_seconds": round(time.perf_counter() - t_start - res.seconds, 3),
+    }
+    (Path(args.out) / "result.json").write_text(json.dumps([rank]) + "\n")
+
+
+def run_config(name: str, seed: int) -> dict:
+    from helpers.distributed import torchrun_command
+
+    procs, threads = CONFIGS[name]
+    with tempfile.TemporaryDirectory() as out:
+        if procs == 1:
+            cmd = [sys.executable, __file__, "--child", "--threads", str(threads)]
+            cmd += ["--seed", str(seed), "--out", out]
+        else:
+            script = ROOT / "tools" / "train_ddp.py"
+            cmd = torchrun_command(script, procs, "--out", out, "--seed", str(seed))
+            cmd += ["--threads", str(threads), "--log-every", "0"]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        t0 = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        ranks = json.loads((Path(out) / "result.json").read_text())
+        test = test_exact_match(Path(out) / "model.pt")
+    return {
+        "config": name,
+        "seed": seed,
+        "seconds": round(wall, 2),
+        "steps": ranks[0]["steps"],
+        "ms_per_step": ranks[0]["ms_per_step"],
+        "validation_exact_match": ranks[0]["exact_match"],
+        "test_exact_match": test,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def test_exact_match(path: Path) -> float:
+    import torch
+
+    from helpers.evaluation import test_set
+    from helpers.recipes import TrainConfig
+    from helpers.train import build_model, teacher_forced_exact_match
+
+    ckpt = torch.load(path)
+    model = build_model(TrainConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["state_dict"])
+    return teacher_forced_exact_match(model, *test_set())
+
+
+def main(args) -> None:
+    import torch
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    record = {
+        "what": "the book's recipe trained to >= 99.5 % validation exact match by "
+        "helpers.train_reversal_ddp; seconds: wall clock of the whole command (start-up "
+        "counted); ms_per_step: mean time of a training step; test_exact_match: teacher-forced "
+        "(= greedy) exact match on the 10,000 test sequences",
+        "command": "python tools/bench_ch20_ddp.py --seeds " + args.seeds,
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_average_before": list(os.getloadavg()),
+        "runs": [],
+    }
+    for seed in seeds:
+        for name in CONFIGS:
+            row = run_config(name, seed)
+            record["runs"].append(row)
+            print(row, flush=True)
+    record["load_average_after"] = list(os.getloadavg())
+    OUT.write_text(json.dumps(record, indent=1) + "\n")
+    for name in CONFIGS:
+        rows = [r for r in record["runs"] if r["config"] == name]
+        secs = statistics.median(r["seconds"] for r in rows)
+        ms = statistics.median(r["ms_per_step"] for r in rows)
+        print(f"{name}: median {secs:.1f} s to the target, {ms:.1f} ms per step")
+    print(f"wrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated recipe seeds")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    child(a) if a.child else main(a)
