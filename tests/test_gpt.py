@@ -15,6 +15,7 @@ from helpers.gpt import (
     next_token,
     split_train_val,
     top_k_filter,
+    top_p_filter,
     train_gpt,
 )
 
@@ -162,8 +163,11 @@ def test_generate_cache_equals_no_cache_greedy(cfg):
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("temperature,top_k", [(1.0, None), (0.7, 5), (1.5, None)])
-def test_generate_cache_equals_no_cache_seeded_sampling(temperature, top_k):
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, None, None), (0.7, 5, None), (1.5, None, None), (1.0, None, 0.9)],
+)
+def test_generate_cache_equals_no_cache_seeded_sampling(temperature, top_k, top_p):
     m = tiny_gpt()
     prompt = torch.randint(1, 20, (4, 3))
     runs = [
@@ -173,6 +177,7 @@ def test_generate_cache_equals_no_cache_seeded_sampling(temperature, top_k):
             30,
             temperature=temperature,
             top_k=top_k,
+            top_p=top_p,
             use_cache=c,
             generator=torch.Generator().manual_seed(7),
         )
@@ -185,6 +190,7 @@ def test_generate_cache_equals_no_cache_seeded_sampling(temperature, top_k):
         30,
         temperature=temperature,
         top_k=top_k,
+        top_p=top_p,
         generator=torch.Generator().manual_seed(8),
     )
     assert not torch.equal(
@@ -201,6 +207,8 @@ def test_generate_bad_arguments():
         generate(m, prompt, 3, temperature=-1.0)
     with pytest.raises(ValueError, match="token id 20"):
         generate(m, torch.tensor([[20]]), 3)
+    with pytest.raises(ValueError, match="top_p"):
+        generate(m, prompt, 3, top_p=0.0)
 
 
 # ---------------------------------------------------------------- sampling
@@ -219,6 +227,39 @@ def test_top_k_keeps_exactly_k_candidates():
         )
     with pytest.raises(ValueError, match="top_k"):
         top_k_filter(logits, 0)
+
+
+def test_top_p_keeps_the_smallest_nucleus():
+    probs = torch.tensor([[0.05, 0.40, 0.10, 0.30, 0.15]])
+    kept = torch.isfinite(top_p_filter(probs.log(), 0.8))[0]
+    assert kept.tolist() == [False, True, False, True, True]  # 0.40 + 0.30 + 0.15 >= 0.8
+    renormalised = top_p_filter(probs.log(), 0.8).softmax(-1)[0]
+    torch.testing.assert_close(renormalised[kept], probs[0, kept] / 0.85)
+
+
+def test_top_p_extremes_and_rows():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 30)
+    only_best = torch.isfinite(top_p_filter(logits, 1e-6))
+    assert torch.equal(only_best.nonzero()[:, 1], logits.argmax(-1))
+    assert torch.isfinite(top_p_filter(logits, 1.0)).all()
+    # each row on its own: the kept mass reaches p, and is the smallest set that does
+    for p in (0.3, 0.7, 0.95):
+        probs = logits.softmax(-1)
+        kept = torch.isfinite(top_p_filter(logits, p))
+        mass = (probs * kept).sum(-1)
+        smallest_kept = probs.masked_fill(~kept, 2.0).min(-1).values
+        assert (mass >= p - 1e-6).all() and (mass - smallest_kept < p).all()
+    with pytest.raises(ValueError, match="top_p"):
+        top_p_filter(logits, 1.5)
+
+
+def test_sampling_stays_inside_top_p():
+    logits = torch.tensor([[float("-inf"), 3.0, 2.5, 0.5, -1.0, 1.0]]).expand(2000, 6)  # no PAD
+    g = torch.Generator().manual_seed(0)
+    draws = next_token(logits, temperature=1.0, top_p=0.7, generator=g)
+    allowed = set(torch.isfinite(top_p_filter(logits[:1], 0.7))[0].nonzero().flatten().tolist())
+    assert set(draws.tolist()) == allowed == {1, 2}
 
 
 def test_sampling_stays_inside_top_k():

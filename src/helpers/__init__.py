@@ -66,11 +66,17 @@ from .gpt import (
     load_corpus,
     next_token,
     top_k_filter,
+    top_p_filter,
     train_gpt,
 )
 
-# 15. Against torch.nn.Transformer
-from .torch_reference import to_torch_transformer, torch_forward
+# 15. Checked against torch.nn.Transformer
+from .torch_reference import (
+    copy_attention,
+    to_torch_transformer,
+    torch_forward,
+    torch_mask_arguments,
+)
 
 # 17. Pitfalls and debugging
 from .debugging import Finding, ModelReport, check_model
@@ -162,9 +168,12 @@ __all__ = [
     "load_corpus",
     "next_token",
     "top_k_filter",
+    "top_p_filter",
     "train_gpt",
+    "copy_attention",
     "to_torch_transformer",
     "torch_forward",
+    "torch_mask_arguments",
     "Finding",
     "ModelReport",
     "check_model",

@@ -1,6 +1,6 @@
-"""A decoder-only character model (a mini GPT) built from the book's blocks.
+"""A decoder-only character model (a mini GPT) built from the book's blocks. Built in chapter 14.
 
-Tokenizer, model, training loop and generation (temperature, top-k, KV cache).
+Tokenizer, model, training loop and generation (temperature, top-k, top-p, KV cache).
 
 The model reuses what the encoder-decoder chapters built: TokenAndPosition for the input,
 and a GPTBlock that *is* the book's EncoderLayer (same sub-modules, same Pre-Norm order)
@@ -29,7 +29,10 @@ CORPUS_PATH = Path(__file__).resolve().parent / "data" / "corpus.txt"
 
 
 def load_corpus() -> str:
-    """The book's own small English text (about 20 KB, public domain), shipped with helpers."""
+    """The book's own small English text (about 20 KB, public domain), shipped with helpers.
+
+    Used in chapter 14.
+    """
     return CORPUS_PATH.read_text(encoding="utf-8")
 
 
@@ -39,6 +42,7 @@ def load_corpus() -> str:
 class CharTokenizer:
     """One id per character seen in `text`; id 0 (PAD_ID) is reserved and is not a character.
 
+    Built in chapter 14.
     Why reserve 0: the book's TokenAndPosition builds its embedding with padding_idx=PAD_ID,
     so row 0 is all zeros and never receives a gradient. A real character with id 0 would
     never learn an embedding.
@@ -93,7 +97,9 @@ class CharTokenizer:
 def causal_mask_with_past(new: int, past: int = 0, device=None) -> torch.Tensor | None:
     """bool [1, 1, new, past + new], True = blocked: query i (at position past + i) may see
     keys 0 .. past + i. With past=0 it is make_causal_mask(new). A single new query is the
-    newest position and may see every key, so it needs no mask: returns None."""
+    newest position and may see every key, so it needs no mask: returns None.
+
+    Built in chapter 14 (the prompt's prefill with a KV cache)."""
     if new == 1:
         return None
     ones = torch.ones(new, past + new, dtype=torch.bool, device=device)
@@ -103,6 +109,7 @@ def causal_mask_with_past(new: int, past: int = 0, device=None) -> torch.Tensor 
 class GPTBlock(EncoderLayer):
     """Pre-Norm causal self-attention + feed-forward: the book's EncoderLayer, plus a KV cache.
 
+    Built in chapter 14.
     Same sub-modules (ln1, mha, drop, ln2, ffn) and the same computation
     x + drop(mha(ln1(x))), then x + ffn(ln2(x)); the causal mask is what makes it a decoder.
     cache: None, or a dict the block fills with 'k'/'v' [B, h, L_so_far, d_k] and extends
@@ -120,7 +127,7 @@ class GPTBlock(EncoderLayer):
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Built in chapter 14. Every hyperparameter of a MiniGPT; model.config holds one."""
+    """Every hyperparameter of a MiniGPT; model.config holds one. Built in chapter 14."""
 
     vocab_size: int
     d_model: int = 128
@@ -139,6 +146,7 @@ class GPTConfig:
 class MiniGPT(nn.Module):
     """ids [B, L] -> next-token logits [B, L, vocab_size]. Decoder-only, causal mask only.
 
+    Built in chapter 14.
     tie_weights=True shares the output head with the token embedding (one matrix used both
     ways, as in GPT-2): V * d fewer parameters. Off by default: with a character vocabulary the
     saving is tiny, and with the book's sqrt(d)-scaled embedding the untrained tied model
@@ -200,7 +208,10 @@ class MiniGPT(nn.Module):
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep exactly the k largest logits of each row; set the others to -inf."""
+    """Keep exactly the k largest logits of each row; set the others to -inf.
+
+    Built in chapter 14 (top-k sampling, Fan et al. 2018).
+    """
     if not 1 <= k <= logits.size(-1):
         raise ValueError(f"top_k must be in [1, {logits.size(-1)}] (the vocabulary size), got {k}")
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(
@@ -209,15 +220,35 @@ def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering (Holtzman et al. 2020): in each row, keep the smallest set of most
+    likely tokens whose probabilities sum to at least p; set the other logits to -inf.
+
+    Built in chapter 14 (exercise 14.2). The most likely token is always kept; p = 1 keeps
+    every token of non-zero probability. Softmax of the result is the renormalised nucleus.
+    """
+    if not 0 < p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    probs = logits.float().softmax(-1)
+    sorted_probs, order = probs.sort(-1, descending=True)
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs  # of the more likely tokens
+    keep_sorted = mass_before < p  # keep until the kept mass reaches p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
 def next_token(
     logits: torch.Tensor,
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """logits [B, V] -> int64 [B]. temperature 0: argmax (greedy); else sample from
-    softmax(logits / temperature), restricted to the top_k most likely tokens if given.
-    PAD_ID is never chosen: it is not a character."""
+    softmax(logits / temperature), restricted to the top_k most likely tokens, then to the
+    top_p nucleus, if given. PAD_ID is never chosen: it is not a character.
+
+    Built in chapter 14."""
     logits = logits.float().clone()
     logits[:, PAD_ID] = float("-inf")
     if temperature == 0:
@@ -225,6 +256,8 @@ def next_token(
     logits = logits / temperature
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
     probs = logits.softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
@@ -238,9 +271,11 @@ def generate(
     top_k: int | None = None,
     use_cache: bool = False,
     generator: torch.Generator | None = None,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """prompt_ids [B, T] -> int64 [B, T + max_new_tokens]: the prompt, then the new tokens.
 
+    Built in chapter 14. temperature, top_k and top_p as in next_token.
     use_cache=False feeds the whole sequence every step (the textbook loop).
     use_cache=True feeds the prompt once (filling one K/V cache per block), then only the
     newest token. Both compute the same logits, so greedy decoding (temperature=0) gives the
@@ -252,11 +287,13 @@ def generate(
         raise ValueError("prompt_ids must hold at least one token per row")
     if max_new_tokens < 0 or prompt_ids.size(1) + max_new_tokens > model.max_len:
         raise ValueError(
-            f"prompt length {prompt_ids.size(1)} + max_new_tokens {max_new_tokens} must be at most the "
-            f"model's max_len={model.max_len} (and max_new_tokens >= 0)"
+            f"prompt length {prompt_ids.size(1)} + max_new_tokens {max_new_tokens} must be at "
+            f"most the model's max_len={model.max_len} (and max_new_tokens >= 0)"
         )
     if temperature < 0 or math.isnan(temperature):
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     model.eval()
     out = prompt_ids
     caches = [{} for _ in model.blocks] if use_cache else None
@@ -266,7 +303,7 @@ def generate(
             logits = model(feed, caches=caches)[:, -1]
         else:
             logits = model(out)[:, -1]
-        nxt = next_token(logits, temperature, top_k, generator)
+        nxt = next_token(logits, temperature, top_k, generator, top_p)
         out = torch.cat([out, nxt[:, None]], dim=1)
     return out
 
@@ -276,20 +313,26 @@ def generate(
 
 def split_train_val(ids: torch.Tensor, val_fraction: float = 0.1):
     """A contiguous split: the last val_fraction of the text is held out (never trained on).
-    A random split of overlapping windows would leak training text into validation."""
+    A random split of overlapping windows would leak training text into validation.
+
+    Built in chapter 14."""
     n_val = int(len(ids) * val_fraction)
     return ids[:-n_val], ids[-n_val:]
 
 
 def random_windows(ids: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator):
-    """(x, y) int64 [batch_size, block_size]: random windows and the same windows shifted by one."""
+    """(x, y) int64 [batch_size, block_size]: random windows, and the same shifted by one.
+
+    Built in chapter 14."""
     starts = torch.randint(0, len(ids) - block_size, (batch_size,), generator=generator)
     idx = starts[:, None] + torch.arange(block_size)  # [batch_size, block_size]
     return ids[idx], ids[idx + 1]
 
 
 def fixed_windows(ids: torch.Tensor, block_size: int, max_windows: int | None = None):
-    """(x, y): consecutive non-overlapping windows (the same every call, for evaluation)."""
+    """(x, y): consecutive non-overlapping windows (the same every call, for evaluation).
+
+    Built in chapter 14."""
     n = (len(ids) - 1) // block_size
     if max_windows is not None:
         n = min(n, max_windows)
@@ -304,7 +347,9 @@ def fixed_windows(ids: torch.Tensor, block_size: int, max_windows: int | None = 
 
 @torch.no_grad()
 def evaluate_loss(model: MiniGPT, x: torch.Tensor, y: torch.Tensor, batch_size: int = 64) -> float:
-    """Mean next-token cross entropy (nats) over fixed windows, in eval mode (no dropout)."""
+    """Mean next-token cross entropy (nats) over fixed windows, in eval mode (no dropout).
+
+    Used in chapter 14."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -335,7 +380,7 @@ def train_gpt(
     progress: bool = True,
 ) -> dict:
     """Next-token training on random windows: AdamW, linear warmup then cosine decay to lr/10,
-    gradient clipping at 1.
+    gradient clipping at 1. Built in chapter 14.
 
     Every eval_every steps (and at the end) the loss is measured, in eval mode, on the same
     fixed windows of the training text and of the validation text, so the two numbers are
