@@ -24,7 +24,8 @@
 # $$
 #
 # a row of a learned table $E$ per token, scaled by $\sqrt{d}$, plus a fixed vector $PE[p]$
-# that says *where* the token is. Each part hides a decision worth understanding: why a
+# that says *where* the token is, both as in {cite}`vaswani2017`. Each part hides a
+# decision worth understanding: why a
 # lookup, why the position vectors are sines and cosines, how a fixed table is stored in a
 # module, why the scale and the initialisation must match (we measure what happens when
 # they do not), and what happens to a sequence longer than the table.
@@ -99,11 +100,12 @@ assert emb.weight[PAD_ID].abs().max() == 0
 # nothing warns you. The pad row must be zeroed again afterwards (and `helpers` does so).
 
 # %%
-nn.init.normal_(emb.weight, std=d_small ** -0.5)
-print("pad row after nn.init.normal_:", emb.weight[PAD_ID].abs().max().item() > 0)
+nn.init.normal_(emb.weight, std=d_small**-0.5)
+print(f"pad row after nn.init.normal_: max |entry| = {emb.weight[PAD_ID].abs().max().item():.2f}")
 assert emb.weight[PAD_ID].abs().max() > 0
 with torch.no_grad():
     emb.weight[PAD_ID].zero_()
+print(f"after zeroing it again:        max |entry| = {emb.weight[PAD_ID].abs().max().item():.2f}")
 assert emb.weight[PAD_ID].abs().max() == 0
 
 # %% [markdown]
@@ -122,18 +124,24 @@ perm = torch.tensor([3, 0, 5, 1, 4, 2])
 attend = lambda t: F.scaled_dot_product_attention(t, t, t)
 
 out, out_perm = attend(x), attend(x[:, perm])
-print("tokens only:     attend(permuted x) == permuted attend(x):", torch.allclose(out_perm, out[:, perm], atol=1e-6))
-assert torch.allclose(out_perm, out[:, perm], atol=1e-6)
+gap_tokens = (out_perm - out[:, perm]).abs().max().item()
+print(
+    "tokens only:    max |attend(permuted x) - permuted attend(x)|",
+    "< 1e-06" if gap_tokens < 1e-6 else f"= {gap_tokens:.2g}",
+)
+assert gap_tokens < 1e-6
 
 pos = torch.randn(1, 6, d_small)  # any position-dependent signal will do for this check
 out, out_perm = attend(x + pos), attend(x[:, perm] + pos)
-print("with positions:  attend(permuted x) == permuted attend(x):", torch.allclose(out_perm, out[:, perm], atol=1e-6))
-assert not torch.allclose(out_perm, out[:, perm], atol=1e-2)
+gap_positions = (out_perm - out[:, perm]).abs().max().item()
+print(f"with positions: max |attend(permuted x) - permuted attend(x)| = {gap_positions:.2f}")
+assert gap_positions > 1e-2
 
 # %% [markdown]
 # ## Sinusoidal positions, built by hand
 #
-# The original Transformer adds a fixed vector per position. Pair the dimensions up,
+# The original Transformer {cite}`vaswani2017` adds a fixed vector per position. Pair the
+# dimensions up,
 # $(0, 1), (2, 3), \dots$; pair $i$ turns at its own angular frequency
 # $\omega_i = 10000^{-2i/d}$, with a sine in the even dimension and a cosine in the odd one:
 #
@@ -150,26 +158,36 @@ assert not torch.allclose(out_perm, out[:, perm], atol=1e-2)
 # %%
 max_len, d = 64, 128
 p = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
-two_i = torch.arange(0, d, 2, dtype=torch.float32)        # [d/2]: 0, 2, 4, ...
-omega = 1.0 / 10000 ** (two_i / d)                        # [d/2]
-angle = p * omega                                         # [max_len, d/2] by broadcasting
+two_i = torch.arange(0, d, 2, dtype=torch.float32)  # [d/2]: 0, 2, 4, ...
+omega = 1.0 / 10000 ** (two_i / d)  # [d/2]
+angle = p * omega  # [max_len, d/2] by broadcasting
 
 pe = torch.zeros(max_len, d)
 pe[:, 0::2] = torch.sin(angle)  # even dims: sine
 pe[:, 1::2] = torch.cos(angle)  # odd dims: cosine
-print("p:", tuple(p.shape), " omega:", tuple(omega.shape), " angle:", tuple(angle.shape), " pe:", tuple(pe.shape))
+print(
+    "p:",
+    tuple(p.shape),
+    " omega:",
+    tuple(omega.shape),
+    " angle:",
+    tuple(angle.shape),
+    " pe:",
+    tuple(pe.shape),
+)
 print("PE[0, :6] =", pe[0, :6].tolist(), " (sin 0 = 0, cos 0 = 1)")
 print("PE[1, :4] =", [round(v, 4) for v in pe[1, :4].tolist()])
 
-assert torch.equal(pe[0, 0::2], torch.zeros(d // 2)) and torch.equal(pe[0, 1::2], torch.ones(d // 2))
+assert torch.equal(pe[0, 0::2], torch.zeros(d // 2))
+assert torch.equal(pe[0, 1::2], torch.ones(d // 2))
 torch.testing.assert_close(pe[1, :2], torch.tensor([math.sin(1.0), math.cos(1.0)]))
 
 # %% [markdown]
-# The heatmap shows the whole table: fast stripes on the left (high frequencies), slowly
-# varying columns on the right. The line plot follows a few sine dimensions along the
-# positions.
+# Figure 2.1 shows the whole table as a heatmap: fast stripes on the left (high
+# frequencies), slowly varying columns on the right. The line plot beside it follows a
+# few sine dimensions along the positions.
 
-# %%
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
 im = ax1.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
 ax1.set(title="PE[p, j]  (max_len=64, d=128)", xlabel="dimension j", ylabel="position p")
@@ -178,6 +196,7 @@ for j in (0, 12, 40, 80):
     ax2.plot(pe[:, j], label=f"dim {j}: wavelength {2 * math.pi / omega[j // 2]:.0f}")
 ax2.set(title="a few sine dimensions", xlabel="position p", ylabel="PE[p, j]", ylim=(-1.1, 1.6))
 ax2.legend(fontsize=8, loc="upper center", ncol=2)
+fig.suptitle("Figure 2.1  The sinusoidal position table", fontsize=10)
 fig.tight_layout()
 plt.show()
 
@@ -192,11 +211,16 @@ plt.show()
 
 # %%
 wavelength = 2 * math.pi / omega
-print("wavelengths (positions): first pairs", [round(w, 1) for w in wavelength[:3].tolist()],
-      " last pair", round(wavelength[-1].item()))
+print(
+    "wavelengths (positions): first pairs",
+    [round(w, 1) for w in wavelength[:3].tolist()],
+    " last pair",
+    round(wavelength[-1].item()),
+)
 print("ratio between neighbouring pairs: %.4f = 10000^(2/d)" % (wavelength[1] / wavelength[0]))
 assert math.isclose(wavelength[0].item(), 2 * math.pi, rel_tol=1e-6)
-torch.testing.assert_close(wavelength[1:] / wavelength[:-1], torch.full((d // 2 - 1,), 10000 ** (2 / d)))
+ratios = wavelength[1:] / wavelength[:-1]
+torch.testing.assert_close(ratios, torch.full((d // 2 - 1,), 10000 ** (2 / d)))
 
 # %% [markdown]
 # ### Relative positions are rotations
@@ -228,28 +252,49 @@ def rotation(k: int) -> torch.Tensor:
 for k in (1, 3, 10):
     R = rotation(k)
     err = (pe[:-k] @ R - pe[k:]).abs().max().item()
-    print(f"k={k:2d}: R_k {tuple(R.shape)}, max |PE[p] R_k - PE[p+k]| over all p below 1e-5: {err < 1e-5}")
+    shown = "< 1e-05" if err < 1e-5 else f"= {err:.2g}"
+    print(f"k={k:2d}: R_k {tuple(R.shape)}, max |PE[p] R_k - PE[p+k]| over all p {shown}")
     torch.testing.assert_close(pe[:-k] @ R, pe[k:], atol=1e-5, rtol=0)
 
 # %% [markdown]
 # Two consequences follow. Every row has the same length, $\lVert PE[p] \rVert^2 = d/2$
 # (each pair contributes $\sin^2 + \cos^2 = 1$), and the dot product of two rows depends
-# only on their distance: $PE[p] \cdot PE[p+k] = \sum_i \cos(\omega_i k)$. The plot shows
-# it for three starting positions $p$: the three curves coincide, peak at $k = 0$ and
-# fall off with distance, so nearby positions have similar vectors.
+# only on their distance: $PE[p] \cdot PE[p+k] = \sum_i \cos(\omega_i k)$. The cell
+# checks both for three starting positions $p$ and prints the dot product at a few
+# offsets.
 
 # %%
 norms_sq = pe.pow(2).sum(dim=1)
-print("||PE[p]||^2 for all p: min %.4f  max %.4f  (d/2 = %d)" % (norms_sq.min(), norms_sq.max(), d // 2))
+print(
+    "||PE[p]||^2 for all p: min %.4f  max %.4f  (d/2 = %d)"
+    % (norms_sq.min(), norms_sq.max(), d // 2)
+)
 torch.testing.assert_close(norms_sq, torch.full((max_len,), d / 2))
 
 offsets = torch.arange(0, 40)
+formula = torch.cos(offsets[:, None] * omega).sum(1)  # sum_i cos(omega_i k)
+dots = {p0: pe[p0] @ pe[p0 + offsets].T for p0 in (0, 5, 20)}
+for p0, dot in dots.items():
+    torch.testing.assert_close(dot, formula, atol=1e-4, rtol=0)
+print(
+    "PE[p] . PE[p+k] for k = 0, 1, 2, 5, 10, 20, 39 (the same for p = 0, 5, 20):",
+    [round(v, 1) for v in formula[[0, 1, 2, 5, 10, 20, 39]].tolist()],
+)
+assert (formula[1:] < formula[0]).all() and (formula[1:11].diff() < 0).all()
+
+# %% [markdown]
+# Figure 2.2 plots the three curves: they coincide, peak at $k = 0$ and fall with
+# distance (monotonically over the first ten offsets, asserted above), so nearby
+# positions have similar vectors.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
-for p0, style in ((0, dict(lw=5, alpha=0.35)), (5, dict(lw=2.5, ls="--")), (20, dict(lw=0, marker="o", ms=3))):
-    dots = pe[p0] @ pe[p0 + offsets].T
-    ax.plot(offsets, dots, label=f"p = {p0}", **style)
-    torch.testing.assert_close(dots, torch.cos(offsets[:, None] * omega).sum(1), atol=1e-4, rtol=0)
-ax.set(title="PE[p] · PE[p + k] depends on k only", xlabel="offset k", ylabel="dot product")
+styles = {0: dict(lw=5, alpha=0.35), 5: dict(lw=2.5, ls="--"), 20: dict(lw=0, marker="o", ms=3)}
+for p0, dot in dots.items():
+    ax.plot(offsets, dot, label=f"p = {p0}", **styles[p0])
+ax.set(
+    title="Figure 2.2  PE[p] · PE[p + k] depends on k only", xlabel="offset k", ylabel="dot product"
+)
 ax.legend()
 fig.tight_layout()
 plt.show()
@@ -267,8 +312,8 @@ plt.show()
 # - a plain attribute `self.t = t`: invisible to PyTorch: not moved, not saved.
 #
 # The cell shows each of the three behaviours. There is no GPU here, so it moves the
-# module to the `meta` device (tensors with shapes but no data), which exercises exactly
-# the same code path as `.to("cuda")`.
+# module to the `meta` device (tensors with shapes but no data): `Module.to` treats every
+# target device the same way, moving parameters and buffers and nothing else.
 
 # %%
 class Holder(nn.Module):
@@ -304,8 +349,7 @@ assert "device" in str(caught)
 
 # %% [markdown]
 # The plain attribute stayed behind, and the first operation that mixes it with a moved
-# tensor fails (on a GPU the message reads "Expected all tensors to be on the same
-# device"). The position table is a buffer.
+# tensor fails with a device mismatch. The position table is a buffer.
 #
 # Why `persistent=False`? The table is a pure function of `(max_len, d)`, so saving it
 # only makes checkpoints larger, and it makes them brittle: a checkpoint saved by a model
@@ -315,10 +359,11 @@ assert "device" in str(caught)
 # %% [markdown]
 # ## The scale and the initialisation
 #
-# Vaswani et al. (section 3.4) multiply the embedding weights by $\sqrt{d}$ without saying
-# why. In their model the same matrix also serves as the output projection, whose weights
-# are naturally small, of order $d^{-1/2}$; the factor brings the token vectors up to the
-# scale of the position vectors before the two are added. That is what matters: if one
+# Vaswani et al. {cite}`vaswani2017` (section 3.4) multiply the embedding weights by
+# $\sqrt{d}$ without saying why. A plausible reason: in their model the same matrix also
+# serves as the output projection (tied weights, {cite}`press2017`), whose weights are
+# small, of order $d^{-1/2}$; the factor brings the token vectors up to the scale of the
+# position vectors before the two are added. That is what matters: if one
 # part of the sum is much larger, the sum is essentially that part, and the other is
 # drowned out. Sinusoidal positions have entries in $[-1, 1]$. What the token part looks
 # like depends on how $E$ is initialised:
@@ -328,10 +373,10 @@ assert "device" in str(caught)
 # - Initialising $E$ from $\mathcal{N}(0, d^{-1/2})$ (standard deviation $d^{-1/2}$)
 #   instead makes $\sqrt{d}\,E$ have a standard deviation around 1.
 #
-# This is the most common trap when porting a Transformer from another framework (or
-# from the paper) to PyTorch, and it does not raise an error: the model just learns
-# slowly (chapter 12 measures how slowly). Measure it on a real batch of the reversal
-# task, counting only the non-padding tokens:
+# This is a common trap when porting a Transformer from another framework (or from the
+# paper) to PyTorch, and it raises no error (chapter 12 measures what it does to
+# training). Measure the two scales on a real batch of the reversal task, counting only
+# the non-padding tokens:
 
 # %%
 src, _ = make_reversal_dataset(256, seed=0)
@@ -341,9 +386,10 @@ position_part = pe[:L].expand(src.shape[0], L, d)[real]  # the PE row added to e
 
 stds, tables = {}, {}
 for name in ("default N(0, 1)", "N(0, d^-1/2)"):
-    table = tables[name] = nn.Embedding(VOCAB_SIZE, d, padding_idx=PAD_ID)  # N(0, 1): PyTorch's default
+    # N(0, 1): PyTorch's default
+    table = tables[name] = nn.Embedding(VOCAB_SIZE, d, padding_idx=PAD_ID)
     if name != "default N(0, 1)":
-        nn.init.normal_(table.weight, mean=0.0, std=d ** -0.5)
+        nn.init.normal_(table.weight, mean=0.0, std=d**-0.5)
     with torch.no_grad():
         table.weight[PAD_ID].zero_()
         token_part = (table(src) * math.sqrt(d))[real]
@@ -364,33 +410,43 @@ assert ratio_default > 10 and ratio_fixed < 3
 # each other. What that means for the model: look at one token (the digit `5`) at
 # positions 0 to 13 and ask how different its input vector is from the same token at
 # position 0 (cosine similarity; 1 means "the same direction"). With the default
-# initialisation, moving the token from position 0 to position 13 changes the direction
-# of its vector by less than one percent: the model has to hear a whisper under a shout.
+# initialisation, moving the token from position 0 to position 13 leaves the cosine
+# above 0.99: the model has to hear a whisper under a shout. Figure 2.3 shows all
+# fourteen positions.
 
 # %%
 five = helpers.NUM_OFFSET + 5
-fig, ax = plt.subplots(figsize=(6.5, 3.2))
-cos_at_13 = {}
+cosines = {}
 for name, table in tables.items():
     row = table.weight[five].detach() * math.sqrt(d)  # the token '5' after the sqrt(d) scale
-    vectors = row + pe[:14]                           # the same token at positions 0..13
-    cos = F.cosine_similarity(vectors[:1], vectors, dim=-1)
-    cos_at_13[name] = cos[-1].item()
-    ax.plot(cos, marker="o", ms=3, label=name)
-ax.set(title="token '5' at position p vs at position 0", xlabel="position p", ylabel="cosine similarity")
+    vectors = row + pe[:14]  # the same token at positions 0..13
+    cosines[name] = F.cosine_similarity(vectors[:1], vectors, dim=-1)
+    print(
+        f"{name:16s} cosine with position 0, at positions 1, 5, 13:",
+        [round(v, 3) for v in cosines[name][[1, 5, 13]].tolist()],
+    )
+assert cosines["default N(0, 1)"][-1] > 0.99 and cosines["N(0, d^-1/2)"][-1] < 0.95
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, ax = plt.subplots(figsize=(6.5, 3.2))
+for name, cos in cosines.items():
+    ax.plot(cos, marker="o", ms=3, label=f"embedding init {name}")
+ax.set(
+    title="Figure 2.3  Token '5' at position p vs at position 0",
+    xlabel="position p",
+    ylabel="cosine similarity",
+)
 ax.legend()
 fig.tight_layout()
 plt.show()
-print({k: round(v, 3) for k, v in cos_at_13.items()})
-assert cos_at_13["default N(0, 1)"] > 0.99 and cos_at_13["N(0, d^-1/2)"] < 0.95
 
 # %% [markdown]
 # ## The module, built by hand
 #
 # Putting the pieces together: a lookup table initialised from $\mathcal{N}(0, d^{-1/2})$
 # with a zero pad row, the sinusoidal table as a non-persistent buffer, the $\sqrt{d}$
-# scale, and dropout on the sum (the original paper's regularisation; it is off in
-# `eval()` mode). The forward pass slices the table to the input length `L`.
+# scale, and dropout on the sum (the original paper's regularisation {cite}`vaswani2017`;
+# it is off in `eval()` mode). The forward pass slices the table to the input length `L`.
 
 # %%
 def sinusoidal_table(max_len: int, d: int) -> torch.Tensor:
@@ -406,16 +462,16 @@ class TokenAndPosition(nn.Module):
         super().__init__()
         self.d = d
         self.emb = nn.Embedding(vocab_size, d, padding_idx=PAD_ID)
-        nn.init.normal_(self.emb.weight, mean=0.0, std=d ** -0.5)
+        nn.init.normal_(self.emb.weight, mean=0.0, std=d**-0.5)
         with torch.no_grad():
             self.emb.weight[PAD_ID].zero_()  # re-initialising overwrote it
         self.register_buffer("pe", sinusoidal_table(max_len, d), persistent=persistent)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, ids):                  # ids [B, L]
+    def forward(self, ids):  # ids [B, L]
         L = ids.size(1)
         x = self.emb(ids) * math.sqrt(self.d)  # [B, L, d]
-        x = x + self.pe[:L]                    # [L, d] broadcasts over B
+        x = x + self.pe[:L]  # [L, d] broadcasts over B
         return self.drop(x)
 
 
@@ -425,12 +481,13 @@ src, _ = make_reversal_dataset(4, seed=0)
 x = embed(src)
 print("ids:", tuple(src.shape), "->", tuple(x.shape))
 print("parameters:", sum(p.numel() for p in embed.parameters()), "= V * d =", VOCAB_SIZE * d)
-print("x at a pad position equals the position vector:", torch.equal(x[0, -1], embed.pe[src.shape[1] - 1]))
+pad_gap = (x[0, -1] - embed.pe[src.shape[1] - 1]).abs().max().item()
+print(f"sequence 0, last position (a <pad>): max |x - PE[{src.shape[1] - 1}]| = {pad_gap}")
 assert x.shape == (4, src.shape[1], d)
-assert src[0, -1] == PAD_ID and torch.equal(x[0, -1], embed.pe[src.shape[1] - 1])
+assert src[0, -1] == PAD_ID and pad_gap == 0
 
 # %% [markdown]
-# Note the last line: a `<pad>` input becomes its position vector, not zero. That is
+# Note the last line: a `<pad>` input becomes exactly its position vector, not zero. That is
 # harmless, because attention masks the pad positions as keys and the loss ignores them
 # as targets (chapter 07 builds the masks).
 #
@@ -456,7 +513,7 @@ for persistent in (False, True):
 # ## Learned positions
 #
 # The alternative to a fixed table is to learn one: an `nn.Embedding(max_len, d)` indexed
-# by position, used by BERT and GPT-2. It is a one-line change to the module.
+# by position, as GPT-2 does {cite}`radford2019`. It is a one-line change to the module.
 
 # %%
 class TokenAndLearnedPosition(nn.Module):
@@ -475,33 +532,39 @@ learned = TokenAndLearnedPosition(VOCAB_SIZE, d, max_len)
 learned(src).sum().backward()
 trained_rows = learned.pos.weight.grad.abs().sum(dim=1) > 0
 print("extra parameters per stack:", learned.pos.weight.numel(), f"(max_len x d = {max_len} x {d})")
-print(f"position rows that received a gradient from a batch of length {src.shape[1]}:",
-      int(trained_rows.sum()), "of", max_len)
-assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]:].any()
+print(
+    f"position rows that received a gradient from a batch of length {src.shape[1]}:",
+    int(trained_rows.sum()),
+    "of",
+    max_len,
+)
+assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1] :].any()
 
 # %% [markdown]
 # The trade-offs:
 #
 # - **For learned positions:** no assumption about what position should look like; the
-#   model fits whatever pattern the task needs, and within the training lengths it is
-#   often as good or slightly better.
+#   model fits whatever pattern the task needs. Vaswani et al. tried both on translation
+#   and report nearly identical results {cite}`vaswani2017`.
 # - **Against:** `max_len` $\times\, d$ extra parameters (here 8,192 per stack);
 #   a row is trained only by sequences long enough to reach it (the cell shows rows 14 to
 #   63 get no gradient from our data, so they stay random); and there is no row at all for
 #   a position at or beyond `max_len`.
 # - **Sinusoids** cost nothing, are defined for every position, and encode offsets as
 #   rotations. They are no free pass to longer inputs, though: a model trained on 14
-#   positions has never seen the patterns of position 40, and its attention usually
-#   degrades beyond the training lengths.
+#   positions has never seen the patterns of position 40, and Press et al. measure how
+#   language models with sinusoidal positions degrade on inputs longer than those they
+#   were trained on {cite}`press2022`.
 #
-# Modern models mostly use neither. **RoPE** (rotary position embedding, used by LLaMA
-# and most recent language models) takes the rotation property of the previous section
-# and applies it directly to the queries and keys inside attention, so the score between
-# positions $p$ and $q$ depends on $p - q$ only. **ALiBi** adds no position vectors at all
-# and instead subtracts from each attention score a penalty proportional to the distance
-# between query and key, with a different slope per head; it extrapolates to longer
-# inputs well. Both live inside attention rather than at the input, so they are beyond
-# this chapter; our task needs no more than sinusoids.
+# Many recent language models use neither. **RoPE** (rotary position embedding
+# {cite}`su2021`, used by LLaMA among others) takes the rotation property of the previous
+# section and applies it directly to the queries and keys inside attention, so the score
+# between positions $p$ and $q$ depends on $p - q$ only. **ALiBi** {cite}`press2022` adds
+# no position vectors at all and instead subtracts from each attention score a penalty
+# proportional to the distance between query and key, with a different slope per head;
+# its authors report that it extrapolates to longer inputs. Both live inside attention
+# rather than at the input (exercise 3.3 builds ALiBi's penalty); our task needs no more
+# than sinusoids.
 
 # %% [markdown]
 # ## Pitfall: a sequence longer than `max_len`
@@ -509,8 +572,7 @@ assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]
 # The table has `max_len` rows. What happens when an input is longer? Both hand-built
 # modules fail, but with messages that do not say what went wrong. The fixed table's
 # slice `pe[:L]` silently stops at 64 rows, and the addition then complains about sizes;
-# the learned table fails inside the embedding lookup (on a GPU that is an opaque
-# device-side assert).
+# the learned table fails inside the embedding lookup.
 
 # %%
 too_long = torch.full((1, max_len + 6), helpers.NUM_OFFSET)  # 70 tokens, max_len is 64
@@ -551,17 +613,126 @@ assert isinstance(caught, ValueError) and "max_len=64" in str(caught)
 
 # %%
 lib_table = helpers.sinusoidal_position_encoding(max_len, d)
-print("table:", tuple(lib_table.shape), lib_table.dtype,
-      " max |difference| from the hand-built table below 1e-5:", (lib_table - pe).abs().max().item() < 1e-5)
+table_gap = (lib_table - pe).abs().max().item()
+print(
+    "table:",
+    tuple(lib_table.shape),
+    lib_table.dtype,
+    " max |difference| from the hand-built table:",
+    "< 1e-05" if table_gap < 1e-5 else table_gap,
+)
 torch.testing.assert_close(lib_table, pe)
 torch.testing.assert_close(lib_table, sinusoidal_table(max_len, d))
 
 lib = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len).eval()
 print("state_dict keys, ours:", list(embed.state_dict()), " helpers:", list(lib.state_dict()))
 lib.load_state_dict(embed.state_dict())  # strict: the names and shapes must match
+module_gap = (lib(src) - embed(src)).abs().max().item()
+print(
+    f"max |helpers.TokenAndPosition(src) - TokenAndPosition(src)| on {tuple(src.shape)}:",
+    "< 1e-05" if module_gap < 1e-5 else module_gap,
+)
 torch.testing.assert_close(lib(src), embed(src))
-print("helpers.TokenAndPosition(src) == TokenAndPosition(src):", tuple(lib(src).shape))
 
 # %% [markdown]
 # The next chapter feeds these `[B, L, d]` vectors into the component that lets positions
 # talk to each other: multi-head attention.
+#
+# ## Summary
+#
+# - The input layer is a lookup, `emb(ids) = emb.weight[ids]`, scaled by $\sqrt{d}$, plus a
+#   fixed sinusoidal table $PE$ stored as a non-persistent buffer (moved with the module,
+#   not saved in checkpoints). The `<pad>` row starts at zero and gets no gradient, but any
+#   re-initialisation overwrites it.
+# - Without positions, attention is permutation-equivariant: permuting the tokens only
+#   permutes the outputs, so `7 3 0` and `0 3 7` look alike.
+# - Sinusoids turn a shift by $k$ positions into one rotation $R_k$ for every $p$, and
+#   $PE[p] \cdot PE[p+k]$ depends on $k$ only (Figures 2.1 and 2.2).
+# - Scale and initialisation must match: PyTorch's $\mathcal{N}(0, 1)$ times $\sqrt{128}$
+#   made the token part 22 times louder than the positions (cosine above 0.99 between
+#   positions 0 and 13, Figure 2.3); $\mathcal{N}(0, d^{-1/2})$ brings it to about 2.
+# - A sequence longer than `max_len` has no position row: check the length and say so,
+#   as `helpers.TokenAndPosition` does, instead of letting a size error surface.
+#
+# ## Exercises
+#
+# ### Exercise 2.1 (implement): the sinusoidal table from the formula
+#
+# Without looking back, write `sinusoidal(max_len, d)` returning the `[max_len, d]` float
+# table with $PE[p, 2i] = \sin(p / 10000^{2i/d})$ and
+# $PE[p, 2i+1] = \cos(p / 10000^{2i/d})$. Check it with
+# `check_sinusoidal_table(sinusoidal)`: it compares your table with the library's for
+# three sizes and recognises the usual slips (sine and cosine swapped, the two halves
+# concatenated instead of interleaved, a wrong exponent, positions counted from 1).
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 2.1
+from helpers.exercises import check_sinusoidal_table
+
+
+def sinusoidal(max_len, d):
+    p = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
+    angle = p / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)  # [max_len, d/2]
+    table = torch.zeros(max_len, d)
+    table[:, 0::2] = torch.sin(angle)  # even dimensions
+    table[:, 1::2] = torch.cos(angle)  # odd dimensions
+    return table
+
+
+check_sinusoidal_table(sinusoidal)
+
+# %% [markdown]
+# ### Exercise 2.2 (modify): learned positions that fail clearly
+#
+# Modify `TokenAndLearnedPosition` into `LearnedPositions(vocab_size, d_model, max_len)`:
+# name the token table `tok` and the position table `pos` (both `nn.Embedding`, no
+# padding index needed here), return `tok(ids) * sqrt(d_model) + pos(0, 1, ..., L-1)` for
+# ids `[B, L]`, and make an input longer than `max_len` raise a `ValueError` whose message
+# names `max_len` (instead of the `IndexError` above). Check it with
+# `check_learned_positions(LearnedPositions)`: it checks the shapes, that the positions
+# are added (and indexed by position, not by token), the $\sqrt{d}$ scale, and the error.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 2.2
+from helpers.exercises import check_learned_positions
+
+
+class LearnedPositions(nn.Module):
+    def __init__(self, vocab_size, d_model, max_len):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+
+    def forward(self, ids):  # ids [B, L]
+        L = ids.size(1)
+        if L > self.max_len:
+            raise ValueError(
+                f"ids have length {L} but max_len={self.max_len}: there is no position row "
+                f"for positions >= {self.max_len}; build the module with a larger max_len"
+            )
+        positions = torch.arange(L, device=ids.device)
+        return self.tok(ids) * math.sqrt(self.d_model) + self.pos(positions)
+
+
+check_learned_positions(LearnedPositions)
+
+# %% [markdown]
+# ### Exercise 2.3 (predict, then run): what learned positions cost the whole model
+#
+# The book's `Transformer` (chapter 1) has 931,213 parameters with sinusoidal positions,
+# `max_len = 64` and $d = 128$. If both stacks (encoder and decoder) used learned
+# positions instead, how many parameters would it have? Predict, then run the solution.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 2.3
+with torch.device("meta"):  # shapes only
+    book_model = helpers.Transformer(VOCAB_SIZE, VOCAB_SIZE)
+    one_stack = LearnedPositions(VOCAB_SIZE, d, max_len)
+sinusoidal_total = helpers.count_parameters(book_model)
+extra = 2 * one_stack.pos.weight.numel()  # one position table per stack
+print(
+    f"sinusoidal: {sinusoidal_total:,}; learned positions add 2 x {max_len} x {d} = {extra:,}"
+    f" -> {sinusoidal_total + extra:,} ({extra / sinusoidal_total:.1%} more)"
+)
+assert sinusoidal_total == 931_213 and extra == 2 * 64 * 128 == 16_384
