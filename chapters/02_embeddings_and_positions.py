@@ -39,7 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import helpers
-from helpers import PAD_ID, VOCAB_SIZE, describe, make_reversal_dataset
+from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
 
 # %% [markdown]
 # ## An embedding is a lookup
@@ -121,7 +121,11 @@ assert emb.weight[PAD_ID].abs().max() == 0
 # %%
 x = emb(ids[:1]).detach()  # [1, 6, 8]: tokens only, no positions
 perm = torch.tensor([3, 0, 5, 1, 4, 2])
-attend = lambda t: F.scaled_dot_product_attention(t, t, t)
+
+
+def attend(t):
+    return F.scaled_dot_product_attention(t, t, t)
+
 
 out, out_perm = attend(x), attend(x[:, perm])
 gap_tokens = (out_perm - out[:, perm]).abs().max().item()
@@ -266,15 +270,14 @@ for k in (1, 3, 10):
 # %%
 norms_sq = pe.pow(2).sum(dim=1)
 print(
-    "||PE[p]||^2 for all p: min %.4f  max %.4f  (d/2 = %d)"
-    % (norms_sq.min(), norms_sq.max(), d // 2)
+    f"||PE[p]||^2 for all p: min {norms_sq.min():.4f}  max {norms_sq.max():.4f}  (d/2 = {d // 2})"
 )
 torch.testing.assert_close(norms_sq, torch.full((max_len,), d / 2))
 
 offsets = torch.arange(0, 40)
 formula = torch.cos(offsets[:, None] * omega).sum(1)  # sum_i cos(omega_i k)
 dots = {p0: pe[p0] @ pe[p0 + offsets].T for p0 in (0, 5, 20)}
-for p0, dot in dots.items():
+for dot in dots.values():
     torch.testing.assert_close(dot, formula, atol=1e-4, rtol=0)
 print(
     "PE[p] . PE[p+k] for k = 0, 1, 2, 5, 10, 20, 39 (the same for p = 0, 5, 20):",
@@ -705,13 +708,13 @@ class LearnedPositions(nn.Module):
         self.pos = nn.Embedding(max_len, d_model)
 
     def forward(self, ids):  # ids [B, L]
-        L = ids.size(1)
-        if L > self.max_len:
+        length = ids.size(1)
+        if length > self.max_len:
             raise ValueError(
-                f"ids have length {L} but max_len={self.max_len}: there is no position row "
+                f"ids have length {length} but max_len={self.max_len}: there is no position row "
                 f"for positions >= {self.max_len}; build the module with a larger max_len"
             )
-        positions = torch.arange(L, device=ids.device)
+        positions = torch.arange(length, device=ids.device)
         return self.tok(ids) * math.sqrt(self.d_model) + self.pos(positions)
 
 
