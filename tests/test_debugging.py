@@ -38,7 +38,7 @@ def batch():
 
 
 class SelfMaskTransformer(Transformer):
-    """The decoder's self-attention mask comes from `self_mask_fn(L)` instead of make_causal_mask."""
+    """The decoder's self-attention mask comes from `self_mask_fn(L)`, not make_causal_mask."""
 
     self_mask_fn = None
 

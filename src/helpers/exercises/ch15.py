@@ -10,7 +10,7 @@ import torch.nn as nn
 from ..attention import MultiHeadAttention
 from ..data import make_reversal_dataset
 from ..model import Transformer
-from ..torch_reference import copy_attention, to_torch_transformer, torch_mask_arguments
+from ..torch_reference import to_torch_transformer, torch_mask_arguments
 from ..vocab import VOCAB_SIZE
 from ._common import call, expect_close, expect_shape, fail, passed
 
