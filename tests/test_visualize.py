@@ -194,6 +194,7 @@ def test_alignment_stats_per_layer_by_hand(model):
     torch.testing.assert_close(stats["mirror"], stats["mirror_heads"].mean(dim=1))
     # eos_peak and digit_peak by hand, one sequence at a time, from the mean-of-heads map
     eos, digit_hits, digit_rows = torch.zeros(2), torch.zeros(2), 0
+    near, all_rows = torch.zeros(2), 0
     for b in range(8):
         n = int((src[b] != 0).sum()) - 1
         memory, mask = model.encode(src[b : b + 1, : n + 1])
@@ -202,9 +203,14 @@ def test_alignment_stats_per_layer_by_hand(model):
             peaks = w[0].mean(dim=0).argmax(dim=-1).numpy()  # [n + 1]
             eos[layer] += float(peaks[n] == n) / 8
             digit_hits[layer] += float((peaks[:n] == mirrored_columns(n)[:n]).sum())
+            mean = w[0].detach().mean(dim=0)
+            for i, t in enumerate(mirrored_columns(n)):
+                near[layer] += sum(float(mean[i, c]) for c in (t - 1, t + 1) if 0 <= c <= n)
         digit_rows += n
+        all_rows += n + 1
     torch.testing.assert_close(stats["eos_peak"], eos)
     torch.testing.assert_close(stats["digit_peak"], digit_hits / digit_rows)
+    torch.testing.assert_close(stats["neighbours"], near / all_rows)
 
 
 def test_alignment_stats_rejects_mismatched_batches(model):

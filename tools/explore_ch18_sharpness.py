@@ -76,6 +76,7 @@ def measure(model, probe, val) -> dict:
     return {
         "mirror": [round(float(v), 4) for v in stats["mirror"]],
         "eos_peak": [round(float(v), 4) for v in stats["eos_peak"]],
+        "neighbours": [round(float(v), 4) for v in stats["neighbours"]],
         "digit_peak": [round(float(v), 4) for v in stats["digit_peak"]],
         "mirror_heads": [[round(float(v), 4) for v in row] for row in stats["mirror_heads"]],
         "val_exact": round(teacher_forced_exact_match(model, *val), 4),
@@ -168,6 +169,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--note", default="")
+    ap.add_argument("--save", type=Path, help="also save the final state_dict to this file")
     args = ap.parse_args()
     cfg = make_config(args.base, args.set, args.seed)
     print(f"{args.name}: {cfg}")
@@ -184,6 +186,8 @@ def main() -> None:
         "total_seconds_rough": result["total_seconds_rough"],
         "points": result["points"],
     }
+    if args.save:
+        torch.save(result["model"].state_dict(), args.save)
     data = load(args.out)  # re-read just before writing: keep runs recorded meanwhile
     data["runs"] = [
         r for r in data["runs"] if not (r["name"] == args.name and r["seed"] == cfg.seed)

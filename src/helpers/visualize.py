@@ -208,6 +208,8 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     eos_peak    float [layers]: share of sequences whose final row (the one that predicts
                 <eos>) has its maximum on the source's <eos>;
     digit_peak  float [layers]: share of digit rows whose maximum is on the mirrored digit;
+    neighbours  float [layers]: mean weight on the two source columns next to the mirrored
+                one (real tokens only: the digits and <eos>);
     mirror_heads float [layers, heads]: mirror per head.
     """
     w, target, valid, n = _teacher_forced_cross(model, src, tgt)
@@ -220,8 +222,19 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     on = w.gather(-1, idx).squeeze(-1)  # [layers, B, h, Lt]
     mask = valid[None, :, None, :].to(on.dtype)
     heads = (on * mask).sum(dim=(1, 3)) / mask.sum(dim=(1, 3))
+    # the weight on target - 1 and target + 1, where those are real source tokens (0..n)
+    near = torch.zeros_like(mean[..., 0])  # [layers, B, Lt]
+    for step in (-1, 1):
+        col = target + step
+        ok = (col >= 0) & (col <= n[:, None])
+        got = mean.gather(
+            -1, col.clamp(0, mean.size(-1) - 1)[None, ..., None].expand(mean.size(0), -1, -1, 1)
+        ).squeeze(-1)
+        near = near + got * ok[None]
+    rows = valid[None].to(near.dtype)
     return {
         "mirror": heads.mean(dim=1),
+        "neighbours": (near * rows).sum(dim=(1, 2)) / rows.sum(dim=(1, 2)),
         "eos_peak": hit[:, b, n].float().mean(dim=1),
         "digit_peak": (hit & digit_rows).sum(dim=(1, 2)).float() / digit_rows.sum(),
         "mirror_heads": heads,
