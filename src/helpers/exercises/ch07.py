@@ -1,0 +1,155 @@
+"""Checkers for the exercises of chapter 7 (masks and the full model)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..masks import make_causal_mask, make_padding_mask
+from ..vocab import PAD_ID
+from ._common import call, expect_dtype, expect_equal, expect_tensor, fail, passed
+
+__all__ = ["check_decoder_self_mask", "check_hf_to_sdpa"]
+
+_TGT_CASES = {
+    "tgt_in [[1, 5, 4, 3], [1, 7, 2, 0]] (sequence 1 padded)": torch.tensor(
+        [[1, 5, 4, 3], [1, 7, 2, PAD_ID]]
+    ),
+    "tgt_in [[1, 9, 8, 7, 2, 0, 0]] (three pads)": torch.tensor([[1, 9, 8, 7, 2, PAD_ID, PAD_ID]]),
+    "tgt_in [[1]] (length 1)": torch.tensor([[1]]),
+}
+
+
+def _expected_self_mask(tgt_in: torch.Tensor) -> torch.Tensor:
+    return make_causal_mask(tgt_in.size(1)) | make_padding_mask(tgt_in)
+
+
+def _self_mask_mistakes(tgt_in: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    L = tgt_in.size(1)
+    causal, pad = make_causal_mask(L), make_padding_mask(tgt_in)
+    ones = torch.ones(L, L, dtype=torch.bool)
+    return [
+        (
+            "the polarity is reversed: in this book True means blocked (SDPA's True = may "
+            "attend is the opposite)",
+            ~(causal | pad),
+        ),
+        (
+            "the diagonal is blocked too: use triu(..., diagonal=1), so that each position "
+            "may attend to itself",
+            ones.triu(0)[None, None] | pad,
+        ),
+        (
+            "a key must be blocked if it is in the future OR padding: combine with |, not &",
+            causal & pad,
+        ),
+        ("the causal part is missing: block every key j > i", pad.expand(-1, -1, L, -1)),
+        (
+            "the padding part is missing: also block the <pad> keys",
+            causal.expand(len(tgt_in), -1, -1, -1),
+        ),
+        (
+            "padding blocks keys (the last dim), not queries: the padding mask is "
+            "[B, 1, 1, L], not [B, 1, L, 1]",
+            causal | pad.transpose(-1, -2),
+        ),
+    ]
+
+
+def _match(got: torch.Tensor, candidates, where: str, what: str) -> None:
+    """If got equals one known mistake, fail with its hint."""
+    for hint, wrong in candidates:
+        try:
+            shape = torch.broadcast_shapes(got.shape, wrong.shape)
+            same = torch.equal(got.expand(shape), wrong.expand(shape))
+        except RuntimeError:
+            same = False
+        if same:
+            fail(what, where, hint)
+
+
+def check_decoder_self_mask(fn) -> None:
+    """Exercise 7.1: fn(tgt_in [B, L]) -> bool mask, True = blocked, broadcastable to
+    [B, h, L, L]: the decoder's self-attention mask (future OR padding). Compared with
+    make_causal_mask(L) | make_padding_mask(tgt_in) on three inputs. Used in chapter 7.
+    """
+    for where, tgt_in in _TGT_CASES.items():
+        got = expect_tensor("mask", call(fn, tgt_in.clone(), where=where), where)
+        expected = _expected_self_mask(tgt_in)
+        expect_dtype(
+            "mask",
+            got,
+            torch.bool,
+            where,
+            "return a bool tensor: an integer or float 0/1 mask means something else to "
+            "masked_fill and to SDPA",
+        )
+        B, L = tgt_in.shape
+        if got.dim() != 4:
+            fail(
+                f"mask has shape {tuple(got.shape)}, expected rank 4, [B, 1, L, L]",
+                where,
+                "keep the head dimension (size 1) so that the mask broadcasts to [B, h, L, L]",
+            )
+        if not torch.equal(got, expected):
+            _match(got, _self_mask_mistakes(tgt_in), where, "the mask differs from the book's")
+        expect_equal(
+            "mask",
+            got,
+            expected,
+            where,
+            "block key j for query i when j > i or key j is <pad>",
+        )
+    passed("check_decoder_self_mask", len(_TGT_CASES), "equals causal | padding")
+
+
+_HF_CASES = {
+    "attention_mask [[1, 1, 1, 0], [1, 1, 0, 0]] (int64)": torch.tensor(
+        [[1, 1, 1, 0], [1, 1, 0, 0]]
+    ),
+    "attention_mask [[1, 1, 1]] (no padding)": torch.tensor([[1, 1, 1]]),
+    "attention_mask [[1, 0, 0, 0, 0]] (int32)": torch.tensor([[1, 0, 0, 0, 0]], dtype=torch.int32),
+}
+
+
+def check_hf_to_sdpa(fn) -> None:
+    """Exercise 7.2: fn(attention_mask [B, L] int, 1 = keep) -> the bool mask that
+    F.scaled_dot_product_attention wants, True = may attend, shape [B, 1, 1, L]. Compared on
+    three inputs, then used in SDPA against the book's own mask. Used in chapter 7.
+    """
+    n = 0
+    for where, hf in _HF_CASES.items():
+        got = expect_tensor("mask", call(fn, hf.clone(), where=where), where)
+        if got.dtype != torch.bool:
+            hint = (
+                "SDPA adds a float mask to the scores (1.0 would be a bonus, not a block) and "
+                "rejects integer masks: compare, e.g. attention_mask == 1, to get a bool"
+            )
+            fail(f"mask has dtype {got.dtype}, expected torch.bool", where, hint)
+        B, L = hf.shape
+        expected = (hf == 1)[:, None, None, :]
+        if tuple(got.shape) == (B, L):
+            fail(
+                f"mask has shape {tuple(got.shape)}, expected (B, 1, 1, L) = {(B, 1, 1, L)}",
+                where,
+                "a [B, L] mask lines B up with the query dimension of the scores [B, h, Lq, Lk]: "
+                "add the two singleton dims, [:, None, None, :]",
+            )
+        if tuple(got.shape) == tuple(expected.shape) and torch.equal(got, ~expected):
+            fail(
+                "the mask is reversed",
+                where,
+                "SDPA's bool mask means True = may attend, like Hugging Face's 1 = keep; "
+                "this book's True = blocked is the other one",
+            )
+        expect_equal("mask", got, expected, where, "True where attention_mask is 1")
+        n += 1
+    # and SDPA with it gives what the book's own mask gives
+    g = torch.Generator().manual_seed(7)
+    hf = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    q, k, v = (torch.randn(2, 2, 4, 8, generator=g) for _ in range(3))
+    ours = make_padding_mask(torch.where(hf == 1, 3, PAD_ID))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~ours)
+    got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=fn(hf.clone()))
+    if not torch.allclose(got, want, atol=1e-6):
+        fail("SDPA with your mask differs from SDPA with the book's mask converted by ~")
+    passed("check_hf_to_sdpa", n + 1, "SDPA gives the same output")

@@ -1,0 +1,73 @@
+"""Chapter 7's checkers accept the book's masks and explain wrong ones."""
+
+import pytest
+import torch
+
+from helpers.exercises import ExerciseError, check_decoder_self_mask, check_hf_to_sdpa
+
+PAD = 0
+
+
+def self_mask(tgt_in, mistake=None):
+    L = tgt_in.size(1)
+    causal = torch.ones(L, L, dtype=torch.bool).triu(0 if mistake == "diagonal" else 1)
+    pad = (tgt_in == PAD)[:, None, None, :]
+    if mistake == "queries":
+        pad = pad.transpose(-1, -2)
+    mask = causal & pad if mistake == "and" else causal | pad
+    if mistake == "polarity":
+        mask = ~mask
+    if mistake == "int":
+        mask = mask.long()
+    return mask
+
+
+def test_self_mask_accepts_the_solution(capsys):
+    check_decoder_self_mask(self_mask)
+    assert "check_decoder_self_mask: all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "mistake, hint",
+    [
+        ("polarity", "polarity is reversed"),
+        ("diagonal", "diagonal=1"),
+        ("and", "combine with \\|, not &"),
+        ("queries", "padding blocks keys"),
+        ("int", "return a bool tensor"),
+    ],
+)
+def test_self_mask_rejects_plausible_mistakes(mistake, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        check_decoder_self_mask(lambda t: self_mask(t, mistake))
+
+
+def test_self_mask_rejects_a_missing_part():
+    with pytest.raises(ExerciseError, match="padding part is missing"):
+        check_decoder_self_mask(
+            lambda t: torch.ones(t.size(1), t.size(1)).bool().triu(1)[None, None]
+        )
+
+
+def hf_to_sdpa(attention_mask):
+    return (attention_mask == 1)[:, None, None, :]
+
+
+def test_hf_to_sdpa_accepts_the_solution(capsys):
+    check_hf_to_sdpa(hf_to_sdpa)
+    assert "check_hf_to_sdpa: all" in capsys.readouterr().out
+
+
+def test_hf_to_sdpa_rejects_our_polarity():
+    with pytest.raises(ExerciseError, match="the mask is reversed"):
+        check_hf_to_sdpa(lambda m: (m == 0)[:, None, None, :])
+
+
+def test_hf_to_sdpa_rejects_a_float_mask():
+    with pytest.raises(ExerciseError, match="SDPA adds a float mask"):
+        check_hf_to_sdpa(lambda m: m.float()[:, None, None, :])
+
+
+def test_hf_to_sdpa_rejects_a_flat_mask():
+    with pytest.raises(ExerciseError, match="add the two singleton dims"):
+        check_hf_to_sdpa(lambda m: m == 1)
