@@ -14,20 +14,20 @@
 # ---
 
 # %% [markdown]
-# # A source map to Hugging Face `transformers`
+# # 16. A source map to Hugging Face `transformers`
 #
 # Every piece of our Transformer has a counterpart in a production library. Knowing where it lives
-# turns `transformers` from a black box into code you can read: this chapter maps our classes and
-# functions to the encoder-decoder family **BART** (and its sibling **Marian**, the translation
-# models), names the release the map refers to, and points out the differences worth knowing
-# before you read the real thing.
+# turns Hugging Face `transformers` {cite}`wolf2020` from a black box into code you can read: this
+# chapter maps our classes and functions to the encoder-decoder family **BART** {cite}`lewis2020`
+# (and its sibling **Marian** {cite}`junczysdowmunt2018`, the translation models), names the
+# release the map refers to, and points out the differences worth knowing before you read the
+# real thing (Figure 16.1 puts one encoder's names side by side).
 #
 # A source map goes stale: `transformers` moves fast, and names in blog posts (including the ones
 # this book was written from) are often a few releases old. So the map is **checked, not claimed**.
-# The book pins one release of `transformers` in `requirements.txt` (a pure-Python package of about
-# 13 MB, plus small dependencies such as `tokenizers`, `safetensors` and `huggingface-hub`), and the
-# cells below import every name in the table from the installed package and assert that it is
-# there. Nothing is downloaded: every Hugging Face model in this chapter is built from a small
+# The book pins one release of `transformers` in `requirements.txt` (a pure-Python package, plus
+# dependencies such as `tokenizers`, `safetensors` and `huggingface-hub`), and the cells below
+# import every name in the table from the installed package and assert that it is there. Nothing is downloaded: every Hugging Face model in this chapter is built from a small
 # config with random weights.
 #
 # Then we go beyond names: we copy our weights into BART's attention and encoder layer and check
@@ -38,19 +38,22 @@
 import time
 
 t0 = time.perf_counter()
-import torch  # noqa: E402
+import torch
 
 t_torch = time.perf_counter() - t0
-import transformers  # noqa: E402
-from transformers import cache_utils, masking_utils, modeling_utils  # noqa: E402
-from transformers.generation import utils as generation_utils  # noqa: E402
-from transformers.models.bart import modeling_bart  # noqa: E402
-from transformers.models.bart.configuration_bart import BartConfig  # noqa: E402
-from transformers.models.marian import modeling_marian  # noqa: E402
-from transformers.models.marian.configuration_marian import MarianConfig  # noqa: E402
+import transformers
+from transformers import cache_utils, masking_utils, modeling_utils
+from transformers.generation import utils as generation_utils
+from transformers.models.bart import modeling_bart
+from transformers.models.bart.configuration_bart import BartConfig
+from transformers.models.marian import modeling_marian
+from transformers.models.marian.configuration_marian import MarianConfig
 
 t_hf = time.perf_counter() - t0 - t_torch
-print(f"import torch: {t_torch:.1f} s, then transformers (BART, Marian, masks, cache, generation): {t_hf:.1f} s")
+print(
+    f"import torch: {t_torch:.1f} s, then transformers (BART, Marian, masks, cache, generation):"
+    f" {t_hf:.1f} s"
+)
 assert modeling_bart.BartAttention is not None
 
 # %% [markdown]
@@ -67,16 +70,18 @@ import math
 import re
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch.nn as nn
-import torch.nn.functional as F
 
 from helpers import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
     VOCAB_SIZE,
+    DecoderLayer,
     EncoderLayer,
     MultiHeadAttention,
+    Transformer,
     make_causal_mask,
     make_padding_mask,
     make_reversal_dataset,
@@ -90,7 +95,7 @@ pinned = re.search(r"^transformers==(\S+)", requirements, re.M).group(1)
 print("transformers pinned in requirements.txt:", pinned)
 print("transformers installed:                 ", transformers.__version__)
 assert transformers.__version__ == pinned
-torch.set_num_threads(1)  # every tensor here is small: one CPU thread is enough, and steady on a busy machine
+torch.set_num_threads(1)  # every tensor here is small: one CPU thread is enough, and steady
 _ = torch.manual_seed(0)
 
 # %% [markdown]
@@ -120,18 +125,16 @@ _ = torch.manual_seed(0)
 # | `greedy_decode` | `GenerationMixin.generate` -> `_sample` (greedy when `do_sample=False`) | `generation/utils.py` |
 # | the KV cache (`self_k`/`self_v`, `cross_k`/`cross_v` per layer) | `EncoderDecoderCache` of two `DynamicCache`s, with `is_updated` per layer | `cache_utils.py` |
 #
-# Names that moved, and that older tutorials still use:
-# - Generation: until 4.38 greedy decoding was the public method `greedy_search`; 4.39 made it
-#   private (`_greedy_search`) and 4.41 merged it into `_sample`, which picks the argmax when
-#   `do_sample=False`.
-# - Masks: in the 4.x series BART built its masks in methods of the model (in 4.57, the last 4.x
-#   line: `_update_full_mask`, `_update_causal_mask`, `_update_cross_attn_mask`) on top of
-#   `_prepare_4d_attention_mask` from `modeling_attn_mask_utils.py`, the home of the class
-#   `AttentionMaskConverter`; earlier 4.x releases also took `_prepare_4d_causal_attention_mask`
-#   from there. The pinned release builds every mask in `masking_utils.py`, and
-#   `modeling_attn_mask_utils.py` no longer exists.
-# - The cache argument of BART's attention and decoder is `cache` here; it used to be
-#   `past_key_values` (still accepted, with a deprecation warning).
+# Older tutorials, written for 4.x releases, use names that the pinned release no longer has (a
+# cell below checks that each is gone):
+# - Generation: greedy decoding was the method `greedy_search`, later `_greedy_search`; here greedy
+#   decoding and sampling share `_sample`, which picks the argmax when `do_sample=False`.
+# - Masks: BART built its masks in methods of the model (`_update_causal_mask`,
+#   `_update_cross_attn_mask`) on top of helpers from `modeling_attn_mask_utils.py`, the home of
+#   the class `AttentionMaskConverter`. The pinned release builds every mask in
+#   `masking_utils.py`, and `modeling_attn_mask_utils.py` no longer exists.
+# - The cache argument of BART's attention and decoder is `cache` here; the old name,
+#   `past_key_values`, is still accepted, through a deprecation decorator.
 #
 # The next cell makes every row of the table a check: it imports the module, looks the name up,
 # and prints the file and line where the installed release defines it.
@@ -149,10 +152,21 @@ SOURCE_MAP = [
     ("Decoder", "transformers.models.bart.modeling_bart", "BartDecoder"),
     ("Transformer", "transformers.models.bart.modeling_bart", "BartModel"),
     ("  with out_proj", "transformers.models.bart.modeling_bart", "BartForConditionalGeneration"),
-    ("TokenAndPosition (tokens)", "transformers.models.bart.modeling_bart", "BartScaledWordEmbedding"),
-    ("TokenAndPosition (positions)", "transformers.models.bart.modeling_bart", "BartLearnedPositionalEmbedding"),
-    ("sinusoidal_position_encoding", "transformers.models.marian.modeling_marian",
-     "MarianSinusoidalPositionalEmbedding.create_weight"),
+    (
+        "TokenAndPosition (tokens)",
+        "transformers.models.bart.modeling_bart",
+        "BartScaledWordEmbedding",
+    ),
+    (
+        "TokenAndPosition (positions)",
+        "transformers.models.bart.modeling_bart",
+        "BartLearnedPositionalEmbedding",
+    ),
+    (
+        "sinusoidal_position_encoding",
+        "transformers.models.marian.modeling_marian",
+        "MarianSinusoidalPositionalEmbedding.create_weight",
+    ),
     ("make_padding_mask", "transformers.masking_utils", "create_bidirectional_mask"),
     ("make_causal_mask", "transformers.masking_utils", "create_causal_mask"),
     ("  additive float mask", "transformers.masking_utils", "eager_mask"),
@@ -170,7 +184,7 @@ package_root = Path(transformers.__file__).parent
 def resolve(module_name, qualname):
     obj = importlib.import_module(module_name)
     for part in qualname.split("."):
-        assert hasattr(obj, part), f"{module_name} has no {qualname} in transformers {transformers.__version__}"
+        assert hasattr(obj, part), f"{module_name} has no {qualname} in {transformers.__version__}"
         obj = getattr(obj, part)
     return obj
 
@@ -196,21 +210,37 @@ print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__vers
 # older tutorial fails at import, not silently.
 
 # %%
+Mixin, Decoder = generation_utils.GenerationMixin, modeling_bart.BartDecoder
 gone = {
-    "transformers.modeling_attn_mask_utils (module)": importlib.util.find_spec("transformers.modeling_attn_mask_utils") is None,
-    "GenerationMixin.greedy_search": not hasattr(generation_utils.GenerationMixin, "greedy_search"),
-    "GenerationMixin._greedy_search": not hasattr(generation_utils.GenerationMixin, "_greedy_search"),
-    "BartDecoder._update_causal_mask (4.57)": not hasattr(modeling_bart.BartDecoder, "_update_causal_mask"),
-    "BartDecoder._update_cross_attn_mask (4.57)": not hasattr(modeling_bart.BartDecoder, "_update_cross_attn_mask"),
+    "transformers.modeling_attn_mask_utils (module)": importlib.util.find_spec(
+        "transformers.modeling_attn_mask_utils"
+    )
+    is None,
+    "GenerationMixin.greedy_search": not hasattr(Mixin, "greedy_search"),
+    "GenerationMixin._greedy_search": not hasattr(Mixin, "_greedy_search"),
+    "BartDecoder._update_causal_mask": not hasattr(Decoder, "_update_causal_mask"),
+    "BartDecoder._update_cross_attn_mask": not hasattr(Decoder, "_update_cross_attn_mask"),
 }
 for name, is_gone in gone.items():
     print(f"{name:<48} {'absent' if is_gone else 'PRESENT'}")
 assert all(gone.values())
 
+# the cache argument: `cache`, and the old name mapped onto it by a decorator
+attn_args = list(inspect.signature(modeling_bart.BartAttention.forward).parameters)
+print("BartAttention.forward arguments:", attn_args)
+renamed = inspect.getsource(modeling_bart).count('deprecate_kwarg("past_key_values"')
+print(f'deprecate_kwarg("past_key_values", ..., new_name="cache") in modeling_bart.py: {renamed}x')
+assert "cache" in attn_args and renamed > 0
+
 # greedy decoding and sampling share one loop: the generation mode maps to the method name
 mapping = generation_utils.GENERATION_MODES_MAPPING
 GenerationMode = generation_utils.GenerationMode
-print("greedy search ->", mapping[GenerationMode.GREEDY_SEARCH], "| sampling ->", mapping[GenerationMode.SAMPLE])
+print(
+    "greedy search ->",
+    mapping[GenerationMode.GREEDY_SEARCH],
+    "| sampling ->",
+    mapping[GenerationMode.SAMPLE],
+)
 assert mapping[GenerationMode.GREEDY_SEARCH] == mapping[GenerationMode.SAMPLE] == "_sample"
 
 # %% [markdown]
@@ -226,7 +256,7 @@ assert mapping[GenerationMode.GREEDY_SEARCH] == mapping[GenerationMode.SAMPLE] =
 registry = modeling_utils.ALL_ATTENTION_FUNCTIONS
 print("registered attention functions:", sorted(registry.keys()))
 forward_src = inspect.getsource(modeling_bart.BartAttention.forward)
-lookup = next(line.strip() for line in forward_src.splitlines() if "ALL_ATTENTION_FUNCTIONS" in line)
+lookup = next(ln.strip() for ln in forward_src.splitlines() if "ALL_ATTENTION_FUNCTIONS" in ln)
 print("BartAttention.forward:", lookup, "...")
 assert "sdpa" in registry and "eager" not in registry
 assert "eager_attention_forward" in forward_src
@@ -244,12 +274,26 @@ d_model, heads = 32, 4
 
 
 def tiny_bart_config(attn="eager", **overrides):
-    cfg = BartConfig(vocab_size=VOCAB_SIZE, d_model=d_model, encoder_layers=1, decoder_layers=1,
-                     encoder_attention_heads=heads, decoder_attention_heads=heads,
-                     encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model, max_position_embeddings=16,
-                     dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                     pad_token_id=PAD_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-                     decoder_start_token_id=BOS_ID, forced_eos_token_id=None, **overrides)
+    cfg = BartConfig(
+        vocab_size=VOCAB_SIZE,
+        d_model=d_model,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model,
+        max_position_embeddings=16,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        **overrides,
+    )
     cfg._attn_implementation = attn
     return cfg
 
@@ -262,8 +306,15 @@ print("src:", tuple(src.shape), " x:", tuple(x.shape))
 ours_mha = MultiHeadAttention(d_model, heads, dropout=0.0).eval()
 bart_attn = {}
 for attn in ("eager", "sdpa"):
-    bart_attn[attn] = modeling_bart.BartAttention(d_model, heads, config=tiny_bart_config(attn)).eval()
-    for theirs, mine in [("q_proj", "W_q"), ("k_proj", "W_k"), ("v_proj", "W_v"), ("out_proj", "W_o")]:
+    bart_attn[attn] = modeling_bart.BartAttention(
+        d_model, heads, config=tiny_bart_config(attn)
+    ).eval()
+    for theirs, mine in [
+        ("q_proj", "W_q"),
+        ("k_proj", "W_k"),
+        ("v_proj", "W_v"),
+        ("out_proj", "W_o"),
+    ]:
         getattr(bart_attn[attn], theirs).load_state_dict(getattr(ours_mha, mine).state_dict())
 
 pad_mask = make_padding_mask(src)  # ours: [B, 1, 1, Ls], True = blocked
@@ -271,10 +322,13 @@ with torch.no_grad():
     out_ours, _ = ours_mha(x, x, x, attn_mask=pad_mask)
     for attn in ("eager", "sdpa"):
         hf_mask = masking_utils.create_bidirectional_mask(
-            config=tiny_bart_config(attn), inputs_embeds=x, attention_mask=to_hf_attention_mask(src))
+            config=tiny_bart_config(attn), inputs_embeds=x, attention_mask=to_hf_attention_mask(src)
+        )
         out_hf, _ = bart_attn[attn](x, attention_mask=hf_mask)
         gap = (out_hf - out_ours).abs().max().item()
-        print(f"{attn:>5}: mask {hf_mask.dtype}, {list(hf_mask.shape)}; max |BART - ours| < 1e-5: {gap < 1e-5}")
+        print(
+            f"{attn:>5}: mask {hf_mask.dtype}, {list(hf_mask.shape)}; max |BART - ours| = {gap:.5f}"
+        )
         torch.testing.assert_close(out_hf, out_ours, atol=1e-5, rtol=1e-5)
 
 # %% [markdown]
@@ -302,34 +356,44 @@ src_embeds, tgt_embeds = torch.zeros(B, Ls, d_model), torch.zeros(B, Lt, d_model
 
 eager_cfg, sdpa_cfg = tiny_bart_config("eager"), tiny_bart_config("sdpa")
 enc_hf = masking_utils.create_bidirectional_mask(eager_cfg, src_embeds, to_hf_attention_mask(src))
-dec_hf = masking_utils.create_causal_mask(eager_cfg, tgt_embeds, to_hf_attention_mask(tgt_in), cache=None)
-enc_hf_bool = masking_utils.create_bidirectional_mask(sdpa_cfg, src_embeds, to_hf_attention_mask(src))
-dec_hf_bool = masking_utils.create_causal_mask(sdpa_cfg, tgt_embeds, to_hf_attention_mask(tgt_in), cache=None)
+dec_hf = masking_utils.create_causal_mask(
+    eager_cfg, tgt_embeds, to_hf_attention_mask(tgt_in), cache=None
+)
+enc_hf_bool = masking_utils.create_bidirectional_mask(
+    sdpa_cfg, src_embeds, to_hf_attention_mask(src)
+)
+dec_hf_bool = masking_utils.create_causal_mask(
+    sdpa_cfg, tgt_embeds, to_hf_attention_mask(tgt_in), cache=None
+)
 
 print("HF attention_mask for tgt_in[0]:", to_hf_attention_mask(tgt_in)[0].tolist())
 print("HF eager causal mask, sequence 0, first 4 queries x 6 keys (finfo.min shown as -inf):")
 print(dec_hf[0, 0, :4, :6].clamp(min=-1).masked_fill(dec_hf[0, 0, :4, :6] < -1, float("-inf")))
-for name, hf, ours in [("encoder, additive", enc_hf, to_additive(enc_ours)),
-                       ("decoder, additive", dec_hf, to_additive(dec_ours)),
-                       ("encoder, bool", enc_hf_bool, to_sdpa_mask(enc_ours)),
-                       ("decoder, bool", dec_hf_bool, to_sdpa_mask(dec_ours))]:
+for name, hf, ours in [
+    ("encoder, additive", enc_hf, to_additive(enc_ours)),
+    ("decoder, additive", dec_hf, to_additive(dec_ours)),
+    ("encoder, bool", enc_hf_bool, to_sdpa_mask(enc_ours)),
+    ("decoder, bool", dec_hf_bool, to_sdpa_mask(dec_ours)),
+]:
     assert hf.shape == ours.shape and torch.equal(hf, ours), name
     print(f"{name:<18} {str(hf.dtype):<14} {list(hf.shape)}  == ours converted")
 
 # %% [markdown]
 # One optimisation to know about when you read the code: when the batch has **no** padding,
-# `create_bidirectional_mask` returns `None` (nothing to mask: with SDPA this lets it pick its
-# fastest kernel), and with SDPA `create_causal_mask` returns `None` too, leaving causality to
-# SDPA's own `is_causal` flag. Only the eager path still materialises the causal mask. A mask of
-# `None` in that code does not mean "unmasked by mistake":
+# `create_bidirectional_mask` returns `None` (nothing to mask), and with SDPA `create_causal_mask`
+# returns `None` too, leaving causality to SDPA's own `is_causal` flag. Only the eager path still
+# materialises the causal mask. A mask of `None` in that code does not mean "unmasked by
+# mistake":
 
 # %%
 no_padding = torch.ones(B, Lt, dtype=torch.long)
 for name, cfg in [("eager", eager_cfg), ("sdpa", sdpa_cfg)]:
     bidi = masking_utils.create_bidirectional_mask(cfg, tgt_embeds, no_padding)
     causal = masking_utils.create_causal_mask(cfg, tgt_embeds, no_padding, cache=None)
-    print(f"{name:>5}, no padding: bidirectional -> {bidi}, causal -> "
-          f"{None if causal is None else list(causal.shape)}")
+    print(
+        f"{name:>5}, no padding: bidirectional -> {bidi}, causal -> "
+        f"{None if causal is None else list(causal.shape)}"
+    )
     assert bidi is None and (causal is None) == (name == "sdpa")
 
 # %% [markdown]
@@ -347,10 +411,16 @@ for name, cfg in [("eager", eager_cfg), ("sdpa", sdpa_cfg)]:
 # %%
 ours_layer = EncoderLayer(d_model, heads, 4 * d_model, dropout=0.0).eval()
 bart_layer = modeling_bart.BartEncoderLayer(tiny_bart_config("eager")).eval()
-for theirs, mine in [("self_attn.q_proj", "mha.W_q"), ("self_attn.k_proj", "mha.W_k"),
-                     ("self_attn.v_proj", "mha.W_v"), ("self_attn.out_proj", "mha.W_o"),
-                     ("self_attn_layer_norm", "ln1"), ("fc1", "ffn.net.0"), ("fc2", "ffn.net.2"),
-                     ("final_layer_norm", "ln2")]:
+for theirs, mine in [
+    ("self_attn.q_proj", "mha.W_q"),
+    ("self_attn.k_proj", "mha.W_k"),
+    ("self_attn.v_proj", "mha.W_v"),
+    ("self_attn.out_proj", "mha.W_o"),
+    ("self_attn_layer_norm", "ln1"),
+    ("fc1", "ffn.net.0"),
+    ("fc2", "ffn.net.2"),
+    ("final_layer_norm", "ln2"),
+]:
     bart_layer.get_submodule(theirs).load_state_dict(ours_layer.get_submodule(mine).state_dict())
 
 
@@ -365,35 +435,126 @@ def post_norm(layer, x, mask):  # the original paper, and BART
     return layer.ln2(x + layer.ffn(x))
 
 
-x_big = 3 * torch.randn(B, Ls, d_model)  # a residual stream that has grown, as it does in deep stacks
+x_big = 3 * torch.randn(
+    B, Ls, d_model
+)  # a residual stream that has grown, as it does in deep stacks
 with torch.no_grad():
     out_bart = bart_layer(x_big, enc_hf)
-    out_post, out_pre = post_norm(ours_layer, x_big, pad_mask), pre_norm(ours_layer, x_big, pad_mask)
+    out_post, out_pre = (
+        post_norm(ours_layer, x_big, pad_mask),
+        pre_norm(ours_layer, x_big, pad_mask),
+    )
     torch.testing.assert_close(ours_layer(x_big, pad_mask)[0], out_pre)
-print(f"max |BART - our Post-Norm| < 1e-5: {(out_bart - out_post).abs().max().item() < 1e-5}")
+print(f"max |BART - our Post-Norm| = {(out_bart - out_post).abs().max():.5f}")
 print(f"max |BART - our Pre-Norm|  = {(out_bart - out_pre).abs().max():.2f}")
-print(f"std of each output row: BART {out_bart.std(-1).mean():.2f}, Pre-Norm {out_pre.std(-1).mean():.2f}"
-      f" (input {x_big.std(-1).mean():.2f})")
+print(
+    f"std of each output row: BART {out_bart.std(-1).mean():.2f}, "
+    f"Pre-Norm {out_pre.std(-1).mean():.2f} (input {x_big.std(-1).mean():.2f})"
+)
 torch.testing.assert_close(out_bart, out_post, atol=1e-5, rtol=1e-5)
 assert (out_bart - out_pre).abs().max() > 0.1
 assert abs(out_bart.std(-1).mean() - 1) < 0.05 < abs(out_pre.std(-1).mean() - 1)
 
-# where the LayerNorms of a whole (one-layer) BART encoder sit: one on the input, two per layer, none at the end
-bart_norms = [n for n, m in modeling_bart.BartEncoder(tiny_bart_config()).named_modules() if isinstance(m, nn.LayerNorm)]
+# the LayerNorms of a one-layer BART encoder: one on the input, two per layer, none at the end
+bart_encoder = modeling_bart.BartEncoder(tiny_bart_config())
+bart_norms = [n for n, m in bart_encoder.named_modules() if isinstance(m, nn.LayerNorm)]
 print("LayerNorms in a BartEncoder:", bart_norms)
-assert sorted(bart_norms) == ["layernorm_embedding", "layers.0.final_layer_norm", "layers.0.self_attn_layer_norm"]
+assert sorted(bart_norms) == [
+    "layernorm_embedding",
+    "layers.0.final_layer_norm",
+    "layers.0.self_attn_layer_norm",
+]
 
 # %% [markdown]
 # The last line is the practical difference. A Post-Norm layer's output is normalised (each row
 # has standard deviation about 1, whatever came in), so the residual stream is squashed at every
-# layer and gradients must pass through every LayerNorm, one reason Post-Norm stacks depend on a
-# learning-rate warmup (chapter 05 compares the two). A Pre-Norm layer leaves the residual stream
-# alone and only normalises what each sublayer reads.
+# layer and gradients must pass through every LayerNorm; Xiong et al. {cite}`xiong2020` trace
+# Post-Norm's need for a learning-rate warmup to this. A Pre-Norm layer leaves the residual
+# stream alone and only normalises what each sublayer reads.
+#
+# Figure 16.1 puts the names of a whole encoder side by side, ours (`helpers.Transformer`) and
+# BART's (`BartForConditionalGeneration`). The cell checks every pair: both names exist, and the
+# weights have the same shape.
+
+# %%
+ours_model = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=heads,
+                         dff=4 * d_model, num_layers=1, max_len=16)  # fmt: skip
+bart_lm = modeling_bart.BartForConditionalGeneration(tiny_bart_config())
+NAME_PAIRS = [  # (ours, BART's): one module each, the same weight shape
+    ("encoder.embed.emb", "model.encoder.embed_tokens"),
+    ("encoder.layers.0.mha.W_q", "model.encoder.layers.0.self_attn.q_proj"),
+    ("encoder.layers.0.mha.W_k", "model.encoder.layers.0.self_attn.k_proj"),
+    ("encoder.layers.0.mha.W_v", "model.encoder.layers.0.self_attn.v_proj"),
+    ("encoder.layers.0.mha.W_o", "model.encoder.layers.0.self_attn.out_proj"),
+    ("encoder.layers.0.ln1", "model.encoder.layers.0.self_attn_layer_norm"),
+    ("encoder.layers.0.ffn.net.0", "model.encoder.layers.0.fc1"),
+    ("encoder.layers.0.ffn.net.2", "model.encoder.layers.0.fc2"),
+    ("encoder.layers.0.ln2", "model.encoder.layers.0.final_layer_norm"),
+    ("out_proj", "lm_head"),
+]
+for ours_name, bart_name in NAME_PAIRS:
+    a = ours_model.get_submodule(ours_name).weight
+    b = bart_lm.get_submodule(bart_name).weight
+    assert a.shape == b.shape, (ours_name, bart_name)
+print(f"{len(NAME_PAIRS)} pairs: same weight shapes")
+pe_rows = ours_model.encoder.embed.pe.size(0)
+bart_rows = bart_lm.get_submodule("model.encoder.embed_positions").weight.size(0)
+print(f"positions: ours a fixed buffer of {pe_rows} rows, BART a learned table of {bart_rows} rows")
+only_bart = [n for n, m in bart_lm.named_modules() if n.endswith("layernorm_embedding")]
+only_ours = [n for n, m in ours_model.named_modules() if n.endswith("ln_final")]
+print("only in BART:", only_bart, "| only in ours:", only_ours)
+assert (pe_rows, bart_rows) == (16, 18) and only_bart and "encoder.ln_final" in only_ours
+
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+def draw_name_map():
+    rows = [  # (ours, BART's, how they relate)
+        ("encoder.embed.emb  (x sqrt(d))", "encoder.embed_tokens  (x 1 by default)", "same"),
+        ("encoder.embed.pe  (sinusoids, fixed)", "encoder.embed_positions  (learned, +2 rows)",
+         "role"),
+        ("", "encoder.layernorm_embedding", "none"),
+        ("layers.0.mha.W_q, W_k, W_v, W_o", "layers.0.self_attn.q_proj, k_proj, v_proj, out_proj",
+         "same"),
+        ("layers.0.ln1  (before attention)", "layers.0.self_attn_layer_norm  (after it)", "role"),
+        ("layers.0.ffn.net.0, net.2", "layers.0.fc1, fc2", "same"),
+        ("layers.0.ln2  (before the FFN)", "layers.0.final_layer_norm  (after it)", "role"),
+        ("encoder.ln_final", "", "none"),
+        ("out_proj", "lm_head", "same"),
+    ]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(9.5, 4.6))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.6, len(rows) + 0.4)
+    ax.axis("off")
+    ax.text(2.2, len(rows) + 0.1, "ours (helpers.Transformer)", ha="center", weight="bold")
+    ax.text(7.6, len(rows) + 0.1, "BART (BartForConditionalGeneration)", ha="center", weight="bold")
+    style = {"same": ("0.2", "-"), "role": ("tab:orange", "--")}
+    for i, (ours, theirs, kind) in enumerate(rows):
+        y = len(rows) - 1 - i
+        box = dict(boxstyle="round,pad=0.3", fc="#eef4fb", ec="0.5")
+        if ours:
+            ax.text(2.2, y, ours, ha="center", va="center", fontsize=8, bbox=box)
+        if theirs:
+            ax.text(7.6, y, theirs, ha="center", va="center", fontsize=8,
+                    bbox={**box, "fc": "#fdf0e0"})  # fmt: skip
+        if kind in style:
+            color, ls = style[kind]
+            ax.plot([4.35, 5.05], [y, y], color=color, ls=ls, lw=1.5)
+    ax.plot([], [], color="0.2", label="same weights, same role")
+    ax.plot([], [], color="tab:orange", ls="--", label="counterparts with another role or shape")
+    ax.legend(loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
+    ax.set_title("Figure 16.1: one encoder, name by name (prefix model. omitted on BART's side)")
+    fig.tight_layout()
+
+
+draw_name_map()
+plt.show()
+
+# %% [markdown]
 #
 # ### 2. Positions: learned with an offset of 2 (BART), sinusoidal in halves (Marian)
 #
 # `BartLearnedPositionalEmbedding` is a plain learned table with **two extra rows**: position $p$
-# reads row $p + 2$ (a leftover from fairseq, where positions started after the padding index).
+# reads row $p + 2$.
 # Marian uses fixed sinusoids like ours, but lays them out differently: all the sines in the first
 # half of the vector, all the cosines in the second, instead of interleaving them on even and odd
 # dimensions. Same information, permuted columns, which matters the moment you copy weights:
@@ -401,17 +562,25 @@ assert sorted(bart_norms) == ["layernorm_embedding", "layers.0.final_layer_norm"
 # %%
 max_pos, L = 16, 5
 bart_pos = modeling_bart.BartLearnedPositionalEmbedding(max_pos, d_model)
-print("BART position table:", tuple(bart_pos.weight.shape), "for max_position_embeddings =", max_pos,
-      "| offset:", bart_pos.offset)
+print(
+    "BART position table:",
+    tuple(bart_pos.weight.shape),
+    "for max_position_embeddings =",
+    max_pos,
+    "| offset:",
+    bart_pos.offset,
+)
 rows = bart_pos(torch.zeros(1, L, dtype=torch.long))  # only the shape of the input matters
-assert bart_pos.weight.shape[0] == max_pos + 2 and torch.equal(rows[0], bart_pos.weight[2:2 + L])
+assert bart_pos.weight.shape[0] == max_pos + 2 and torch.equal(rows[0], bart_pos.weight[2 : 2 + L])
 
 marian_pos = modeling_marian.MarianSinusoidalPositionalEmbedding(max_pos, d_model)
 marian_table = marian_pos.create_weight()  # [max_pos, d]: sin(...) | cos(...)
 ours_table = sinusoidal_position_encoding(max_pos, d_model)  # sin on even dims, cos on odd dims
 ours_in_halves = torch.cat([ours_table[:, 0::2], ours_table[:, 1::2]], dim=1)
-print(f"max |Marian - ours| as stored: {(marian_table - ours_table).abs().max():.2f}; "
-      f"after moving sines to the front: < 1e-5: {(marian_table - ours_in_halves).abs().max().item() < 1e-5}")
+print(
+    f"max |Marian - ours| as stored: {(marian_table - ours_table).abs().max():.2f}; "
+    f"after moving sines to the front: {(marian_table - ours_in_halves).abs().max():.5f}"
+)
 torch.testing.assert_close(marian_table, ours_in_halves, atol=1e-5, rtol=0)
 assert not torch.allclose(marian_table, ours_table, atol=1e-2)
 
@@ -421,21 +590,64 @@ assert not torch.allclose(marian_table, ours_table, atol=1e-2)
 # We multiply token embeddings by $\sqrt{d}$ and initialise them with standard deviation
 # $d^{-1/2}$, so that scaled tokens (std about 1) and sinusoidal positions (amplitude at most 1) are
 # of the same size (chapters 02 and 12). BART and Marian make the scale optional
-# (`scale_embedding`, **off** by default: `embed_scale` is 1.0), and initialise every embedding,
-# tokens and learned positions alike, from $\mathcal{N}(0, 0.02^2)$ (`init_std`). Different recipe,
-# same goal: tokens and positions start at the same scale. A tiny randomly initialised `BartModel`
-# shows both:
+# (`scale_embedding`, **off** by default: `embed_scale` is 1.0), and initialise every learned
+# embedding from $\mathcal{N}(0, 0.02^2)$ (`init_std`). For BART that keeps tokens and positions at
+# one scale: its positions are a learned table, initialised like the tokens. A tiny randomly
+# initialised `BartModel` shows it:
 
 # %%
 bart = modeling_bart.BartModel(tiny_bart_config("eager"))
 tok_std = bart.encoder.embed_tokens.weight.std().item()
 pos_std = bart.encoder.embed_positions.weight.std().item()
-print(f"BartConfig().scale_embedding = {BartConfig().scale_embedding}, MarianConfig().scale_embedding = "
-      f"{MarianConfig().scale_embedding}; embed_scale = {bart.encoder.embed_tokens.embed_scale}")
-print(f"init_std = {bart.config.init_std}; std of token embeddings {tok_std:.3f}, of positions {pos_std:.3f}")
+print(
+    f"BartConfig().scale_embedding = {BartConfig().scale_embedding}, "
+    f"MarianConfig().scale_embedding = {MarianConfig().scale_embedding}; "
+    f"embed_scale = {bart.encoder.embed_tokens.embed_scale}"
+)
+print(
+    f"init_std = {bart.config.init_std}; std of token embeddings {tok_std:.3f}, "
+    f"of positions {pos_std:.3f}"
+)
 assert not BartConfig().scale_embedding and not MarianConfig().scale_embedding
 assert bart.encoder.embed_tokens.embed_scale == 1.0
 assert abs(tok_std - 0.02) < 0.005 and abs(pos_std - 0.02) < 0.005
+
+# %% [markdown]
+# Marian's positions are not learned: they are fixed sinusoids, like ours, with values of size 1.
+# With the scale off, its tokens are not. We build a Marian model at `MarianConfig`'s default width
+# (with a vocabulary of 13 and one small layer, so it builds quickly) and compare the root mean
+# square of what is added at the input: the token vectors, times `embed_scale`, and the position
+# vectors.
+
+# %%
+def rms(t):
+    return t.pow(2).mean().sqrt().item()
+
+
+def marian_input_scales(**overrides):
+    """RMS of the scaled token vectors and of the position vectors of a fresh Marian encoder."""
+    cfg = MarianConfig(vocab_size=VOCAB_SIZE, encoder_layers=1, decoder_layers=1,
+                       encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=PAD_ID,
+                       decoder_start_token_id=PAD_ID, **overrides)  # fmt: skip
+    torch.manual_seed(0)
+    encoder = modeling_marian.MarianModel(cfg).encoder
+    tokens = encoder.embed_tokens.weight[PAD_ID + 1 :] * encoder.embed_scale
+    return cfg.d_model, rms(tokens), rms(encoder.embed_positions.weight)
+
+
+width, tok_rms, pos_rms = marian_input_scales()
+print(
+    f"Marian, d_model = {width}, scale_embedding off: token RMS {tok_rms:.3f}, "
+    f"position RMS {pos_rms:.3f}: positions {pos_rms / tok_rms:.0f}x louder"
+)
+assert pos_rms / tok_rms > 30
+
+# %% [markdown]
+# So for Marian the two do not start at one scale: with its default config, the position signal
+# is about 36 times larger than the token signal at initialisation (the cell prints the ratio:
+# $\sqrt{1/2} / 0.02$, whatever the width). A
+# checkpoint's config can turn `scale_embedding` on; exercise 16.1 measures what that changes.
+# When you read or port such a model, check the two scales the way this cell does.
 
 # %% [markdown]
 # ### 4. The decoder's first token, and the shift
@@ -448,7 +660,9 @@ assert abs(tok_std - 0.02) < 0.005 and abs(pos_std - 0.02) < 0.005
 
 # %%
 labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == PAD_ID, -100)  # what a HF data collator produces
-decoder_input_ids = modeling_bart.shift_tokens_right(labels, pad_token_id=PAD_ID, decoder_start_token_id=BOS_ID)
+decoder_input_ids = modeling_bart.shift_tokens_right(
+    labels, pad_token_id=PAD_ID, decoder_start_token_id=BOS_ID
+)
 print("labels[0]           :", labels[0].tolist())
 print("decoder_input_ids[0]:", decoder_input_ids[0].tolist())
 print("tgt_in[0]           :", tgt_in[0].tolist())
@@ -459,42 +673,48 @@ assert torch.equal(decoder_input_ids, tgt_in)
 
 # %%
 for name, cfg in [("BART", BartConfig()), ("Marian", MarianConfig())]:
-    print(f"{name:<7} pad_token_id={cfg.pad_token_id:<6} bos_token_id={str(cfg.bos_token_id):<5} "
-          f"eos_token_id={cfg.eos_token_id:<3} decoder_start_token_id={cfg.decoder_start_token_id}")
+    print(
+        f"{name:<7} pad_token_id={cfg.pad_token_id:<6} bos_token_id={str(cfg.bos_token_id):<5} "
+        f"eos_token_id={cfg.eos_token_id:<3} decoder_start_token_id={cfg.decoder_start_token_id}"
+    )
 assert BartConfig().decoder_start_token_id == BartConfig().eos_token_id  # BART starts with </s>
-assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id  # Marian starts with <pad>
+assert (
+    MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
+)  # Marian starts with <pad>
+
+# %% [markdown]
+# BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
+# In our model that would be a bug: our decoder derives its padding mask from the ids
+# (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
+# (chapter 17 shows the damage). Marian gets away with it because its decoder does not derive the
+# padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
+# ones when not given. A tiny BART fed a decoder input that starts with PAD shows it: query 0
+# attends to key 0, the PAD, with weight 1.
 
 # %%
 pad_start = tgt_in.clone()
 pad_start[:, 0] = PAD_ID
 with torch.no_grad():
     out = modeling_bart.BartModel(tiny_bart_config("eager")).eval()(
-        input_ids=src, attention_mask=to_hf_attention_mask(src), decoder_input_ids=pad_start, output_attentions=True)
-first_query = out.decoder_attentions[0][:, :, 0, 0]  # layer 0, every batch and head: query 0 -> key 0
-print("decoder input starts with:", pad_start[:, 0].tolist(), "| weight of query 0 on key 0:", first_query.unique().tolist())
-assert torch.equal(first_query, torch.ones_like(first_query)) and out.last_hidden_state.isfinite().all()
+        input_ids=src, attention_mask=to_hf_attention_mask(src), decoder_input_ids=pad_start,
+        output_attentions=True)  # fmt: skip
+first_query = out.decoder_attentions[0][:, :, 0, 0]  # layer 0, every sequence and head: 0 -> 0
+print("decoder input starts with:", pad_start[:, 0].tolist(),
+      "| weight of query 0 on key 0:", first_query.unique().tolist())  # fmt: skip
+assert torch.equal(first_query, torch.ones_like(first_query))
+assert out.last_hidden_state.isfinite().all()
 
 # %% [markdown]
 # A mask derived from token ids and a mask passed alongside them are different designs; know which
 # one the code you read uses.
-
-# %% [markdown]
-# BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
-# In our model that would be a bug: our decoder derives its padding mask from the ids
-# (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
-# (chapter 17 shows the damage). Marian gets away with it because Hugging Face never derives the
-# decoder's padding mask from the ids: it comes from the `decoder_attention_mask` argument, which
-# is all ones when not given. A tiny BART fed a decoder input that starts with PAD shows it: query
-# 0 attends to key 0, the PAD, with weight 1.
 #
 # ### 5. Generation and the cache
 #
 # `generate()` works out a *generation mode* from its arguments (`num_beams=1, do_sample=False` is
 # greedy search) and runs `_sample`, which takes the argmax at every step when sampling is off. It
-# keeps an `EncoderDecoderCache`: a `DynamicCache` for the self-attention keys and values, which
-# grows by one position per step (our `self_k`/`self_v`), and one for cross-attention, filled at
-# the first step and then reused, with a per-layer `is_updated` flag (our `cross_k`/`cross_v`,
-# projected once). We run `generate` on a tiny random BART and compare it with a plain argmax loop
+# keeps an `EncoderDecoderCache`: a `DynamicCache` for the self-attention keys and values (our
+# `self_k`/`self_v`) and one for cross-attention, with a per-layer `is_updated` flag (our
+# `cross_k`/`cross_v`, projected once). We run `generate` on a tiny random BART and compare it with a plain argmax loop
 # that re-runs the whole decoder every step without any cache: the tokens must be identical, the
 # same property our KV-cache chapter checks. A spy on `_sample` confirms which loop ran. Like our
 # `greedy_decode`, `generate` pads a sequence with PAD once it has produced EOS (id 2).
@@ -502,7 +722,9 @@ assert torch.equal(first_query, torch.ones_like(first_query)) and out.last_hidde
 # %%
 torch.manual_seed(2)
 # init_std=1.0: large random weights, so that the untrained model's argmax varies from step to step
-gen_model = modeling_bart.BartForConditionalGeneration(tiny_bart_config("eager", init_std=1.0)).eval()
+gen_model = modeling_bart.BartForConditionalGeneration(
+    tiny_bart_config("eager", init_std=1.0)
+).eval()
 src_ids, src_keep = src, to_hf_attention_mask(src)
 
 calls = []
@@ -517,15 +739,22 @@ def spy(self, *args, **kwargs):
 generation_utils.GenerationMixin._sample = spy
 try:
     with torch.no_grad():
-        hf_tokens = gen_model.generate(input_ids=src_ids, attention_mask=src_keep, max_new_tokens=8,
-                                       do_sample=False, num_beams=1)
+        hf_tokens = gen_model.generate(
+            input_ids=src_ids,
+            attention_mask=src_keep,
+            max_new_tokens=8,
+            do_sample=False,
+            num_beams=1,
+        )
 finally:
     generation_utils.GenerationMixin._sample = original_sample
 
 out = torch.full((B, 1), BOS_ID)  # decoder_start_token_id
 with torch.no_grad():
     for _ in range(8):
-        logits = gen_model(input_ids=src_ids, attention_mask=src_keep, decoder_input_ids=out, use_cache=False).logits
+        logits = gen_model(
+            input_ids=src_ids, attention_mask=src_keep, decoder_input_ids=out, use_cache=False
+        ).logits
         out = torch.cat([out, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
 print("generate() with its cache:", hf_tokens.tolist())
 print("argmax loop, no cache:    ", out.tolist())
@@ -543,8 +772,14 @@ for row_hf, row_loop in zip(hf_tokens, out):
 assert finished >= 1  # this seed produces at least one EOS, so the padding rule is exercised
 
 edc = cache_utils.EncoderDecoderCache(cache_utils.DynamicCache(), cache_utils.DynamicCache())
-print("EncoderDecoderCache parts:", type(edc.self_attention_cache).__name__, "+",
-      type(edc.cross_attention_cache).__name__, "| is_updated:", edc.is_updated)
+print(
+    "EncoderDecoderCache parts:",
+    type(edc.self_attention_cache).__name__,
+    "+",
+    type(edc.cross_attention_cache).__name__,
+    "| is_updated:",
+    edc.is_updated,
+)
 assert hasattr(edc, "self_attention_cache") and hasattr(edc, "cross_attention_cache")
 
 # %% [markdown]
@@ -567,3 +802,95 @@ assert hasattr(edc, "self_attention_cache") and hasattr(edc, "cross_attention_ca
 # | decoder padding | derived from `tgt_in == PAD_ID` | passed as `decoder_attention_mask` (all ones by default) |
 # | start symbol | BOS (differs from PAD) | BART: EOS; Marian: PAD |
 # | ignored targets | `ignore_index=PAD_ID` | labels set to -100 |
+
+# %% [markdown]
+# ## Summary
+#
+# - A map from every piece of `helpers` to its counterpart in `transformers` (BART, and Marian's
+#   positions), each name imported from the pinned release and located by file and line; the
+#   names older tutorials use are checked to be gone. Figure 16.1 maps one encoder name by name.
+# - Our attention weights loaded into `BartAttention` give our outputs, in its eager and its SDPA
+#   implementation; our masks converted to its conventions equal the masks `masking_utils` builds.
+# - A `BartEncoderLayer` holding our weights computes the Post-Norm function of our modules, not
+#   our Pre-Norm one.
+# - BART's tokens and learned positions start at the same scale; Marian's fixed sinusoidal
+#   positions start about 36 times louder than its tokens when `scale_embedding` is off.
+# - `generate` with its cache gives the tokens of a plain argmax loop without one.
+# - The one thing to remember: check a source map against the installed code, because the names
+#   move from release to release.
+#
+# ## Exercises
+#
+# ### Exercise 16.1 (predict, then run): Marian with `scale_embedding=True`
+#
+# `scale_embedding=True` multiplies Marian's token vectors by $\sqrt{d}$ before the positions are
+# added. Predict the ratio of position RMS to token RMS at `MarianConfig`'s default width, and at
+# `d_model=256`: does it still depend on the width? Then run `marian_input_scales`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 16.1
+for overrides in (dict(scale_embedding=True), dict(scale_embedding=True, d_model=256)):
+    width, tok_rms, pos_rms = marian_input_scales(**overrides)
+    print(
+        f"d_model = {width:>4}, scale on: token RMS {tok_rms:.3f}, position RMS {pos_rms:.3f}, "
+        f"ratio {pos_rms / tok_rms:.1f} (0.02 x sqrt(d) = {0.02 * math.sqrt(width):.3f})"
+    )
+    # the tokens grow with sqrt(d); the sinusoids keep an RMS of sqrt(1/2) at every width
+    assert (
+        abs(tok_rms - 0.02 * math.sqrt(width)) < 0.05 * tok_rms and abs(pos_rms - 0.5**0.5) < 1e-3
+    )
+
+# %% [markdown]
+# ### Exercise 16.2 (implement): a decoder layer, name by name
+#
+# Figure 16.1 maps an encoder layer. Write `bart_name(name)` for a decoder layer: it takes the name
+# of a parameter of our `DecoderLayer` (`"self_mha.W_q.weight"`, `"ln2.bias"`, ...) and returns
+# the name of the tensor that plays the same part in a `BartDecoderLayer`
+# (`"self_attn.q_proj.weight"`, ...). Match each LayerNorm by the sub-layer it belongs to. Find
+# BART's names with `modeling_bart.BartDecoderLayer(tiny_bart_config()).named_parameters()`.
+# `check_bart_decoder_names` calls your function on all 26 parameter names of a `DecoderLayer`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 16.2
+from helpers.exercises import check_bart_decoder_names
+
+DECODER_MAP = {"self_mha": "self_attn", "cross_mha": "encoder_attn", "W_q": "q_proj",
+               "W_k": "k_proj", "W_v": "v_proj", "W_o": "out_proj", "ln1": "self_attn_layer_norm",
+               "ln2": "encoder_attn_layer_norm", "ln3": "final_layer_norm"}  # fmt: skip
+
+
+def bart_name(name):
+    name = name.replace("ffn.net.0", "fc1").replace("ffn.net.2", "fc2")
+    return ".".join(DECODER_MAP.get(part, part) for part in name.split("."))
+
+
+bart_params = dict(
+    modeling_bart.BartDecoderLayer(tiny_bart_config(), layer_idx=0).named_parameters()
+)
+ours_params = dict(DecoderLayer(d_model, heads, 4 * d_model, dropout=0.0).named_parameters())
+assert {bart_name(n): p.shape for n, p in ours_params.items()} == {
+    n: p.shape for n, p in bart_params.items()
+}  # every BART name reached once, with our tensor's shape
+check_bart_decoder_names(bart_name)
+
+# %% [markdown]
+# ### Exercise 16.3 (modify): find where BART scales its scores
+#
+# Our attention divides the scores by $\sqrt{d_k}$. Find where `BartAttention` does it: search the
+# source of its `__init__` and `forward` with `inspect.getsource`, print the lines, and check the
+# value on the `BartAttention` built in the attention section (`bart_attn["eager"]`).
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 16.3
+for method in (modeling_bart.BartAttention.__init__, modeling_bart.BartAttention.forward):
+    for line in inspect.getsource(method).splitlines():
+        if "scaling" in line:
+            print(f"{method.__qualname__}: {line.strip()}")
+scaling = bart_attn["eager"].scaling
+print(
+    f"scaling = {scaling:.4f}; 1 / sqrt(d_k) = 1 / sqrt({d_model // heads}) = "
+    f"{1 / math.sqrt(d_model // heads):.4f}"
+)
+assert math.isclose(scaling, 1 / math.sqrt(d_model // heads))
+# eager_attention_forward multiplies the scores by it
+assert "* scaling" in inspect.getsource(modeling_bart.eager_attention_forward)
