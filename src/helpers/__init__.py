@@ -105,6 +105,14 @@ from .benchmark import (
     sweep,
 )
 
+# 20. Distributed data parallel
+from .distributed import (
+    LaunchError,
+    init_distributed,
+    rank_batches,
+    train_reversal_ddp,
+)
+
 __all__ = [
     "BOS_ID",
     "EOS_ID",
@@ -193,4 +201,8 @@ __all__ = [
     "results_table",
     "score_matrix_bytes",
     "sweep",
+    "LaunchError",
+    "init_distributed",
+    "rank_batches",
+    "train_reversal_ddp",
 ]

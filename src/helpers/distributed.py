@@ -334,6 +334,7 @@ def sharded_exact_match(model, src, tgt, info: DistInfo, greedy: bool = False) -
     summed over the ranks, so every rank gets the same number. greedy=False: teacher-forced
     (the same number as greedy, in one forward pass; see helpers.teacher_forced_exact_match)."""
     s, t = src[info.rank :: info.world_size], tgt[info.rank :: info.world_size]
+    s, t = s.to(info.device), t.to(info.device)
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -343,7 +344,8 @@ def sharded_exact_match(model, src, tgt, info: DistInfo, greedy: bool = False) -
             s, t = trimmed(s, t)
             correct = sequence_correct(model(s, t[:, :-1]), t[:, 1:]).sum()
     model.train(was_training)
-    counts = all_reduce_sum(torch.tensor([float(correct), float(s.size(0))], dtype=torch.float64))
+    counts = torch.tensor([float(correct), float(s.size(0))], dtype=torch.float64)
+    counts = all_reduce_sum(counts.to(info.device))
     return float(counts[0] / counts[1])
 
 
@@ -403,10 +405,11 @@ def train_reversal_ddp(
         t_step = time.perf_counter()
         idx = batches.pop(0)
         s, t = trimmed(src_train[idx], tgt_train[idx])
-        loss_sum, logits, tgt_out = summed_loss(net, s.to(info.device), t.to(info.device))
+        s, t = s.to(info.device), t.to(info.device)
+        loss_sum, logits, tgt_out = summed_loss(net, s, t, cfg.label_smoothing)
         n_tok = (tgt_out != PAD_ID).sum()
         with torch.no_grad():
-            stats = torch.zeros(3 + W, dtype=torch.float64)
+            stats = torch.zeros(3 + W, dtype=torch.float64, device=info.device)
             stats[0], stats[1] = n_tok, loss_sum.detach()
             stats[2] = sequence_correct(logits, tgt_out).sum()
             stats[3 + info.rank] = loss_sum.detach() / n_tok
