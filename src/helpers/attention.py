@@ -10,13 +10,17 @@ from .checks import check_mask, check_rank
 
 
 class MultiHeadAttention(nn.Module):
-    """forward(q, k, v, attn_mask=None, need_weights=True) -> (out [B, Lq, d], weights or None).
+    """Built in chapter 3. forward(q, k, v, attn_mask=None, need_weights=True) -> (out [B, Lq, d],
+    weights or None).
 
     attn_mask: bool, True = blocked, broadcastable to [B, h, Lq, Lk].
     need_weights=True computes softmax(QK^T / sqrt(d_k)) by hand and returns the weights
     [B, h, Lq, Lk] (the heatmap chapters need them); need_weights=False calls
-    F.scaled_dot_product_attention, which never materialises them. Both compute the same
-    function, including on a fully masked query row, whose output is zero in both.
+    F.scaled_dot_product_attention, whose fused CPU kernel keeps no weights (its math
+    fallback does; chapter 3 shows which backend ran). Both paths compute the same function,
+    including on a fully masked query row, whose output is zero in both: the handwritten path
+    zeroes such rows itself, and SDPA returns zeros there in torch 2.13 (older releases
+    returned NaN).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.1):
@@ -44,12 +48,16 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(B, L, self.d_model)
 
     def project_kv(self, k: torch.Tensor, v: torch.Tensor):
-        """Keys and values split into heads: what a KV cache stores, [B, h, Lk, d_k] each."""
+        """Keys and values split into heads: what a KV cache stores, [B, h, Lk, d_k] each.
+
+        Used in chapter 13."""
         return self.split_heads(self.W_k(k)), self.split_heads(self.W_v(v))
 
     def append_kv(self, x: torch.Tensor, cache: dict, prefix: str = ""):
         """KV cache step: project the new positions in x, append them to cache[prefix + 'k'/'v']
-        along the sequence dim (2), and return the full K, V [B, h, L_so_far, d_k]."""
+        along the sequence dim (2), and return the full K, V [B, h, L_so_far, d_k].
+
+        Used in chapter 13."""
         K, V = self.project_kv(x, x)
         if prefix + "k" in cache:
             K = torch.cat([cache[prefix + "k"], K], dim=2)

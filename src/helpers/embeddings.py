@@ -10,7 +10,8 @@ from .vocab import PAD_ID
 
 
 def sinusoidal_position_encoding(max_len: int, d_model: int) -> torch.Tensor:
-    """float32 [max_len, d_model]: sin on even dims, cos on odd dims (Vaswani et al., 3.5)."""
+    """Built in chapter 2. float32 [max_len, d_model]: sin on even dims, cos on odd dims
+    (Vaswani et al., 3.5)."""
     if max_len < 1 or d_model < 2 or d_model % 2:
         raise ValueError(f"need max_len >= 1 and an even d_model >= 2, got {max_len=}, {d_model=}")
     pos = torch.arange(max_len, dtype=torch.float32)[:, None]  # [L, 1]
@@ -25,7 +26,10 @@ def sinusoidal_position_encoding(max_len: int, d_model: int) -> torch.Tensor:
 
 
 class TokenAndPosition(nn.Module):
-    """ids [B, L] -> embedding * sqrt(d_model) + position [B, L, d_model]."""
+    """Built in chapter 2. ids [B, L] -> embedding * sqrt(d_model) + position [B, L, d_model].
+
+    A sequence longer than max_len is a ValueError that names max_len.
+    """
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.1):
         super().__init__()
@@ -47,7 +51,8 @@ class TokenAndPosition(nn.Module):
         if end > self.max_len:
             raise ValueError(
                 f"ids reach position {end - 1} but max_len={self.max_len}: "
-                f"sequences longer than {self.max_len} tokens need a model built with a larger max_len"
+                f"sequences longer than {self.max_len} tokens need a model built with a "
+                "larger max_len"
             )
         x = self.emb(ids) * math.sqrt(self.d_model) + self.pe[start_pos:end]
         return self.drop(x)
