@@ -26,19 +26,29 @@
 #    from the decoder, the keys and values from the encoder's output, the `memory`;
 # 3. the **feed-forward network** (chapter 04).
 #
-# This chapter builds the two attentions with every shape printed, proves that no
-# position can see its future, shows that the target and source lengths are independent,
-# assembles the layer and the stack (which collects each layer's cross-attention
-# weights), and checks everything against `helpers.DecoderLayer` and `helpers.Decoder`.
+# This is the decoder layer of Vaswani et al. {cite}`vaswani2017`, in the Pre-Norm order
+# of chapter 05. Figure 6.1 (below, once the masks exist) shows what each of the three
+# sub-layers may look at. This chapter builds the two attentions with every shape printed,
+# checks that no position can see its future, shows that the target and source lengths
+# are independent, assembles the layer and the stack (which collects each layer's
+# cross-attention weights), and checks everything against `helpers.DecoderLayer` and
+# `helpers.Decoder`.
 
 # %%
 import math
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 
 import helpers
-from helpers import VOCAB_SIZE, describe, make_causal_mask, make_padding_mask, make_reversal_dataset
+from helpers import (
+    VOCAB_SIZE,
+    describe,
+    make_causal_mask,
+    make_padding_mask,
+    make_reversal_dataset,
+)
 
 _ = torch.manual_seed(0)
 
@@ -49,8 +59,8 @@ _ = torch.manual_seed(0)
 # untrained) turns the sources into `memory` `[B, Ls, d]`. The decoder's input is the
 # target without its last column (`<bos>` followed by the reversed digits): at every
 # position it must predict the *next* target token, which is why training feeds it the
-# target shifted by one ("teacher forcing", the training chapter). So here the target
-# length is $L_t = 13$ and the source length $L_s = 14$: the two need not match.
+# target shifted by one ("teacher forcing" {cite}`williams1989`, chapter 10). So here the
+# target length is $L_t = 13$ and the source length $L_s = 14$: the two need not match.
 
 # %%
 d, num_heads, dff = 128, 4, 512
@@ -59,7 +69,7 @@ tgt_in = tgt[:, :-1]
 src_mask = make_padding_mask(src)  # [B, 1, 1, Ls]: True on source padding
 
 encoder = helpers.Encoder(VOCAB_SIZE, d, num_heads, dff, num_layers=2, max_len=64).eval()
-tgt_embed = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len=64).eval()  # the decoder's own table
+tgt_embed = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len=64).eval()  # the decoder's table
 with torch.no_grad():
     memory = encoder(src, src_mask)
     y = tgt_embed(tgt_in)
@@ -96,16 +106,24 @@ assert torch.equal(causal6[0, 0], torch.ones(6, 6, dtype=torch.bool).triu(1))
 causal = make_causal_mask(Lt)
 tgt_pad = make_padding_mask(tgt_in)
 self_mask = causal | tgt_pad
-print("causal", tuple(causal.shape), "| padding", tuple(tgt_pad.shape), "->", tuple(self_mask.shape))
+print(
+    "causal", tuple(causal.shape), "| padding", tuple(tgt_pad.shape), "->", tuple(self_mask.shape)
+)
 
 self_mha = helpers.MultiHeadAttention(d, num_heads).eval()
 with torch.no_grad():
     sa_out, sa_w = self_mha(y, y, y, attn_mask=self_mask)
-print("self-attention out", tuple(sa_out.shape), " weights", tuple(sa_w.shape), "  [B, h, Lt, Lt]")
+print("self-attention out", tuple(sa_out.shape), " weights", tuple(sa_w.shape), " [B, h, Lt, Lt]")
 print("sequence 0, head 0, first 6 queries x first 6 keys:")
 print(sa_w[0, 0, :6, :6].numpy().round(2))
-assert (sa_w.triu(1) == 0).all()                             # nothing above the diagonal
-torch.testing.assert_close(sa_w.sum(-1), torch.ones(B, num_heads, Lt))
+above = sa_w.triu(1).abs().max().item()
+row_sums = sa_w.sum(-1)
+print(
+    f"largest weight above the diagonal: {above}; row sums between "
+    f"{row_sums.min().item():.6f} and {row_sums.max().item():.6f}"
+)
+assert above == 0  # nothing above the diagonal, in any sequence or head
+torch.testing.assert_close(row_sums, torch.ones(B, num_heads, Lt))
 
 # %% [markdown]
 # Every weight above the diagonal is zero (asserted for all sequences and heads), and
@@ -120,7 +138,7 @@ torch.testing.assert_close(sa_w.sum(-1), torch.ones(B, num_heads, Lt))
 k = 4
 g = torch.Generator().manual_seed(1)
 tgt_changed = tgt_in.clone()
-tgt_changed[:, k + 1:] = torch.randint(3, 13, (B, Lt - k - 1), generator=g)
+tgt_changed[:, k + 1 :] = torch.randint(3, 13, (B, Lt - k - 1), generator=g)
 with torch.no_grad():
     y_changed = tgt_embed(tgt_changed)
     masked_a, _ = self_mha(y, y, y, attn_mask=causal)
@@ -128,13 +146,26 @@ with torch.no_grad():
     open_a, _ = self_mha(y, y, y)
     open_b, _ = self_mha(y_changed, y_changed, y_changed)
 
+
+def max_change(a, b):
+    return (a - b).abs().max().item()
+
+
+def small(v):
+    """A float-rounding-sized difference, printed the same on every CPU."""
+    return "< 1e-5" if v < 1e-5 else f"{v:.1e}"
+
+
 print("changed positions", list(range(k + 1, Lt)), "of", describe(tgt_changed[0]))
-print(f"with the causal mask:    positions 0..{k} unchanged: {torch.allclose(masked_a[:, :k + 1], masked_b[:, :k + 1])};"
-      f" positions {k + 1}.. changed: {not torch.allclose(masked_a[:, k + 1:], masked_b[:, k + 1:])}")
-print(f"without the causal mask: positions 0..{k} unchanged: {torch.allclose(open_a[:, :k + 1], open_b[:, :k + 1])}")
-torch.testing.assert_close(masked_a[:, :k + 1], masked_b[:, :k + 1])
-assert not torch.allclose(masked_a[:, k + 1:], masked_b[:, k + 1:])
-assert not torch.allclose(open_a[:, :k + 1], open_b[:, :k + 1], atol=1e-3)
+early_masked = max_change(masked_a[:, : k + 1], masked_b[:, : k + 1])
+late_masked = max_change(masked_a[:, k + 1 :], masked_b[:, k + 1 :])
+early_open = max_change(open_a[:, : k + 1], open_b[:, : k + 1])
+print(
+    f"with the causal mask:    max |change| at positions 0..{k}: {small(early_masked)},"
+    f" at positions {k + 1}..: {late_masked:.2f}"
+)
+print(f"without the causal mask: max |change| at positions 0..{k}: {early_open:.2f}")
+assert early_masked < 1e-6 and late_masked > 1e-2 and early_open > 1e-2
 
 # %% [markdown]
 # ## Cross-attention, step by step
@@ -158,10 +189,10 @@ with torch.no_grad():
     print("             K, V     ", tuple(K.shape), "  [B, h, Ls, d_k]")
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
     print("scores = Q K^T/sqrt(dk)", tuple(scores.shape), "  [B, h, Lt, Ls]")
-    print("source padding mask   ", tuple(src_mask.shape), "  [B, 1, 1, Ls], broadcast over heads and queries")
+    print("source padding mask   ", tuple(src_mask.shape), "  [B, 1, 1, Ls], broadcast")
     scores = scores.masked_fill(src_mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
-    print("weights               ", tuple(weights.shape), "  [B, h, Lt, Ls]: one row per target position")
+    print("weights               ", tuple(weights.shape), "  [B, h, Lt, Ls]: a row per target")
     ctx = weights @ V
     print("weights @ V           ", tuple(ctx.shape), "  [B, h, Lt, d_k]: Ls is summed away")
     ctx = ctx.transpose(1, 2).reshape(B, Lt, d)
@@ -172,7 +203,7 @@ with torch.no_grad():
     out_mod, w_mod = cross_mha(y, memory, memory, attn_mask=src_mask)
 torch.testing.assert_close(out_mod, cross_out)
 torch.testing.assert_close(w_mod, weights)
-assert (weights[src_mask.expand_as(weights)] == 0).all()    # no weight on source padding
+assert (weights[src_mask.expand_as(weights)] == 0).all()  # no weight on source padding
 torch.testing.assert_close(weights.sum(-1), torch.ones(B, h, Lt))
 print("\nmodule call cross_mha(q=decoder, k=memory, v=memory) gives the same output and weights")
 
@@ -195,16 +226,45 @@ print("\nmodule call cross_mha(q=decoder, k=memory, v=memory) gives the same out
 # %%
 with torch.no_grad():
     mem_real = memory.clone()
-    mem_real[:, 0] += 1.0              # position 0 is a real digit in every sequence
+    mem_real[:, 0] += 1.0  # position 0 is a real digit in every sequence
     mem_pad = memory.clone()
     mem_pad[src_mask[:, 0, 0]] = 99.0  # overwrite every padded source position
     out_real, _ = cross_mha(y, mem_real, mem_real, attn_mask=src_mask)
     out_pad, _ = cross_mha(y, mem_pad, mem_pad, attn_mask=src_mask)
-moved = (out_real - out_mod).abs().amax(-1) > 1e-4  # [B, Lt]: did this target position change?
-print("source position 0 changed -> target positions that changed:", int(moved.sum()), "of", B * Lt)
-print("padded source positions changed -> output unchanged:", torch.allclose(out_pad, out_mod, atol=1e-6))
-assert moved.all()
-torch.testing.assert_close(out_pad, out_mod)
+change_real = (out_real - out_mod).abs().amax(-1)  # [B, Lt]: how much each target position moved
+change_pad = (out_pad - out_mod).abs().max().item()
+print(
+    f"source position 0 changed: smallest change over the {B * Lt} target positions "
+    f"{change_real.min().item():.3f}"
+)
+print(f"padded source positions set to 99: largest change of the output {small(change_pad)}")
+assert change_real.min() > 1e-4 and change_pad < 1e-6
+
+# %% [markdown]
+# Figure 6.1 puts the three sub-layers side by side for the shortest sequence of the
+# batch: which keys each target position (row) may read. Self-attention reads the target,
+# up to itself and never `<pad>`; cross-attention reads every real source token; the
+# feed-forward network reads nothing but the position's own vector.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+b = int((~src_mask[:, 0, 0]).sum(-1).argmin())  # the sequence with the shortest source
+t_names, s_names = describe(tgt_in[b]).split(), describe(src[b]).split()
+panels = [
+    ("1. masked self-attention\nkeys: the target", self_mask[b, 0], t_names),
+    ("2. cross-attention\nkeys: the source (memory)", src_mask[b, 0].expand(Lt, Ls), s_names),
+    ("3. feed-forward\neach position alone", ~torch.eye(Lt, dtype=torch.bool), t_names),
+]
+fig, axes = plt.subplots(1, 3, figsize=(12, 4.2), gridspec_kw={"width_ratios": [Lt, Ls, Lt]})
+for ax, (title, blocked, k_names) in zip(axes, panels):
+    ax.imshow((~blocked).int(), cmap="Blues", vmin=0, vmax=1.3)
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks(range(len(k_names)), k_names, rotation=90, fontsize=7)
+    ax.set_yticks(range(Lt), t_names, fontsize=7)
+    ax.set_xlabel("key (what is read)")
+axes[0].set_ylabel("query: target position")
+fig.suptitle("Figure 6.1: what a decoder position may read (blue) in each sub-layer", fontsize=11)
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
 # ## The decoder layer: three sub-layers, Pre-Norm
@@ -213,8 +273,10 @@ torch.testing.assert_close(out_pad, out_mod)
 #
 # $$
 # \begin{aligned}
-# x &\leftarrow x + \operatorname{Dropout}\big(\operatorname{SelfAttn}(\operatorname{LN}_1(x);\ \text{causal} \lor \text{pad}_{t})\big) \\
-# x &\leftarrow x + \operatorname{Dropout}\big(\operatorname{CrossAttn}(q = \operatorname{LN}_2(x),\ k = v = \text{memory};\ \text{pad}_{s})\big) \\
+# x &\leftarrow x + \operatorname{Dropout}\big(\operatorname{SelfAttn}(\operatorname{LN}_1(x);\
+#   \text{causal} \lor \text{pad}_{t})\big) \\
+# x &\leftarrow x + \operatorname{Dropout}\big(\operatorname{CrossAttn}(q = \operatorname{LN}_2(x),\
+#   k = v = \text{memory};\ \text{pad}_{s})\big) \\
 # x &\leftarrow x + \operatorname{FFN}\big(\operatorname{LN}_3(x)\big)
 # \end{aligned}
 # $$
@@ -223,24 +285,27 @@ torch.testing.assert_close(out_pad, out_mod)
 # (chapter 05) already did that once. The layer returns the cross-attention weights
 # along with its output. The attribute names are those of `helpers.DecoderLayer`.
 
+
 # %%
 class DecoderLayerByHand(nn.Module):
     def __init__(self, d_model, num_heads, dff, dropout=0.1):
         super().__init__()
-        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ln1, self.ln2, self.ln3 = (nn.LayerNorm(d_model) for _ in range(3))
         self.self_mha = helpers.MultiHeadAttention(d_model, num_heads, dropout)
         self.cross_mha = helpers.MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = helpers.FeedForward(d_model, dff, dropout)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x, memory, self_mask, cross_mask, need_weights=True):
-        h = self.ln1(x)                                   # 1. masked self-attention
+        h = self.ln1(x)  # 1. masked self-attention
         a, _ = self.self_mha(h, h, h, attn_mask=self_mask, need_weights=False)
         x = x + self.drop1(a)
-        h = self.ln2(x)                                   # 2. cross-attention: Q from x, K/V from memory
-        a, cross_w = self.cross_mha(h, memory, memory, attn_mask=cross_mask, need_weights=need_weights)
+        h = self.ln2(x)  # 2. cross-attention: Q from x, K/V from memory
+        a, cross_w = self.cross_mha(
+            h, memory, memory, attn_mask=cross_mask, need_weights=need_weights
+        )
         x = x + self.drop2(a)
-        x = x + self.ffn(self.ln3(x))                     # 3. feed-forward
+        x = x + self.ffn(self.ln3(x))  # 3. feed-forward
         return x, cross_w
 
 
@@ -279,22 +344,29 @@ with torch.no_grad():
         t_len = x_in.size(1)
         smask = make_causal_mask(t_len) | make_padding_mask(tgt_in[:, :t_len])
         o, w_c = layer(x_in, mem, smask, mmask)
-        print(f"{name}: x {tuple(x_in.shape)}, memory {tuple(mem.shape)} -> out {tuple(o.shape)},"
-              f" cross weights {tuple(w_c.shape)}")
+        print(
+            f"{name}: x {tuple(x_in.shape)}, memory {tuple(mem.shape)} -> out {tuple(o.shape)},"
+            f" cross weights {tuple(w_c.shape)}"
+        )
         assert o.shape == x_in.shape and w_c.shape == (B, num_heads, t_len, mem.size(1))
         if t_len == 5:
             prefix_out, prefix_w = o, w_c
 
+d_out = max_change(prefix_out, out[:, :5])
+d_w = max_change(prefix_w, cross_w[:, :, :5])
+print(
+    f"\nthe layer on the first 5 target tokens vs the first 5 rows of the layer on all 13:"
+    f" max |diff| {small(d_out)} (output), {small(d_w)} (cross weights)"
+)
 torch.testing.assert_close(prefix_out, out[:, :5])
 torch.testing.assert_close(prefix_w, cross_w[:, :, :5])
-print("\nthe layer on the first 5 target tokens == the first 5 rows of the layer on all 13")
 
 # %% [markdown]
 # The last check is the causal property seen from the other side: the layer's output for
 # the first 5 positions is the same whether or not the later tokens exist at all
-# (asserted, output and cross-attention weights). That is what lets greedy decoding
-# (a later chapter) run the decoder on the tokens produced so far, one step at a time,
-# and get exactly what training computed for those positions.
+# (asserted, output and cross-attention weights, up to float rounding). That is what lets
+# greedy decoding (chapter 11) run the decoder on the tokens produced so far, one step at
+# a time, and get what training computed for those positions.
 #
 # ## The decoder stack: collecting the cross-attention weights
 #
@@ -302,13 +374,15 @@ print("\nthe layer on the first 5 target tokens == the first 5 rows of the layer
 # encoder. It returns the final hidden states *and* a list with one cross-attention
 # weight tensor per layer, `[B, h, Lt, Ls]` each: the heatmap chapter plots them.
 
+
 # %%
 class DecoderByHand(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout=0.1):
         super().__init__()
         self.embed = helpers.TokenAndPosition(vocab_size, d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            DecoderLayerByHand(d_model, num_heads, dff, dropout) for _ in range(num_layers))
+            DecoderLayerByHand(d_model, num_heads, dff, dropout) for _ in range(num_layers)
+        )
         self.ln_final = nn.LayerNorm(d_model)  # Pre-Norm: normalise the stream once, at the exit
 
     def forward(self, tgt, memory, self_mask, cross_mask, need_weights=True):
@@ -324,9 +398,16 @@ torch.manual_seed(0)
 decoder = DecoderByHand(VOCAB_SIZE, d, num_heads, dff, num_layers=2, max_len=64).eval()
 with torch.no_grad():
     hidden, cross_list = decoder(tgt_in, memory, self_mask, src_mask)
-print("tgt_in", tuple(tgt_in.shape), "+ memory", tuple(memory.shape), "-> hidden", tuple(hidden.shape))
-print("cross-attention weights:", type(cross_list).__name__, "of", len(cross_list),
-      [tuple(w.shape) for w in cross_list])
+print(
+    "tgt_in", tuple(tgt_in.shape), "+ memory", tuple(memory.shape), "-> hidden", tuple(hidden.shape)
+)
+print(
+    "cross-attention weights:",
+    type(cross_list).__name__,
+    "of",
+    len(cross_list),
+    [tuple(w.shape) for w in cross_list],
+)
 assert len(cross_list) == 2 and all(w.shape == (B, num_heads, Lt, Ls) for w in cross_list)
 for w in cross_list:
     torch.testing.assert_close(w.sum(-1), torch.ones(B, num_heads, Lt))
@@ -342,13 +423,15 @@ for w in cross_list:
 src_len = (~src_mask[:, 0, 0]).sum(-1)  # real source tokens per sequence, <eos> included
 for b in range(B):
     top = cross_list[0][b].amax(-1).mean().item()
-    print(f"sequence {b}: {int(src_len[b]):2d} real source tokens, uniform weight {1 / src_len[b].item():.3f},"
-          f" mean largest weight (layer 0) {top:.3f}")
+    print(
+        f"sequence {b}: {int(src_len[b]):2d} real source tokens, uniform weight"
+        f" {1 / src_len[b].item():.3f}, mean largest weight (layer 0) {top:.3f}"
+    )
     assert top < 3 / src_len[b].item()
 
 # %% [markdown]
-# A trained model concentrates each row on one source position, the one it is copying:
-# the anti-diagonal that the heatmap chapter shows.
+# What training does to these rows is measured in chapter 18, the cross-attention
+# heatmaps.
 #
 # ## Checking against `helpers`
 #
@@ -377,11 +460,118 @@ for ours, theirs in zip(cross_list, lib_cross):
     torch.testing.assert_close(theirs, ours)
 torch.testing.assert_close(fast_hidden, hidden)
 assert fast_cross == [None, None]
-print("helpers.DecoderLayer == DecoderLayerByHand: output", tuple(lib_out.shape), "and cross weights", tuple(lib_w.shape))
-print("helpers.Decoder == DecoderByHand: hidden", tuple(lib_hidden.shape), "and",
-      len(lib_cross), "cross-attention weight tensors; SDPA path: same hidden, weights", fast_cross)
+print(
+    f"helpers.DecoderLayer vs DecoderLayerByHand: max |diff| {small(max_change(lib_out, out))}"
+    f" (output {tuple(lib_out.shape)}), {small(max_change(lib_w, cross_w))} (cross weights)"
+)
+print(
+    f"helpers.Decoder vs DecoderByHand: max |diff| {small(max_change(lib_hidden, hidden))}"
+    " (hidden),"
+    f" {small(max_change(fast_hidden, hidden))} on the SDPA path, whose weights are {fast_cross}"
+)
 
 # %% [markdown]
 # The encoder and the decoder are done. What is left before the model is complete is
 # the wiring between them: which of the three attentions takes which mask, an output
 # projection to the vocabulary, and the initialisation. That is the next chapter.
+#
+# ## Summary
+#
+# - A decoder layer is three Pre-Norm sub-layers (Figure 6.1): masked self-attention over
+#   the target, cross-attention whose queries come from the decoder and whose keys and
+#   values come from the encoder's `memory`, and the feed-forward network.
+# - The causal mask is what keeps position $i$ from reading later tokens: rewriting the
+#   tokens after position 4 moved the outputs at positions 0-4 by less than $10^{-6}$ with
+#   it, and by more than 0.01 without it.
+# - Cross-attention takes only the source padding mask: changing one real source position
+#   moved every target position, overwriting the padded ones moved nothing.
+# - $L_t$ and $L_s$ are independent; the cross-attention weights are `[B, h, Lt, Ls]`, and
+#   the layer on a 5-token prefix gives the first 5 rows of the layer on the whole target.
+# - The one thing to remember: **Q from the decoder, K and V from the memory**.
+#
+# ## Exercises
+#
+# ### Exercise 6.1 (predict, then run): the shapes of a decoder layer
+#
+# A `helpers.DecoderLayer` with $d = 128$ and 4 heads gets `x` of shape `[2, 5, 128]` and a
+# `memory` of shape `[2, 9, 128]`. Predict the shapes of the self-attention weights, of the
+# cross-attention weights and of the layer's output. Which of them change if the memory
+# has 20 positions instead of 9?
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 6.1
+torch.manual_seed(0)
+ex_layer = helpers.DecoderLayer(d, num_heads, dff).eval()
+ex_x = torch.randn(2, 5, d)
+with torch.no_grad():
+    for ls in (9, 20):
+        ex_mem = torch.randn(2, ls, d)
+        h_ex = ex_layer.ln1(ex_x)
+        _, w_self = ex_layer.self_mha(h_ex, h_ex, h_ex, attn_mask=make_causal_mask(5))
+        ex_out, w_cross = ex_layer(ex_x, ex_mem, make_causal_mask(5), None)
+        print(
+            f"memory [2, {ls}, 128]: self weights {tuple(w_self.shape)}, cross weights"
+            f" {tuple(w_cross.shape)}, output {tuple(ex_out.shape)}"
+        )
+        assert w_self.shape == (2, 4, 5, 5) and w_cross.shape == (2, 4, 5, ls)
+        assert ex_out.shape == (2, 5, 128)
+
+# %% [markdown]
+# Only the last dimension of the cross-attention weights follows the memory's length;
+# the output always has the decoder's shape.
+#
+# ### Exercise 6.2 (implement): the decoder layer's forward pass
+#
+# Write `decoder_layer_forward(layer, x, memory, self_mask, cross_mask)` that computes
+# what `layer(x, memory, self_mask, cross_mask)` returns, `(output, cross-attention
+# weights)`, for a `helpers.DecoderLayer` in eval mode, using only its sub-modules:
+# `layer.ln1`, `layer.ln2`, `layer.ln3`, `layer.self_mha`, `layer.cross_mha` and
+# `layer.ffn` (each `MultiHeadAttention` returns `(output, weights)`). Check it with
+# `check_decoder_layer_forward(decoder_layer_forward)`, which runs it on two inputs with
+# $L_t \ne L_s$ and names the mistake when it recognises one (keys from the decoder, the
+# memory normalised again, a missing mask or LayerNorm, the Post-Norm order).
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 6.2
+from helpers.exercises import check_decoder_layer_forward
+
+
+def decoder_layer_forward(layer, x, memory, self_mask, cross_mask):
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask)
+    x = x + a
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+check_decoder_layer_forward(decoder_layer_forward)
+
+# %% [markdown]
+# ### Exercise 6.3 (predict, then run): which outputs move?
+#
+# Take the hand-built `layer` of this chapter and sequence 0 of the batch. First change
+# source digit 2 (re-encoding the memory); then, separately, change target token 2.
+# Which of the 13 target positions of the layer's output change in each case?
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 6.3
+src_alt, tgt_alt = src[:1].clone(), tgt_in[:1].clone()
+src_alt[0, 2] = 3 + (src_alt[0, 2] - 3 + 1) % 10  # another digit
+tgt_alt[0, 2] = 3 + (tgt_alt[0, 2] - 3 + 1) % 10
+with torch.no_grad():
+    base, _ = layer(y[:1], memory[:1], self_mask[:1], src_mask[:1])
+    mem_alt = encoder(src_alt, src_mask[:1])
+    by_src, _ = layer(y[:1], mem_alt, self_mask[:1], src_mask[:1])
+    y_alt = tgt_embed(tgt_alt)
+    by_tgt, _ = layer(y_alt, memory[:1], self_mask[:1], src_mask[:1])
+moved_src = ((by_src - base).abs().amax(-1) > 1e-5)[0].nonzero().flatten().tolist()
+moved_tgt = ((by_tgt - base).abs().amax(-1) > 1e-5)[0].nonzero().flatten().tolist()
+print("source digit 2 changed -> target positions that moved:", moved_src)
+print("target token 2 changed -> target positions that moved:", moved_tgt)
+assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
+
+# %% [markdown]
+# A source token reaches every target position (through the encoder's self-attention and
+# then cross-attention); a target token reaches only its own and later positions.
