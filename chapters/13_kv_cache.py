@@ -18,7 +18,8 @@
 #
 # Greedy decoding (chapter 11) writes one token per step. At step $t$ it runs the whole decoder
 # over all $t$ tokens written so far, and then uses only the last row of the output. Every other
-# row was already computed, with exactly the same result, at the step before. A **KV cache** keeps
+# row was already computed, with the same result (section 2 checks it), at the step before. A
+# **KV cache** keeps
 # what those rows contribute to later steps, their attention keys and values, and feeds the
 # decoder only the newest token.
 #
@@ -550,13 +551,17 @@ for n_new in lengths:
         f"speed-up {best[False][0] / best[True][0]:5.1f}x, identical tokens"
     )
 assert timing[256][1] < timing[256][0] and timing[512][1] < timing[512][0]
+growth = [timing[512][j] / 512 / (timing[16][j] / 16) for j in (0, 1)]  # naive, cached
+print(f"ms per token, 512 vs 16 new tokens: naive x{growth[0]:.1f}, cached x{growth[1]:.1f}")
+assert growth[0] > growth[1]
 
 # %% [markdown]
 # Figure 13.3 shows the same timings, and the milliseconds per generated token. The cached loop's
-# cost per token changes little with the length: every step does the same work except the
-# attention row, which grows by one key. The naive loop's cost per token grows with the length,
-# because step $t$ reprocesses $t$ tokens. (The figure is redrawn from this run's timings, so the
-# tests do not compare it either.)
+# cost per token grows slowly with the length: every step does the same work except the
+# attention row, which grows by one key. The naive loop's cost per token grows much faster,
+# because step $t$ reprocesses $t$ tokens (the cell above asserts that the naive loop's cost per
+# token grows more from 16 to 512 tokens than the cached loop's). The figure is redrawn from this
+# run's timings, so the tests do not compare it either.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "nbval-ignore-output"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -654,10 +659,11 @@ assert pass_ms[1000, 13] / pass_ms[1000, 1] > pass_ms[1, 13] / pass_ms[1, 1]
 
 # %% [markdown]
 # At batch 1 a pass over 13 positions costs only a little more than a pass over one (the ratio
-# printed, asserted below 2): most of the time goes into the fixed cost of the many small
-# operator calls a pass makes, the same for 1 row or 13, so removing rows saves little. At batch 1000 the same pass multiplies matrices with
-# 13,000 rows instead of 1,000, the arithmetic dominates, and the time grows with the rows; the
-# rows the cache removes are then time saved. The cache pays for long outputs and for large
+# printed, asserted below 2): most of a pass's time does not depend on the number of rows (fixed
+# costs per operation, such as dispatching each of the many small operations a pass makes), so
+# removing rows saves little. At batch 1000 the same pass multiplies matrices with 13,000 rows
+# instead of 1,000, and the time grows with the rows; the rows the cache removes are then time
+# saved. The cache pays for long outputs and for large
 # batches; for one short reversal at a time the gain is small.
 #
 # <!-- LEAD: the recorded GPU decoding speed-up cell (issue 12) goes right here, before
@@ -770,15 +776,15 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 #
 # - A KV cache keeps each decoder layer's self-attention keys and values and feeds the decoder
 #   only the newest token; the cross-attention keys and values are projected from the memory once.
-# - It is exact, not an approximation: under the causal mask the earlier keys and values do not
-#   change (section 2), and the cached decoders produced the naive loop's tokens on the trained
-#   model and on four random models (section 5).
+# - It saves work without changing the result: under the causal mask the earlier keys and values
+#   do not change (up to float rounding, section 2), and the cached decoders produced the naive
+#   loop's tokens on the trained model and on four random models (section 5).
 # - The slips are easy: a new token at position 0 and a sliced causal row run silently and
 #   decode wrong tokens; only a comparison with the naive loop catches them.
 # - Speed: the work saved grows with the output length (section 1), but the clock shows it only
 #   where arithmetic, not per-call overhead, dominates: long outputs, large batches.
-# - The cache costs $2 \cdot d_{model}$ numbers per token and layer, which for large models and
-#   long contexts is more memory than the weights.
+# - The cache costs $2 \cdot d_{model}$ numbers per token and layer; for section 7's large model
+#   and 8 sequences of 4096 tokens, that is more memory than the weights.
 #
 # ## Exercises
 #
@@ -840,7 +846,8 @@ check_decode_step(decode_step)
 # %% [markdown]
 # ### Exercise 13.3 (predict, then run): sharing keys and values between heads
 #
-# The 32-layer model of section 7 has 32 query heads of $d_k = 128$. With grouped-query
+# Give the 32-layer model of section 7 32 query heads of $d_k = 128$ ($32 \cdot 128 = 4096$).
+# With grouped-query
 # attention {cite}`ainslie2023`, groups of 4 query heads share one key/value head, so each
 # layer caches 8 key/value heads; with multi-query attention {cite}`shazeer2019`, all 32 share
 # one. Predict the cache per token in KiB (16-bit floats) for 32, 8 and 1 key/value heads, and
