@@ -55,7 +55,7 @@ from helpers import (
 #
 # A real translation task needs a corpus, a tokenizer and long training runs before you
 # can tell a bug from a model that is merely still learning. We want the opposite: a task
-# where a bug shows up within seconds. The task of this book is to **reverse a string of
+# where a bug shows up quickly. The task of this book is to **reverse a string of
 # digits**:
 #
 # ```text
@@ -113,7 +113,8 @@ assert len({PAD_ID, BOS_ID, EOS_ID}) == 3  # BOS must differ from PAD (a classic
 # The data set is generated, not downloaded: `make_reversal_dataset(n, seed)` draws `n`
 # digit strings of length 3 to 12 and returns `(src, tgt)` as integer tensors, padded to a
 # common width of 12 + 2 = 14 (room for `<bos>` and `<eos>`). The same seed always gives
-# the same data. Here is one example, as ids and as tokens:
+# the same data (chapter 09 looks at the distribution of lengths and digits). Here is one
+# example, as ids and as tokens:
 
 # %%
 src, tgt = make_reversal_dataset(4, seed=0)
@@ -123,6 +124,12 @@ print("src ids   :", src[1].tolist())
 print("src tokens:", describe(src[1]))
 print("tgt ids   :", tgt[1].tolist())
 print("tgt tokens:", describe(tgt[1]))
+
+lengths = (src >= NUM_OFFSET).sum(dim=1)
+print("\ndigits per source:", lengths.tolist())
+again_src, again_tgt = make_reversal_dataset(4, seed=0)
+assert torch.equal(again_src, src) and torch.equal(again_tgt, tgt)  # same seed, same data
+assert lengths.min() >= 3 and lengths.max() <= 12
 
 # the target is <bos>, the reversed digits, <eos>
 n = int((src[1] >= NUM_OFFSET).sum())
@@ -333,7 +340,7 @@ plt.show()
 # %% [markdown]
 # ## Shape conventions
 #
-# Most Transformer bugs are shape bugs, and most shape bugs come from two dimensions that
+# Many Transformer bugs are shape bugs, and many shape bugs come from two dimensions that
 # happen to have the same size. The book names every dimension and prints shapes as they
 # change. These are the names:
 #
@@ -534,8 +541,9 @@ assert all(w.shape == (B, h, Lt, Ls) for w in cross_weights)
 # %% [markdown]
 # Three properties of this output can already be checked. Each cross-attention row is a
 # probability distribution over source positions (it sums to 1); padding positions of the
-# source receive exactly zero weight; and `model(src, tgt_in)`, which takes the faster
-# attention path that does not return weights, computes the same logits.
+# source receive exactly zero weight; and `model(src, tgt_in)`, which takes the attention
+# path that does not return weights (`F.scaled_dot_product_attention`, chapter 03),
+# computes the same logits.
 
 # %%
 w = cross_weights[0]
@@ -676,7 +684,8 @@ assert 0.30 < token_emb / gpt2_total < 0.32
 #   match as the metric; it cannot be solved without positions, and the decoder must learn
 #   an anti-diagonal alignment with the source.
 # - The model is an encoder-decoder Transformer (Figure 1.1) that differs from
-#   {cite}`vaswani2017` in the ways the table above lists and the cell below it checks:
+#   {cite}`vaswani2017` in the ways listed (and read from the code) in "How this model
+#   differs from the paper":
 #   Pre-Norm with a final LayerNorm per stack, GELU, untied embeddings, biases, Xavier
 #   initialisation, attention-weight dropout, smaller sizes and its own training recipe.
 # - Between sub-layers every tensor is `[B, L, d]`; inside attention `[B, h, L, d_k]`, and
