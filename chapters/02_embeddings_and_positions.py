@@ -25,10 +25,10 @@
 #
 # a row of a learned table $E$ per token, scaled by $\sqrt{d}$, plus a fixed vector $PE[p]$
 # that says *where* the token is, both as in {cite}`vaswani2017`. Each part hides a
-# decision worth understanding: why a
-# lookup, why the position vectors are sines and cosines, how a fixed table is stored in a
-# module, why the scale and the initialisation must match (we measure what happens when
-# they do not), and what happens to a sequence longer than the table.
+# decision worth understanding: why a lookup, why the position vectors are sines and
+# cosines, how a fixed table is stored in a module, why the scale and the initialisation
+# must match (we measure what happens when they do not), and what happens to a sequence
+# longer than the table.
 
 # %%
 import math
@@ -145,8 +145,7 @@ assert gap_positions > 1e-2
 # ## Sinusoidal positions, built by hand
 #
 # The original Transformer {cite}`vaswani2017` adds a fixed vector per position. Pair the
-# dimensions up,
-# $(0, 1), (2, 3), \dots$; pair $i$ turns at its own angular frequency
+# dimensions up, $(0, 1), (2, 3), \dots$; pair $i$ turns at its own angular frequency
 # $\omega_i = 10000^{-2i/d}$, with a sine in the even dimension and a cosine in the odd one:
 #
 # $$
@@ -155,8 +154,8 @@ assert gap_positions > 1e-2
 #
 # The first pair turns once every $2\pi \approx 6.3$ positions; the frequencies then fall
 # geometrically, so that the last pair barely moves over hundreds of positions. Each
-# position gets a distinct pattern, like the hands of a clock that has many hands turning
-# at different speeds. We build the table for the book's defaults, `max_len` $= 64$ and
+# position gets a distinct pattern (the cell prints the smallest distance between two
+# rows), like the hands of a clock that has many hands turning at different speeds. We build the table for the book's defaults, `max_len` $= 64$ and
 # $d = 128$, straight from the formula.
 
 # %%
@@ -185,6 +184,9 @@ print("PE[1, :4] =", [round(v, 4) for v in pe[1, :4].tolist()])
 assert torch.equal(pe[0, 0::2], torch.zeros(d // 2))
 assert torch.equal(pe[0, 1::2], torch.ones(d // 2))
 torch.testing.assert_close(pe[1, :2], torch.tensor([math.sin(1.0), math.cos(1.0)]))
+row_distances = torch.cdist(pe, pe) + torch.eye(max_len) * 1e9  # ignore each row vs itself
+print(f"smallest distance between two different rows: {row_distances.min().item():.2f}")
+assert row_distances.min() > 0.5
 
 # %% [markdown]
 # Figure 2.1 shows the whole table as a heatmap: fast stripes on the left (high
@@ -210,8 +212,7 @@ plt.show()
 # Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions: from
 # $2\pi$ for the first pair up to almost $2\pi \cdot 10000$ for the last. The cell prints
 # the range. With at most 14 positions in our task, the slow pairs are nearly constant:
-# they carry almost no position information here, but a model trained on long sequences
-# uses them.
+# they carry almost no position information here; only much longer sequences move them.
 
 # %%
 wavelength = 2 * math.pi / omega
@@ -561,8 +562,8 @@ assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]
 #
 # Many recent language models use neither. **RoPE** (rotary position embedding
 # {cite}`su2021`, used by LLaMA among others) takes the rotation property of the previous
-# section and applies it directly to the queries and keys inside attention, so the score
-# between positions $p$ and $q$ depends on $p - q$ only. **ALiBi** {cite}`press2022` adds
+# section and applies it directly to the queries and keys inside attention, so that
+# positions $p$ and $q$ enter their score only through the offset $p - q$. **ALiBi** {cite}`press2022` adds
 # no position vectors at all and instead subtracts from each attention score a penalty
 # proportional to the distance between query and key, with a different slope per head;
 # its authors report that it extrapolates to longer inputs. Both live inside attention
