@@ -221,3 +221,11 @@ def test_block_of():
     assert block_of("encoder.embed.emb.weight") == "encoder.embed"
     assert block_of("out_proj.weight") == "out_proj"
     assert BOS_ID != PAD_ID
+
+
+def test_report_rejects_an_unknown_stage_or_status():
+    report = ModelReport()
+    with pytest.raises(ValueError, match="stage must be one of"):
+        report.add("training", "x", "ok", "")
+    with pytest.raises(ValueError, match="got 'shapes' and 'PASS'"):
+        report.add("shapes", "x", "PASS", "")
