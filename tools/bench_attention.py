@@ -3,8 +3,14 @@
 
 Usage:
     python tools/bench_attention.py                         # CPU, float32, L = 128 ... 4096
+    python tools/bench_attention.py --dtype bfloat16        # CPU, bfloat16
     python tools/bench_attention.py --device cuda           # GPU, bfloat16, CUDA events
     python tools/bench_attention.py --lengths 128 256 --min-run-time 0.2 --out /tmp/b.json
+
+Every row is timed at least --min-runs times (default 5) and for at least --min-run-time
+seconds, each call on its own after one warm-up call; every run is stored ("times_ms") and the
+median and spread (interquartile range, min-max) are printed. (For the GPU, tools/record_gpu.py
+records the full set of chapter 19's GPU measurements in one run.)
 
 Writes a JSON record (environment: hardware, date, torch version, device, dtype, load
 average before and after; config; one row per variant and L) to
@@ -28,7 +34,15 @@ from pathlib import Path
 
 import torch
 
-from helpers.benchmark import VARIANTS, environment, measure, results_table, save_results
+from helpers.benchmark import (
+    ALL_VARIANTS,
+    VARIANTS,
+    environment,
+    measure,
+    results_table,
+    save_results,
+    spread_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "chapters" / "data"
@@ -50,12 +64,16 @@ def main(argv) -> int:
         help="default: bfloat16 on CUDA, float32 on the CPU",
     )
     ap.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024, 2048, 4096])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=ALL_VARIANTS)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument(
         "--min-run-time", type=float, default=1.0, help="CPU: seconds of timed runs per row"
+    )
+    ap.add_argument("--min-runs", type=int, default=5, help="CPU: timed runs per row, at least")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)"
     )
     ap.add_argument("--cuda-repeats", type=int, default=20)
     ap.add_argument(
@@ -67,6 +85,8 @@ def main(argv) -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device here", file=sys.stderr)
@@ -82,6 +102,7 @@ def main(argv) -> int:
         "variants": args.variants,
         "mask": "causal",
         "min_run_time_s": args.min_run_time,
+        "min_runs": args.min_runs,
         "cuda_repeats": args.cuda_repeats,
         "command": "python tools/bench_attention.py " + " ".join(argv),
     }
@@ -107,29 +128,30 @@ def main(argv) -> int:
                 dtype=dtype,
                 device=device,
                 min_run_time=args.min_run_time,
+                min_runs=args.min_runs,
                 cuda_repeats=args.cuda_repeats,
                 memory_fraction=args.memory_fraction,
             )
             row["load_average"] = [round(x, 2) for x in os.getloadavg()]
             rows.append(row)
-            if "skipped" in row:
-                print(f"L={L:5d} {variant:12s} skipped: {row['skipped']}", flush=True)
+            if "ms" not in row:
+                what = next(k for k in ("skipped", "oom", "unsupported", "error") if k in row)
+                print(f"L={L:5d} {variant:12s} {what}: {row[what]}", flush=True)
             else:
                 print(
-                    f"L={L:5d} {variant:12s} {row['ms']:10.2f} ms  peak {row['peak_mib']:9.1f} MiB  "
-                    f"(scores {row['score_matrix_mib']:8.1f} MiB, backend {row['sdpa_backend']}, "
-                    f"{row['runs']} runs, {time.perf_counter() - t:.0f} s)",
+                    f"L={L:5d} {variant:12s} median {row['ms']:9.2f} ms (IQR {row['iqr_ms']:.2f}, "
+                    f"{row['min_ms']:.2f}-{row['max_ms']:.2f}, {row['runs']} runs)  "
+                    f"peak {row['peak_mib']:8.1f} MiB  ({row['sdpa_backend']}, "
+                    f"{time.perf_counter() - t:.0f} s)",
                     flush=True,
                 )
             env["load_average_after"] = row["load_average"]
             env["seconds"] = round(time.perf_counter() - t0, 1)
             save_results(out, env, rows, config)
     print()
-    print(
-        results_table(
-            rows, [v for v in ("handwritten", "sdpa", "sdpa_causal") if v in args.variants]
-        )
-    )
+    print(results_table(rows, [v for v in ALL_VARIANTS if v in args.variants][:3]))
+    print()
+    print(spread_table(rows, tuple(args.variants)))
     print(f"\nwrote {out} in {time.perf_counter() - t0:.0f} s")
     return 0
 

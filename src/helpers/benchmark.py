@@ -15,7 +15,8 @@ MultiHeadAttention(d_model, heads) on x [B, L, d_model] with a causal mask:
 - "sdpa_causal":  the same projections, SDPA with is_causal=True and no mask tensor at all
   (the form that lets CUDA pick FlashAttention).
 - "sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn": sdpa_causal with SDPA forced
-  to one backend (torch.nn.attention.sdpa_kernel); a backend that cannot run this call
+  to one backend (torch.nn.attention.sdpa_kernel); "sdpa_flash_masked": FlashAttention forced
+  with the (pre-inverted) boolean mask instead. A backend that cannot run the call
   (FlashAttention in float32, the memory-efficient kernel on a CPU, ...) is recorded as
   "unsupported", with PyTorch's reason.
 
@@ -66,6 +67,7 @@ FORCED_BACKENDS = {  # variant -> torch.nn.attention.SDPBackend member
     "sdpa_efficient": "EFFICIENT_ATTENTION",
     "sdpa_math": "MATH",
     "sdpa_cudnn": "CUDNN_ATTENTION",
+    "sdpa_flash_masked": "FLASH_ATTENTION",  # with our boolean mask instead of is_causal
 }
 ALL_VARIANTS = (*VARIANTS, "sdpa_premask", *FORCED_BACKENDS)
 OUTCOMES = ("skipped", "oom", "unsupported", "error")  # a row without "ms" has one of these
@@ -282,9 +284,12 @@ class Workload:
         if variant in FORCED_BACKENDS:
             backend = FORCED_BACKENDS[variant]
 
+            kwargs = {"attn_mask": self.allowed} if variant.endswith("_masked") else {}
+            kwargs = kwargs or {"is_causal": True}
+
             def forced():
                 with sdpa_backend_context(backend):
-                    return self._projected(is_causal=True)
+                    return self._projected(**kwargs)
 
             return forced
         raise ValueError(f"variant must be one of {ALL_VARIANTS}, got {variant!r}")

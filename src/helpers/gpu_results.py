@@ -284,7 +284,20 @@ def gpu_attention_summary(data_dir=None) -> str:
             continue
         lines += ["", f"{dtype}: median ms and peak extra MiB over the inputs"]
         lines.append(results_table(rows, ("handwritten", "sdpa", "sdpa_causal")))
-        lines.append(f"{dtype}: SDPA forced to one backend (is_causal=True), median ms")
+        chosen = {}
+        for r in rows:
+            if r["variant"] in ("sdpa", "sdpa_premask", "sdpa_causal") and r.get("sdpa_backend"):
+                chosen.setdefault(r["variant"], set()).add(r["sdpa_backend"])
+        if chosen:
+            kernels = "; ".join(f"{v}: {', '.join(sorted(b))}" for v, b in chosen.items())
+            lines.append(f"kernel PyTorch chose: {kernels}")
+        premask = _premask_line(rows)
+        if premask:
+            lines.append(premask)
+        lines.append(
+            f"{dtype}: SDPA forced to one backend, median ms (is_causal=True; flash+mask: "
+            "FlashAttention with our boolean mask instead)"
+        )
         lines.append(_backend_table(rows))
     roof = roofline(record)
     if roof is not None:
@@ -306,9 +319,23 @@ def gpu_attention_summary(data_dir=None) -> str:
     return "\n".join(lines)
 
 
+def _premask_line(rows: list[dict]) -> str:
+    """What inverting the mask on every call costs at the largest L where both rows ran."""
+    by = {(r["L"], r["variant"]): r for r in rows if "ms" in r}
+    both = [L for (L, v) in by if v == "sdpa" and (L, "sdpa_premask") in by]
+    if not both:
+        return ""
+    L = max(both)
+    a, b = by[(L, "sdpa")], by[(L, "sdpa_premask")]
+    return (
+        f"at L={L}: sdpa (mask inverted every call) {a['ms']:.3f} ms, +{a['peak_mib']:.0f} MiB; "
+        f"sdpa_premask (inverted once) {b['ms']:.3f} ms, +{b['peak_mib']:.0f} MiB"
+    )
+
+
 def _backend_table(rows: list[dict]) -> str:
-    forced = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn")
-    names = [v.removeprefix("sdpa_") for v in forced]
+    forced = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "sdpa_cudnn", "sdpa_flash_masked")
+    names = ["flash", "efficient", "math", "cudnn", "flash+mask"]
     lines = [f"{'L':>6}" + "".join(f" {n:>11}" for n in names)]
     for L in sorted({r["L"] for r in rows}):
         line = f"{L:>6}"
