@@ -4,7 +4,7 @@
 On a machine with an NVIDIA GPU (from the repository root; it needs only torch and numpy, plus
 pytest for the last part, and writes nothing outside --out):
 
-    PYTHONPATH=src timeout 470 python3 tools/record_gpu.py --device cuda --out OUT_DIR
+    PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out OUT_DIR
 
 The dry run, every part at tiny sizes on the CPU (tests/test_record_gpu.py runs it):
 
@@ -82,7 +82,7 @@ PARTS = ("attention", "training", "decoding", "unit_tests")
 CAPS = {"attention": 150, "training": 150, "decoding": 60, "unit_tests": 60}
 TARGET = 0.995
 DEVICE_COMMAND = (
-    "PYTHONPATH=src timeout 470 python3 tools/record_gpu.py --device cuda --out $OUT/gpu"
+    "PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out $OUT/gpu"
 )
 
 
@@ -606,7 +606,7 @@ def parse_args(argv):
     ap.add_argument("--out", type=Path, required=True, help="folder for the JSON files")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a dry run of every part")
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    ap.add_argument("--budget", type=float, default=440.0, help="seconds for all parts together")
+    ap.add_argument("--budget", type=float, default=430.0, help="seconds for all parts together")
     ap.add_argument(
         "--caps",
         nargs="+",

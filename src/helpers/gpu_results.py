@@ -22,7 +22,7 @@ from pathlib import Path
 from .benchmark import attention_flops, outcome, results_table, score_matrix_bytes
 
 RECORD_COMMAND = (
-    "PYTHONPATH=src timeout 470 python3 tools/record_gpu.py --device cuda --out OUT_DIR"
+    "PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out OUT_DIR"
 )
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "chapters" / "data"
 
