@@ -72,14 +72,16 @@ from helpers import (
 #   input; only their order differs. A model that ignores positions sees the same bag of
 #   tokens for `7 3 0` and `0 3 7` and cannot tell which reversal to produce.
 # - **It needs cross-attention to align.** To write its $i$-th digit the decoder has to
-#   look up the $i$-th digit *from the end* of the source. That lookup is exactly what
-#   cross-attention learns, and a trained model's cross-attention map shows it as an
-#   anti-diagonal (the heatmap chapter, 18).
+#   look up the $i$-th digit *from the end* of the source. That lookup is the job of
+#   cross-attention; drawn as a matrix it is an anti-diagonal (shown below), and the
+#   heatmap chapter (18) measures how closely a trained model's cross-attention follows it.
 # - **It trains quickly on a CPU.** Vocabulary 13, sequences of at most 12 digits, a model
 #   under one million parameters. The training chapter (10) trains until at least 99.5 %
 #   of 1,000 held-out validation sequences are reversed exactly, then reports exact match
-#   once on a separate test set of 10,000 sequences that neither training nor stopping
-#   saw (both sizes are printed at the end of this chapter).
+#   once on a separate test set of 10,000 sequences, drawn with its own seed, that plays
+#   no part in training or stopping (both sizes are printed in the section "How this
+#   model differs from the paper" below; chapter 09 counts how many test sequences happen
+#   to occur in the training set too).
 #
 # A component that is subtly wrong (a mask off by one, an embedding scaled badly, a
 # transpose in the wrong place) makes the model learn slowly or not at all, and with this
@@ -114,7 +116,7 @@ assert len({PAD_ID, BOS_ID, EOS_ID}) == 3  # BOS must differ from PAD (a classic
 # digit strings of length 3 to 12 and returns `(src, tgt)` as integer tensors, padded to a
 # common width of 12 + 2 = 14 (room for `<bos>` and `<eos>`). The same seed always gives
 # the same data (chapter 09 looks at the distribution of lengths and digits). Here is one
-# example, as ids and as tokens:
+# example, as ids and as tokens, and the range of lengths in a larger draw:
 
 # %%
 src, tgt = make_reversal_dataset(4, seed=0)
@@ -127,9 +129,11 @@ print("tgt tokens:", describe(tgt[1]))
 
 lengths = (src >= NUM_OFFSET).sum(dim=1)
 print("\ndigits per source:", lengths.tolist())
+many_lengths = (make_reversal_dataset(2000, seed=1)[0] >= NUM_OFFSET).sum(dim=1)
+print(f"digits per source in 2,000 draws (seed 1): {many_lengths.min()} to {many_lengths.max()}")
 again_src, again_tgt = make_reversal_dataset(4, seed=0)
 assert torch.equal(again_src, src) and torch.equal(again_tgt, tgt)  # same seed, same data
-assert lengths.min() >= 3 and lengths.max() <= 12
+assert many_lengths.min() == 3 and many_lengths.max() == 12
 
 # the target is <bos>, the reversed digits, <eos>
 n = int((src[1] >= NUM_OFFSET).sum())
@@ -181,8 +185,8 @@ assert differ > 0
 # Second, the alignment the decoder must learn. For a source of $n$ digits, the decoder
 # position that writes output digit $i$ (counting from 0) must read source position
 # $n-1-i$. Written as a matrix with one row per output digit and one column per source
-# digit, that is a permutation matrix with its ones on the anti-diagonal: the picture a
-# well-trained model's cross-attention reproduces.
+# digit, that is a permutation matrix with its ones on the anti-diagonal: the picture that
+# chapter 18 compares with a trained model's cross-attention.
 
 # %%
 align = torch.zeros(n, n, dtype=torch.int64)
@@ -361,7 +365,8 @@ plt.show()
 # position, one column per key position. The sizes are the defaults of
 # `helpers.Transformer`, the configuration of the 931,213-parameter model counted below,
 # the same model and count as {ref}`the reference chapter <reference-chapter>` (the
-# training chapter trains a narrower one, $d = 32$, to train faster). The next cell reads
+# training chapter trains a narrower one, $d = 32$, and measures what that choice saves).
+# The next cell reads
 # them from the model itself rather than trusting the table.
 
 # %%
@@ -393,11 +398,11 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # | feed-forward activation | ReLU | GELU {cite}`hendrycks2016` (chapter 04) |
 # | embeddings and output projection | one matrix shared by the source embedding, the target embedding and the output projection {cite}`press2017` | three separate matrices |
 # | biases of the attention projections | none in the paper's equations | every `nn.Linear` has a bias |
-# | initialisation | not stated | Xavier-uniform weights and zero biases for every `nn.Linear` {cite}`glorot2010`; embeddings $\mathcal{N}(0, d^{-1/2})$ with a zero `<pad>` row (chapter 02) |
+# | initialisation | not stated | Xavier-uniform weights and zero biases for every `nn.Linear` {cite}`glorot2010`; embeddings normal with standard deviation $d^{-1/2}$, with a zero `<pad>` row (chapter 02) |
 # | dropout | 0.1, on each sub-layer's output and on embeddings + positions | the same places, and also on the attention weights; the training recipe sets it to 0 |
 # | sizes | $d = 512$, $h = 8$, $d_{ff} = 2048$, $N = 6$ | $d = 128$, $h = 4$, $d_{ff} = 512$, $N = 2$ here; the training recipe uses $d = 32$, $d_{ff} = 128$ |
 # | positions | sinusoidal, for any length | the same sinusoids, stored for `max_len` = 64 positions; longer inputs are refused |
-# | learning rate | warmup for 4,000 steps, then $\propto 1/\sqrt{\text{step}}$ | the same shape with a 100-step warmup, and a linear cooldown to 0 over the last 400 of 500 steps (chapter 10) |
+# | learning rate | warmup for 4,000 steps, then $\propto 1/\sqrt{\text{step}}$ | the same shape with a 100-step warmup, multiplied by a linear cooldown to 0 over the last 400 of at most 500 steps (chapter 10) |
 # | label smoothing | 0.1 {cite}`szegedy2016` | none in the training recipe (chapter 10 measures it) |
 # | decoding | beam search, beam size 4 | greedy (chapter 11) |
 
@@ -450,6 +455,14 @@ print(
     f"{default_std:.4f};  embedding std {weights['source embedding'][1:].std().item():.4f}"
     f" (d^-1/2 = {d**-0.5:.4f})"
 )
+off_xavier = max(  # each nn.Linear's weight std against Xavier's for its shape
+    abs(m.weight.std().item() / math.sqrt(2 / sum(m.weight.shape)) - 1) for m in linears
+)
+pad_rows = max(w[PAD_ID].abs().max().item() for w in list(weights.values())[:2])
+print(
+    f"largest deviation of an nn.Linear weight std from Xavier's: {off_xavier:.1%};"
+    f"  largest |entry| of the two <pad> embedding rows: {pad_rows}"
+)
 drops = sorted({m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)})
 print(
     f"dropout p in the model: {drops};  attention-weight dropout: {layer.mha.attn_drop.p};"
@@ -472,7 +485,8 @@ assert isinstance(model.encoder.ln_final, torch.nn.LayerNorm)
 assert isinstance(model.decoder.ln_final, torch.nn.LayerNorm)
 assert isinstance(layer.ffn.net[1], torch.nn.GELU) and distinct == 3
 assert with_bias == len(linears) and all((m.bias == 0).all() for m in linears)
-assert abs(W.std().item() - xavier_std) < 0.1 * xavier_std
+assert abs(W.std().item() - xavier_std) < 0.1 * xavier_std and off_xavier < 0.1
+assert pad_rows == 0
 assert abs(weights["source embedding"][1:].std().item() - d**-0.5) < 0.1 * d**-0.5
 assert drops == [0.1] and layer.mha.attn_drop.p == 0.1 and r.dropout == 0.0
 assert (r.d_model, r.dff, r.warmup, r.cooldown, r.max_steps) == (32, 128, 100, 400, 500)
@@ -731,7 +745,25 @@ assert len(cross_x) == 3 and all(w.shape == (3, 8, 6, 9) for w in cross_x)
 # each `[B, h, L_t, L_s]` = `[3, 8, 6, 9]`. More heads change the weights' shape, not the
 # width $d$.
 #
-# ### Exercise 1.2 (implement): the parameter count as a formula
+# ### Exercise 1.2 (predict, then run): tying the output projection
+#
+# GPT-2 shares one matrix between its token embedding and its output projection, and so
+# did {cite}`vaswani2017` (see the table above). If the book's model shared the target
+# embedding's `[13, 128]` matrix with the output projection's weight (keeping the
+# projection's bias), how many parameters would it have? Predict, then run.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 1.2
+_ = torch.manual_seed(0)
+tied = Transformer(VOCAB_SIZE, VOCAB_SIZE)
+tied.out_proj.weight = tied.decoder.embed.emb.weight  # one Parameter, used twice
+total_tied = count_parameters(tied)  # model.parameters() lists a shared Parameter once
+print(f"untied: {total:,}   tied: {total_tied:,}   saved: {total - total_tied:,} = V * d")
+assert total - total_tied == VOCAB_SIZE * d == 1_664
+
+
+# %% [markdown]
+# ### Exercise 1.3 (implement): the parameter count as a formula
 #
 # Write `parameter_count(src_vocab, tgt_vocab, d_model, num_heads, dff, num_layers)` that
 # returns the number of trainable parameters of `Transformer(src_vocab, tgt_vocab,
@@ -742,7 +774,7 @@ assert len(cross_x) == 3 and all(w.shape == (3, 8, 6, 9) for w in cross_x)
 # component you most likely missed.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 1.2
+# Solution to exercise 1.3
 from helpers.exercises import check_parameter_count
 
 
@@ -758,20 +790,3 @@ def parameter_count(src_vocab, tgt_vocab, d_model, num_heads, dff, num_layers):
 
 
 check_parameter_count(parameter_count)
-
-# %% [markdown]
-# ### Exercise 1.3 (predict, then run): tying the output projection
-#
-# GPT-2 shares one matrix between its token embedding and its output projection, and so
-# did {cite}`vaswani2017` (see the table above). If the book's model shared the target
-# embedding's `[13, 128]` matrix with the output projection's weight (keeping the
-# projection's bias), how many parameters would it have? Predict, then run.
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 1.3
-_ = torch.manual_seed(0)
-tied = Transformer(VOCAB_SIZE, VOCAB_SIZE)
-tied.out_proj.weight = tied.decoder.embed.emb.weight  # one Parameter, used twice
-total_tied = count_parameters(tied)  # model.parameters() lists a shared Parameter once
-print(f"untied: {total:,}   tied: {total_tied:,}   saved: {total - total_tied:,} = V * d")
-assert total - total_tied == VOCAB_SIZE * d == 1_664

@@ -47,3 +47,14 @@ def test_rejects_a_count_that_depends_on_heads():
 def test_rejects_a_float():
     with pytest.raises(ExerciseError, match="should be an int"):
         check_parameter_count(lambda *cfg: float(count(*cfg)))
+
+
+def test_names_the_decoder_layernorm_not_the_final_ones():
+    # at num_layers=2 both mistakes miss 4d parameters; the other configurations tell them apart
+    def two_norms_per_decoder_layer(src_vocab, tgt_vocab, d, h, dff, n):
+        return count(src_vocab, tgt_vocab, d, h, dff, n) - n * 2 * d
+
+    with pytest.raises(ExerciseError, match="three LayerNorms"):
+        check_parameter_count(two_norms_per_decoder_layer)
+    with pytest.raises(ExerciseError, match="you left both out"):
+        check_parameter_count(lambda *cfg: count(*cfg, final_ln=False))

@@ -10,7 +10,9 @@ SPECIAL_NAMES = {PAD_ID: "<pad>", BOS_ID: "<bos>", EOS_ID: "<eos>"}
 
 
 def token_name(token_id: int) -> str:
-    """Human-readable name of one token id: '<pad>', '<bos>', '<eos>' or the digit."""
+    """Human-readable name of one token id: '<pad>', '<bos>', '<eos>' or the digit.
+
+    Built in chapter 1."""
     token_id = int(token_id)
     if token_id in SPECIAL_NAMES:
         return SPECIAL_NAMES[token_id]
