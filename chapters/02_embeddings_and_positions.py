@@ -212,7 +212,9 @@ plt.show()
 # Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions: from
 # $2\pi$ for the first pair up to almost $2\pi \cdot 10000$ for the last. The cell prints
 # the range. With at most 14 positions in our task, the slow pairs are nearly constant:
-# they carry almost no position information here; only much longer sequences move them.
+# the cell counts the pairs whose angle $\omega_i p$ stays below 0.1 radian up to
+# position 13 (their sine stays below 0.1, their cosine above 0.99). Such pairs carry
+# almost no position information here; only much longer sequences move them.
 
 # %%
 wavelength = 2 * math.pi / omega
@@ -226,6 +228,9 @@ print("ratio between neighbouring pairs: %.4f = 10000^(2/d)" % (wavelength[1] / 
 assert math.isclose(wavelength[0].item(), 2 * math.pi, rel_tol=1e-6)
 ratios = wavelength[1:] / wavelength[:-1]
 torch.testing.assert_close(ratios, torch.full((d // 2 - 1,), 10000 ** (2 / d)))
+slow = int((omega * 13 < 0.1).sum())
+print(f"pairs that turn by less than 0.1 radian between positions 0 and 13: {slow} of {d // 2}")
+assert (pe[:14, 1::2][:, -slow:] > 0.99).all() and (pe[:14, 0::2][:, -slow:] < 0.1).all()
 
 # %% [markdown]
 # ### Relative positions are rotations
@@ -316,8 +321,9 @@ plt.show()
 # - a plain attribute `self.t = t`: invisible to PyTorch: not moved, not saved.
 #
 # The cell shows each of the three behaviours. There is no GPU here, so it moves the
-# module to the `meta` device (tensors with shapes but no data): `Module.to` treats every
-# target device the same way, moving parameters and buffers and nothing else.
+# module to the `meta` device (tensors with shapes but no data) instead; `Module.to`
+# moves parameters and buffers, whatever the target device (its documentation says so),
+# and the cell shows what it does with the plain attribute.
 
 # %%
 class Holder(nn.Module):
@@ -377,7 +383,7 @@ assert "device" in str(caught)
 # - Initialising $E$ from $\mathcal{N}(0, d^{-1/2})$ (standard deviation $d^{-1/2}$)
 #   instead makes $\sqrt{d}\,E$ have a standard deviation around 1.
 #
-# This is a common trap when porting a Transformer from another framework (or from the
+# This is an easy trap when porting a Transformer from another framework (or from the
 # paper) to PyTorch, and it raises no error (chapter 12 measures what it does to
 # training). Measure the two scales on a real batch of the reversal task, counting only
 # the non-padding tokens:
@@ -653,37 +659,32 @@ torch.testing.assert_close(lib(src), embed(src))
 # - Sinusoids turn a shift by $k$ positions into one rotation $R_k$ for every $p$, and
 #   $PE[p] \cdot PE[p+k]$ depends on $k$ only (Figures 2.1 and 2.2).
 # - Scale and initialisation must match: PyTorch's $\mathcal{N}(0, 1)$ times $\sqrt{128}$
-#   made the token part 22 times louder than the positions (cosine above 0.99 between
+#   made the token part about 22 times louder than the positions (cosine above 0.99 between
 #   positions 0 and 13, Figure 2.3); $\mathcal{N}(0, d^{-1/2})$ brings it to about 2.
 # - A sequence longer than `max_len` has no position row: check the length and say so,
 #   as `helpers.TokenAndPosition` does, instead of letting a size error surface.
 #
 # ## Exercises
 #
-# ### Exercise 2.1 (implement): the sinusoidal table from the formula
+# ### Exercise 2.1 (predict, then run): what learned positions cost the whole model
 #
-# Without looking back, write `sinusoidal(max_len, d)` returning the `[max_len, d]` float
-# table with $PE[p, 2i] = \sin(p / 10000^{2i/d})$ and
-# $PE[p, 2i+1] = \cos(p / 10000^{2i/d})$. Check it with
-# `check_sinusoidal_table(sinusoidal)`: it compares your table with the library's for
-# three sizes and recognises the usual slips (sine and cosine swapped, the two halves
-# concatenated instead of interleaved, a wrong exponent, positions counted from 1).
+# The book's `Transformer` (chapter 1) has 931,213 parameters with sinusoidal positions,
+# `max_len = 64` and $d = 128$. If both stacks (encoder and decoder) used learned
+# positions instead, how many parameters would it have? Predict, then run the solution.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 2.1
-from helpers.exercises import check_sinusoidal_table
+with torch.device("meta"):  # shapes only
+    book_model = helpers.Transformer(VOCAB_SIZE, VOCAB_SIZE)
+    position_table = nn.Embedding(max_len, d)  # what each stack would add
+sinusoidal_total = helpers.count_parameters(book_model)
+extra = 2 * position_table.weight.numel()  # one position table per stack
+print(
+    f"sinusoidal: {sinusoidal_total:,}; learned positions add 2 x {max_len} x {d} = {extra:,}"
+    f" -> {sinusoidal_total + extra:,} ({extra / sinusoidal_total:.1%} more)"
+)
+assert sinusoidal_total == 931_213 and extra == 2 * 64 * 128 == 16_384
 
-
-def sinusoidal(max_len, d):
-    p = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
-    angle = p / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)  # [max_len, d/2]
-    table = torch.zeros(max_len, d)
-    table[:, 0::2] = torch.sin(angle)  # even dimensions
-    table[:, 1::2] = torch.cos(angle)  # odd dimensions
-    return table
-
-
-check_sinusoidal_table(sinusoidal)
 
 # %% [markdown]
 # ### Exercise 2.2 (modify): learned positions that fail clearly
@@ -721,22 +722,29 @@ class LearnedPositions(nn.Module):
 
 check_learned_positions(LearnedPositions)
 
+
 # %% [markdown]
-# ### Exercise 2.3 (predict, then run): what learned positions cost the whole model
+# ### Exercise 2.3 (implement): the sinusoidal table from the formula
 #
-# The book's `Transformer` (chapter 1) has 931,213 parameters with sinusoidal positions,
-# `max_len = 64` and $d = 128$. If both stacks (encoder and decoder) used learned
-# positions instead, how many parameters would it have? Predict, then run the solution.
+# Without looking back, write `sinusoidal(max_len, d)` returning the `[max_len, d]` float
+# table with $PE[p, 2i] = \sin(p / 10000^{2i/d})$ and
+# $PE[p, 2i+1] = \cos(p / 10000^{2i/d})$. Check it with
+# `check_sinusoidal_table(sinusoidal)`: it compares your table with the library's for
+# three sizes and recognises the usual slips (sine and cosine swapped, the two halves
+# concatenated instead of interleaved, a wrong exponent, positions counted from 1).
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 2.3
-with torch.device("meta"):  # shapes only
-    book_model = helpers.Transformer(VOCAB_SIZE, VOCAB_SIZE)
-    one_stack = LearnedPositions(VOCAB_SIZE, d, max_len)
-sinusoidal_total = helpers.count_parameters(book_model)
-extra = 2 * one_stack.pos.weight.numel()  # one position table per stack
-print(
-    f"sinusoidal: {sinusoidal_total:,}; learned positions add 2 x {max_len} x {d} = {extra:,}"
-    f" -> {sinusoidal_total + extra:,} ({extra / sinusoidal_total:.1%} more)"
-)
-assert sinusoidal_total == 931_213 and extra == 2 * 64 * 128 == 16_384
+from helpers.exercises import check_sinusoidal_table
+
+
+def sinusoidal(max_len, d):
+    p = torch.arange(max_len, dtype=torch.float32)[:, None]  # [max_len, 1]
+    angle = p / 10000 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)  # [max_len, d/2]
+    table = torch.zeros(max_len, d)
+    table[:, 0::2] = torch.sin(angle)  # even dimensions
+    table[:, 1::2] = torch.cos(angle)  # odd dimensions
+    return table
+
+
+check_sinusoidal_table(sinusoidal)

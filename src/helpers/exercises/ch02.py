@@ -47,7 +47,7 @@ def _wrong_tables(max_len: int, d: int) -> list[tuple[torch.Tensor, str]]:
 
 
 def check_sinusoidal_table(fn) -> None:
-    """Exercise 2.1: fn(max_len, d) -> float tensor [max_len, d], the sinusoidal table.
+    """Exercise 2.3: fn(max_len, d) -> float tensor [max_len, d], the sinusoidal table.
 
     Compared with helpers.sinusoidal_position_encoding. Used in chapter 2.
     """
