@@ -269,7 +269,8 @@ with torch.no_grad():
 # %% [markdown]
 # Two checks before training (chapter 08's habit). **Causality**: rewrite every token from position
 # 10 on, and the logits at positions 0..9 must not move while the later ones do. **The initial loss**:
-# an untrained model should be about uniformly unsure, with a cross entropy near $\ln V$.
+# an untrained model should be about uniformly unsure, with a cross entropy near $\ln V$ (a little
+# above it: chapter 17 measures why).
 
 # %%
 with torch.no_grad():
@@ -294,9 +295,8 @@ assert abs(init_loss - ln_v) < 0.3
 # ### Weight tying, and a surprise at initialisation
 #
 # GPT-2 **ties** its output head to its token embedding {cite}`press2017,radford2019`: the same
-# `[V, d]` matrix turns ids into
-# vectors at the bottom and vectors into scores at the top, saving $V \cdot d$ parameters
-# (`MiniGPT(..., tie_weights=True)`). Here the saving is small, and the initial-loss check shows a
+# `[V, d]` matrix turns ids into vectors at the bottom and vectors into scores at the top, saving
+# $V \cdot d$ parameters (`MiniGPT(..., tie_weights=True)`). Here the saving is small, and the initial-loss check shows a
 # catch. The residual stream carries each input token's own embedding, scaled by $\sqrt{d}$, all the
 # way to the top; a tied head scores every character by its dot product with that same embedding
 # matrix, so the input character wins. The untrained tied model predicts that every character
@@ -317,8 +317,9 @@ assert saved == tok.vocab_size * cfg.d_model
 assert tied_loss > ln_v + 1 and repeats > 0.9
 
 # %% [markdown]
-# Training has to unlearn this before it learns anything else. With 60 characters the saving is
-# small, so `MiniGPT` leaves the head untied by default, and this chapter trains the untied model.
+# Training would have to unlearn this first. With a vocabulary of 60 the saving is small (3,840
+# of 107,776 parameters), so `MiniGPT` leaves the head untied by default, and this chapter trains
+# the untied model.
 
 # %% [markdown]
 # ## 5. Training, and over-fitting
@@ -553,9 +554,9 @@ assert real[0.5, None] > real[1.0, None] > real[2.0, None]
 assert real[2.0, 5] > real[2.0, None] + 0.1
 
 # %% [markdown]
-# The lower the temperature, the more of the sampled words are real; at $T = 2$ most are
-# invented. Top-k cuts off the long tail of unlikely characters, and at $T = 2$ that brings a
-# part of the real words back (the cell asserts a gain of more than 10 points).
+# The lower the temperature, the more of the sampled words are real (the cell asserts the order).
+# Top-k cuts off the long tail of unlikely characters, and at $T = 2$ that brings a part of the
+# real words back (the cell asserts a gain of more than 10 points).
 #
 # ## 7. The KV cache for a decoder-only model
 #
@@ -596,9 +597,10 @@ assert caches[0]["k"].shape == (1, cfg.num_heads, prompt.size(1) + 2, cfg.d_k)
 
 # %% [markdown]
 # Now the check that matters: `generate(..., use_cache=True)` against `use_cache=False`, for the
-# batch of four prompts of section 6. Greedy decoding must give the same tokens. So must **sampling**, provided
-# both runs draw from generators seeded the same way: each step draws once from the generator in
-# both loops, and the probabilities it draws from are the same up to float rounding.
+# batch of four prompts of section 6. Greedy decoding must give the same tokens. So must
+# **sampling**, provided both runs draw from generators seeded the same way: each step draws once
+# from the generator in both loops, and the probabilities it draws from are the same up to float
+# rounding.
 
 # %%
 outs = {}
@@ -673,8 +675,8 @@ assert timing[True] < timing[False]
 # - Greedy text repeats itself more than sampled text; temperature raises the entropy of what the
 #   sampler draws from, and top-k lowers it.
 # - The KV cache changes no token, greedy or sampled with the same seed.
-# - The one thing to remember: a GPT block is not a new kind of layer; the causal mask is what
-#   makes it a language model.
+# - The one thing to remember: a GPT block is not a new kind of layer; the causal mask and the
+#   next-token target are what make the stack a language model.
 #
 # ## Exercises
 #

@@ -867,8 +867,8 @@ print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 #   and `helpers.check_model`, which runs it on one batch by probing what the model does.
 # - It flags each of nine breaks (seven models, two batches) with the checks designed for them
 #   and passes the healthy model (Figure 17.1).
-# - The healthy model starts at 1.37 times $\ln V$, as random logits of its spread should
-#   ($\ln V + s^2/2$); `check_model` flags an initial loss only above 2 times $\ln V$.
+# - The healthy model starts at 1.37 times $\ln V$, close to what random logits of its spread
+#   give ($\ln V + s^2/2$); `check_model` flags an initial loss only above 2 times $\ln V$.
 # - The one thing to remember: most Transformer bugs are silent, so reproduce a suspicion in a few
 #   lines and assert what the right answer must satisfy; the probes are cheap enough to run on
 #   every model before its first training step (chapter 08 makes the first two unit tests).
