@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # Greedy decoding
+# # 11. Greedy decoding
 #
 # Training (chapter 10) never lets the decoder read its own output: teacher forcing feeds it the
 # true prefix and scores every position in one pass. At inference there is no true prefix. The
@@ -23,12 +23,14 @@
 # **argmax**: greedy decoding.
 #
 # This chapter writes that loop by hand on one example, printing the output as it grows; then
-# makes it work on a batch whose rows finish at different steps; defines exact match; and shows
-# what happens when the model is left in training mode, one of the most common inference bugs.
+# makes it work on a batch whose rows finish at different steps; defines exact match and reports
+# it on the 10,000 test sequences of chapter 09, with greedy decoding; and shows what happens
+# when the model is left in training mode, one of the most common inference bugs.
 
 # %%
 import dataclasses
 
+import matplotlib.pyplot as plt
 import torch
 
 from helpers import (
@@ -39,11 +41,13 @@ from helpers import (
     decode_digits,
     describe,
     encode_digits,
+    exact_match_with_interval,
     make_reversal_dataset,
+    test_set,
     trained_reversal_model,
 )
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% tags=["nbval-ignore-output"]
 model = trained_reversal_model()  # cached after the first training run (chapter 10)
@@ -56,22 +60,26 @@ assert not model.training
 # The encoder runs **once**: its output (`memory`) depends only on the source. The decoder then
 # runs once per output token. Its input starts as `[<bos>]`; at each step we take the logits of
 # the **last** position only (the earlier positions predict tokens we already have), pick the
-# argmax, and append it.
+# argmax, and append it. The cell counts the encoder and decoder calls as it goes; Figure 11.1
+# after it draws the same run.
 
 # %%
 src = encode_digits("730951", width=14)  # digits, <eos>, <pad>...
 print("src:", describe(src[0]), tuple(src.shape))
 
+calls = {"encode": 0, "decode": 0}
+trace = []  # (decoder input, picked token, its probability) per step, for Figure 11.1
 with torch.no_grad():
     memory, src_mask = model.encode(src)
+    calls["encode"] += 1
     print("memory", tuple(memory.shape), "src_mask", tuple(src_mask.shape))
     out = torch.tensor([[BOS_ID]])
     for step in range(13):
-        logits, _ = model.decode(
-            out, memory, src_mask, need_weights=False
-        )  # [1, t, V]: a row per position
+        logits, _ = model.decode(out, memory, src_mask, need_weights=False)  # [1, t, V]
+        calls["decode"] += 1
         probs = logits[0, -1].softmax(-1)
         nxt = probs.argmax()
+        trace.append((describe(out[0]), describe([int(nxt)]), probs[nxt].item()))
         out = torch.cat([out, nxt.view(1, 1)], dim=1)
         print(
             f"step {step:2d}: logits {tuple(logits.shape)}  picked {describe([int(nxt)]):>5}"
@@ -81,13 +89,44 @@ with torch.no_grad():
         if nxt == EOS_ID:
             break
 
-print("reversed:", decode_digits(out[0]))
+print("reversed:", decode_digits(out[0]), "| calls:", calls)
 assert decode_digits(out[0]) == [1, 5, 9, 0, 3, 7]
+assert calls == {"encode": 1, "decode": 7}  # six digits and <eos>
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, ax = plt.subplots(figsize=(11, 3.6))
+box = dict(boxstyle="round,pad=0.4", fc="white", ec="0.5")
+n = len(trace)
+ax.plot([0, 1.5 * n + 1], [2.0, 2.0], color="tab:orange", lw=2, zorder=1)  # memory, every step
+ax.text(1.25, 2.12, "memory", ha="center", color="tab:orange", fontsize=8)
+ax.text(0, 2.0, "encoder\n(runs once)", ha="center", va="center", fontsize=9, bbox=box, zorder=2)
+ax.text(0, 0.9, describe(src[0][src[0] != PAD_ID]), ha="center", va="center", fontsize=8)
+ax.annotate("", (0, 1.6), (0, 1.1), arrowprops=dict(arrowstyle="->", color="0.4"))
+for i, (prefix, picked, p) in enumerate(trace):
+    x = 1.5 * (i + 1) + 1
+    ax.text(x, 2.0, f"decoder\nstep {i}", ha="center", va="center", fontsize=8, bbox=box, zorder=2)
+    ax.text(x, 1.1, prefix.replace(" ", "\n"), ha="center", va="top", fontsize=7, color="0.3")
+    ax.annotate("", (x, 1.6), (x, 1.15), arrowprops=dict(arrowstyle="->", color="0.4"))
+    ax.text(
+        x, 3.1, f"{picked}\np = {p:.2f}", ha="center", va="center", fontsize=8, color="tab:blue"
+    )
+    ax.annotate("", (x, 2.85), (x, 2.4), arrowprops=dict(arrowstyle="->", color="tab:blue"))
+ax.text(0, 3.1, "argmax:", ha="center", va="center", fontsize=8, color="tab:blue")
+ax.text(1.6, 1.1, "decoder\ninput:", ha="right", va="top", fontsize=7, color="0.3")
+ax.set_xlim(-1.0, 1.5 * n + 1.8)
+ax.set_ylim(-0.3, 3.5)
+ax.axis("off")
+ax.set_title(
+    "Figure 11.1: greedy decoding of 7 3 0 9 5 1: the encoder runs once, the decoder once per\n"
+    "output token on the whole prefix so far; each argmax (blue) is appended to the next input",
+    fontsize=9,
+)
+plt.show()
 
 # %% [markdown]
 # The logits grow by one row per step: the loop above re-runs the decoder over the whole prefix
 # every time, recomputing keys and values it already computed at the previous step. That is the
-# textbook loop and the easiest to get right; the KV cache (a later chapter) removes the
+# textbook loop and the easiest to get right; the KV cache (chapter 13) removes the
 # recomputation and must produce the same tokens.
 
 # %% [markdown]
@@ -122,7 +161,8 @@ assert all((t != PAD_ID).any() for t in after_eos)  # junk, not padding
 # The short rows keep generating after their `<eos>`: whatever the model likes to produce there
 # (the printout shows what this one does), but never `<pad>`. Positions after `<eos>` are
 # padding in every training target, and the loss ignores them (chapter 10), so the model was never
-# taught what to put there, and `<pad>` is never a target, so its logit only ever got pushed down. The fix is two lines: keep a `finished` flag per row, overwrite the next token of
+# taught what to put there; and since `<pad>` is never a target, training only ever pushed its
+# logit down. The fix is two lines: keep a `finished` flag per row, overwrite the next token of
 # a finished row with `<pad>`, and stop as soon as every row is finished.
 
 # %%
@@ -169,41 +209,65 @@ def my_exact_match(pred, tgt):
     return correct / len(tgt)
 
 
-src_val, tgt_val = make_reversal_dataset(1000, seed=1)  # the held-out set of chapter 09
+src_val, tgt_val = make_reversal_dataset(1000, seed=1)  # the validation set of chapter 09
 ours = greedy(model, src_val)
 em = my_exact_match(ours, tgt_val)
-print(f"exact match on 1000 validation sequences: {em:.3f}")
-assert em >= 0.995
+print(f"exact match on the 1,000 validation sequences: {em:.3f}")
+assert em >= 0.995  # training stopped once greedy decoding got there
 
 # %% [markdown]
-# `helpers.greedy_decode` and `helpers.exact_match` are the finished versions of these two
-# functions; `exact_match` decodes with the KV cache by default. They must agree with ours, token
-# for token.
+# That is the validation set, whose score decided when training stopped (chapter 10), so it is
+# not the number to report. `helpers.greedy_decode` and `helpers.exact_match` are the finished
+# versions of these two functions; `exact_match` decodes with the KV cache by default. They must
+# agree with ours, token for token.
 
 # %%
-from helpers import exact_match, greedy_decode
+from helpers import exact_match, greedy_decode, sequences_equal
 
 theirs = greedy_decode(model, src_val)
 cached = greedy_decode(model, src_val, use_cache=True)
+n_diff = sum(not torch.equal(a, b) for a, b in zip(ours, theirs))
+n_diff_cached = sum(not torch.equal(a, b) for a, b in zip(ours, cached))
+print(
+    f"rows that differ from ours: helpers.greedy_decode {n_diff}, with the KV cache {n_diff_cached}"
+)
 assert torch.equal(ours, theirs) and torch.equal(ours, cached)
 assert exact_match(model, src_val, tgt_val) == em
-print("greedy == helpers.greedy_decode == cached decoding; exact match agrees")
 
 # %% [markdown]
-# Which sequences does the model still get wrong? With at least 99.5 % right there are at most five.
+# ## The test set
+#
+# The number to report comes from the 10,000 test sequences of chapter 09, which neither training
+# nor stopping saw. The cell decodes all of them greedily (with the KV cache, in batches of
+# 1,000) and prints the exact match with its 95 % Wilson interval {cite}`wilson1927`. It also
+# checks the claim chapter 10 relies on during training: the teacher-forced count, one forward
+# pass per batch, is the same number. (Retrained on another CPU, the model may get a sequence or
+# two more or fewer right; the cell asserts what holds everywhere.)
 
 # %% tags=["nbval-ignore-output"]
-wrong = [
-    i
-    for i, (p, t) in enumerate(zip(ours.tolist(), tgt_val.tolist()))
-    if p[: t.index(EOS_ID) + 1] != t[: t.index(EOS_ID) + 1]
-]
-print(len(wrong), "wrong")
-for i in wrong:
-    print(
-        f"  src {describe(src_val[i][src_val[i] != PAD_ID])}\n  got {describe(ours[i][ours[i] != PAD_ID])}"
-    )
-assert len(wrong) == round((1 - em) * 1000) <= 5
+src_test, tgt_test = test_set()
+pred_test = torch.cat([greedy_decode(model, s, use_cache=True) for s in src_test.split(1000)])
+right = torch.cat(
+    [sequences_equal(p, t) for p, t in zip(pred_test.split(1000), tgt_test.split(1000))]
+)
+teacher_forced = exact_match_with_interval(model, src_test, tgt_test)
+print(f"greedy decoding, test set: {int(right.sum()):,} of {len(right):,} exactly right")
+print(f"teacher-forced, test set : {teacher_forced}")
+assert int(right.sum()) == teacher_forced.correct and teacher_forced.low > 0.99
+
+# %% [markdown]
+# Which test sequences does the model still get wrong? The cell counts the errors per source
+# length and shows a few of them.
+
+# %% tags=["nbval-ignore-output"]
+lengths = (src_test != PAD_ID).sum(1) - 1
+for L in range(3, 13):
+    sel = lengths == L
+    print(f"{L:2d} digits: {int((~right[sel]).sum()):3d} wrong of {int(sel.sum()):5d}")
+for i in torch.nonzero(~right).flatten()[:3].tolist():
+    print(f"  src {describe(src_test[i][src_test[i] != PAD_ID])}")
+    print(f"  got {describe(pred_test[i][pred_test[i] != PAD_ID])}")
+assert int((~right).sum()) == teacher_forced.n - teacher_forced.correct
 
 # %% [markdown]
 # ## The pitfall: forgetting `model.eval()`
@@ -219,8 +283,8 @@ assert len(wrong) == round((1 - em) * 1000) <= 5
 #
 # The book's model was trained without dropout (chapter 10 measures why), so its dropout layers
 # have probability 0 and the bug would be invisible here. To see it, we load the same weights
-# into a model built with dropout 0.1, as in the reference chapter. Dropout has no weights, so the
-# state dict fits as is.
+# into a model built with dropout 0.1, as in {ref}`the reference chapter <reference-chapter>`.
+# Dropout has no weights, so the state dict fits as is.
 
 # %% tags=["nbval-ignore-output"]
 leaky = Transformer.from_config(dataclasses.replace(model.config, dropout=0.1))
@@ -230,7 +294,7 @@ x, y = src_val[:200], tgt_val[:200]
 leaky.eval()
 with torch.no_grad():
     a, b = leaky(x, y[:, :-1]), leaky(x, y[:, :-1])
-print("eval mode,  two calls: max |logit difference| =", (a - b).abs().max().item())
+print(f"eval mode,  two calls: max |logit difference| = {(a - b).abs().max().item():.2f}")
 assert torch.equal(a, b)
 
 leaky.train()  # the bug: still in training mode
@@ -243,9 +307,8 @@ assert diff > 0.1
 # %% [markdown]
 # What this does to decoding: the hand-written loop below has no `model.eval()` in it, so it keeps
 # whatever mode the model is in. In training mode, decoding the same sequences twice gives different
-# outputs, and exact match drops. Because this model never saw dropout during training, the drop
-# is brutal; a model trained with dropout suffers less, but its outputs are just as random from
-# one call to the next.
+# outputs, and exact match drops (this model never saw dropout during training, so nothing taught
+# it to cope with dropped activations).
 
 # %% tags=["nbval-ignore-output"]
 @torch.no_grad()
@@ -272,9 +335,8 @@ em_train_mode = my_exact_match(first, y)
 leaky.eval()
 eval_pred = greedy_keeps_mode(leaky, x)
 em_eval_mode = my_exact_match(eval_pred, y)
-print(
-    f"train mode: {n_diff} of {len(x)} outputs differ between two runs; exact match {em_train_mode:.3f}"
-)
+print(f"train mode: {n_diff} of {len(x)} outputs differ between two runs")
+print(f"train mode: exact match {em_train_mode:.3f}")
 print(f"eval mode : exact match {em_eval_mode:.3f}")
 assert n_diff > 0 and em_train_mode < em_eval_mode
 assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout off: the trained model
@@ -284,3 +346,126 @@ assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout of
 # (as `helpers.greedy_decode` does), so that callers cannot forget it. Remember to switch back with
 # `model.train()` when training resumes, as the training loop of chapter 10 does after each
 # evaluation.
+
+# %% [markdown]
+# ## Summary
+#
+# - Built: greedy decoding by hand (the encoder once, the decoder once per output token on the
+#   whole prefix, the argmax appended), then for a batch whose rows finish at different steps:
+#   finished rows get `<pad>`, and the loop stops when every row is done.
+# - Measured: exact match on the 10,000 test sequences with greedy decoding and a 95 % Wilson
+#   interval, and the same count from one teacher-forced pass per batch.
+# - The same weights in training mode decode differently on every call: dropout is on, and
+#   `torch.no_grad()` does not switch it off.
+# - The one thing to remember: call `model.eval()` inside the decoding function, so that no caller
+#   can forget it.
+#
+# ## Exercises
+#
+# ### Exercise 11.1 (predict, then run): how many decoder calls?
+#
+# `greedy` above decodes the batch of three sources with 3, 6 and 10 digits. How many times does it
+# call `model.decode`, and how many times `model.encode`? And for a batch of one source with 12
+# digits? Predict, then count by wrapping the two methods.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 11.1
+# The encoder runs once per batch. The decoder runs once per output token of the longest row:
+# 10 digits + <eos> = 11 calls for the batch (the short rows are padded meanwhile), 12 + 1 = 13
+# for the 12-digit source.
+def count_calls(model, src):
+    counts = {"encode": 0, "decode": 0}
+    originals = {name: getattr(model, name) for name in counts}
+
+    def counting(name):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return originals[name](*args, **kwargs)
+
+        return call
+
+    for name in counts:
+        setattr(model, name, counting(name))
+    try:
+        greedy(model, src)
+    finally:
+        for name in counts:
+            delattr(model, name)  # the instance attribute goes; the class method is back
+    return counts
+
+
+three = count_calls(model, batch)
+one_long = count_calls(model, encode_digits("730951284613", width=14))
+print("batch of 3, 6 and 10 digits:", three)
+print("one source of 12 digits    :", one_long)
+assert three == {"encode": 1, "decode": 11} and one_long == {"encode": 1, "decode": 13}
+
+# %% [markdown]
+# ### Exercise 11.2 (implement): beam search
+#
+# Greedy decoding keeps one hypothesis. Beam search {cite}`sutskever2014` keeps the `k` most
+# probable partial sequences: at every step each live hypothesis is extended by its `k` best next
+# tokens, all candidates are ranked by the **sum** of their tokens' log-probabilities, and the best
+# `k` survive; a hypothesis that has produced `<eos>` is finished and keeps competing with its
+# score. Write `beam_search(model, src, k)` for one source `src [1, Ls]` that returns the best
+# sequence as `[1, L]` (starting with `<bos>`, at most `model.max_len` tokens). With `k = 1` it
+# must be greedy decoding, token for token; with `k > 1` its result must be at least as probable
+# as greedy's. The checker runs it on small random models, whose flat distributions make greedy
+# miss the most probable sequence on several sources.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 11.2
+from helpers.exercises import check_beam_search
+
+
+@torch.no_grad()
+def beam_search(model, src, k):
+    model.eval()
+    memory, src_mask = model.encode(src)  # once, as in greedy decoding
+    beams = [([BOS_ID], 0.0)]  # (tokens, sum of log-probabilities)
+    for _ in range(model.max_len - 1):
+        if all(seq[-1] == EOS_ID for seq, _ in beams):
+            break
+        candidates = []
+        for seq, score in beams:
+            if seq[-1] == EOS_ID:  # finished: competes with its score, unchanged
+                candidates.append((seq, score))
+                continue
+            logits, _ = model.decode(torch.tensor([seq]), memory, src_mask, need_weights=False)
+            top = logits[0, -1].log_softmax(-1).topk(k)
+            for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+                candidates.append((seq + [tok], score + lp))
+        beams = sorted(candidates, key=lambda c: c[1], reverse=True)[:k]
+    return torch.tensor([max(beams, key=lambda c: c[1])[0]])
+
+
+check_beam_search(beam_search)
+
+# %% [markdown]
+# ### Exercise 11.3 (implement): the interval around the test score
+#
+# The test score above comes with a 95 % Wilson interval {cite}`wilson1927`. For `correct` of `n`
+# sequences right, the measured share is $\hat p = \text{correct}/n$, and the interval holds
+# every $p$ for which $|\hat p - p| \le z\sqrt{p(1-p)/n}$, with $z$ the standard normal quantile
+# at $(1 + \text{confidence})/2$ (`statistics.NormalDist().inv_cdf`). Squaring gives a quadratic
+# in $p$; write `wilson(correct, n, confidence)` that returns its two roots `(low, high)`. The
+# checker compares with `helpers.wilson_interval` and recognises the textbook Wald interval
+# $\hat p \pm z\sqrt{\hat p(1-\hat p)/n}$ and a one-sided $z$.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 11.3
+import math
+from statistics import NormalDist
+
+from helpers.exercises import check_wilson_interval
+
+
+def wilson(correct, n, confidence):
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+check_wilson_interval(wilson)
