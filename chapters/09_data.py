@@ -22,9 +22,9 @@
 #
 # - **Data is free and exact.** A few lines of NumPy generate as many pairs as we want, and every
 #   answer is known, so "98 % exact match" means exactly what it says.
-# - **Only attention can solve it.** Output position $i$ must copy input position $L-1-i$, where
-#   $L$ is the length of this particular input. A model that ignores positions, or cannot move
-#   information between positions, cannot do better than guessing digits.
+# - **It needs attention.** Output position $i$ must copy input position $L-1-i$, where $L$ is
+#   the length of this particular input: information has to move between positions, and where
+#   it comes from depends on the input, which is what attention computes.
 # - **It trains in seconds on a CPU**, which makes every later experiment cheap.
 #
 # This chapter builds the data set by hand, looks at it from a few angles (one sample, the lengths,
@@ -231,14 +231,14 @@ assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within samplin
 
 # %% [markdown]
 # So 113 of the 1,000 validation sequences, about one in nine, were also seen in training, nearly
-# all of them with three or four digits. That does not make validation useless: the task has $10^{12}$ twelve-digit
-# inputs, and the model cannot memorise its way to high accuracy on the long ones. It does flatter
-# the score a little, and there is a second, larger problem with reporting it: training stops at
+# all of them with three or four digits. That does not make validation useless: the task has
+# $10^{12}$ twelve-digit inputs, far more than any training set could hold, and chapter 10
+# reports the score on unseen sequences separately. The overlap can flatter the score a little,
+# and there is a second, larger problem with reporting it: training stops at
 # the first evaluation where the validation score reaches the target (chapter 10). A score that
 # decided when to stop is chosen to be high; reporting it as the model's accuracy is optional
 # stopping. The validation set keeps that one job, deciding when to stop, and keeps the
-# {ref}`reference chapter <reference-chapter>`'s split (train: 20,000 with seed 0, validation:
-# 1,000 with seed 1).
+# reference chapter's split (train: 20,000 with seed 0, validation: 1,000 with seed 1).
 #
 # ## The test set
 #
@@ -246,8 +246,8 @@ assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within samplin
 # looks at: `helpers.test_set()`, 10,000 sequences drawn by the same generator with a seed no
 # other split uses (`helpers.TEST_SEED`). Ten times as many sequences make the interval around the
 # reported number about three times narrower (its width shrinks as $1/\sqrt{n}$): the cell prints
-# the 95 % interval of a score of 99.5 % on 1,000 and on 10,000 sequences (the Wilson interval {cite}`wilson1927`, which chapter
-# 10 explains). The same arithmetic as above predicts the test set's overlap with the training
+# the 95 % interval of a score of 99.5 % on 1,000 and on 10,000 sequences (the Wilson interval
+# {cite}`wilson1927`, which chapter 10 explains). The same arithmetic as above predicts the test set's overlap with the training
 # set, and `helpers.train_test_overlap` counts it:
 
 # %%
@@ -327,7 +327,7 @@ except ValueError as err:
 #   training stops, and a test set (10,000, `TEST_SEED`) for the one number the book reports.
 # - Measured: padding is about 39 % of the source and 32 % of the target positions, as the length
 #   distribution predicts; about one validation or test sequence in nine also occurs in training,
-#   nearly all with three or four digits, as $1-(1-10^{-L})^{n_L}$ predicts.
+#   all with at most six digits, as $1-(1-10^{-L})^{n_L}$ predicts.
 # - The one thing to remember: independent draws are not disjoint, and a score that decided when
 #   to stop is not a fair report. Count the overlap, and report on data that made no decision.
 #
