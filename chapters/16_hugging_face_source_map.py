@@ -24,11 +24,12 @@
 # real thing (Figure 16.1 puts one encoder's names side by side).
 #
 # A source map goes stale: `transformers` moves fast, and names in blog posts (including the ones
-# this book was written from) are often a few releases old. So the map is **checked, not claimed**.
+# this book was written from) can be a few releases old. So the map is **checked, not claimed**.
 # The book pins one release of `transformers` in `requirements.txt` (a pure-Python package, plus
 # dependencies such as `tokenizers`, `safetensors` and `huggingface-hub`), and the cells below
-# import every name in the table from the installed package and assert that it is there. Nothing is downloaded: every Hugging Face model in this chapter is built from a small
-# config with random weights.
+# import every name in the table from the installed package and assert that it is there. Nothing
+# is downloaded: every Hugging Face model in this chapter is built from a small config with random
+# weights.
 #
 # Then we go beyond names: we copy our weights into BART's attention and encoder layer and check
 # that they compute what the map says they compute, and we convert our masks into the ones
@@ -395,6 +396,13 @@ for name, cfg in [("eager", eager_cfg), ("sdpa", sdpa_cfg)]:
         f"{None if causal is None else list(causal.shape)}"
     )
     assert bidi is None and (causal is None) == (name == "sdpa")
+
+# with no mask, the SDPA path asks the kernel for causality itself
+sdpa_module = importlib.import_module("transformers.integrations.sdpa_attention")
+sdpa_source = inspect.getsource(sdpa_module.sdpa_attention_forward)
+rule = next(ln.strip() for ln in sdpa_source.splitlines() if "is_causal = q_length" in ln)
+print("sdpa_attention_forward:", rule)
+assert "attention_mask is None" in rule
 
 # %% [markdown]
 # ## Differences worth knowing
