@@ -175,8 +175,8 @@ torch.testing.assert_close(out[0], by_loop)
 # {cite}`vaswani2017`, section 3.2.1). The softmax is not scale-free: large scores make
 # it nearly one-hot. A nearly one-hot softmax passes almost no gradient back to the
 # scores (its Jacobian $\operatorname{diag}(p) - p p^\top$ vanishes when $p$ is one-hot),
-# so the model struggles to learn *where* to look. Dividing by $\sqrt{d_k}$ brings the
-# variance back to 1 whatever the head width.
+# so the scores, and with them *where* to look, get little signal to learn from.
+# Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head width.
 #
 # Measure it: random unit-variance queries against 16 random keys, for $d_k$ = 16, 64
 # and 256, without and with the scale. For each case the cell prints the variance of the
@@ -269,7 +269,7 @@ plt.show()
 
 # %% [markdown]
 # The scale is $\sqrt{d_k}$, the width of **one head**, not $\sqrt{d}$ of the whole
-# model. Dividing by $\sqrt{d} = \sqrt{h\, d_k}$ is a common slip; it does not crash, it
+# model. Dividing by $\sqrt{d} = \sqrt{h\, d_k}$ is an easy slip; it does not crash, it
 # just shrinks the score variance to $1/h$ and makes every head's attention flatter than
 # intended:
 
@@ -441,7 +441,8 @@ assert not t.is_contiguous() and "view size is not compatible" in str(caught)
 # The fixes are `t.contiguous().view(...)`, which copies the data into a fresh contiguous
 # block first, or `t.reshape(...)`, which returns a view when it can and copies when it
 # must. Both give the same result; here `reshape` had to copy (its result lives in new
-# memory), whereas the `view` in the split shares memory with the linear layer's output.
+# memory), whereas the `view` in the split shares memory with the linear layer's output,
+# and so would `reshape` there (the cell checks both).
 
 # %%
 fixed_a = t.contiguous().view(B, L, d)
@@ -449,10 +450,12 @@ fixed_b = t.reshape(B, L, d)
 diff = max((fixed_a - fixed_b).abs().max().item(), (fixed_b - merged).abs().max().item())
 reshape_shares = fixed_b.data_ptr() == t.data_ptr()
 view_shares = q4.data_ptr() == q.data_ptr()
+reshape_q_shares = q.reshape(B, L, h, d_k).data_ptr() == q.data_ptr()
 print(f"max |difference| between the two fixes and merged: {diff}")
 print("t.reshape(B, L, d) shares t's memory:", "yes" if reshape_shares else "no (a copy)")
 print("q.view(B, L, h, d_k) shares q's memory:", "yes" if view_shares else "no (a copy)")
-assert diff == 0 and not reshape_shares and view_shares
+print("q.reshape(B, L, h, d_k) shares q's memory:", "yes" if reshape_q_shares else "no (a copy)")
+assert diff == 0 and not reshape_shares and view_shares and reshape_q_shares
 
 # %% [markdown]
 # `reshape` is not a licence to skip the transpose, though. `heads.reshape(B, L, d)`
@@ -511,9 +514,9 @@ assert math.isfinite(torch.tensor(-1e9, dtype=torch.bfloat16).item())
 # bfloat16 has about float32's range (its `finfo.min` is of the same order) with far less
 # precision (eps $= 2^{-7}$: 7 stored mantissa bits, 8 bits of precision), so `-1e9`
 # survives there, rounded. Float16's range ends at 65504: `-1e9` does not exist in it
-# and becomes `-inf`. What that does depends on how the mask is applied. `masked_fill`
-# refuses outright; the additive form `scores + mask * -1e9`, common in older code,
-# quietly produces `-inf`:
+# and becomes `-inf`. What that does depends on how the mask is applied. In torch 2.13.0
+# `masked_fill` refuses outright (the cell prints its error); the additive form
+# `scores + mask * -1e9` quietly produces `-inf`:
 
 # %%
 torch.manual_seed(0)
@@ -811,9 +814,9 @@ assert d_wrong > 0.1 and heads_wrong[1, :, 4].abs().max() == 0
 #
 # Two things about SDPA depend on the PyTorch version and on the *backend* it picks, so
 # the book shows them for its pinned version instead of stating them in general. SDPA
-# dispatches to one of several implementations: a fused kernel (on this CPU, one
-# modelled on FlashAttention {cite}`dao2022`, which works through the keys block by
-# block) or the plain "math" fallback, which computes exactly the formula of Figure 3.1.
+# dispatches to one of several implementations: a fused kernel (on this CPU, one that
+# PyTorch names after FlashAttention {cite}`dao2022`, as the node names below show) or
+# the plain "math" fallback, which computes exactly the formula of Figure 3.1.
 # `torch.nn.attention.sdpa_kernel` restricts the choice, and the autograd graph of the
 # output tells which one ran and what it saved for the backward pass. The cell runs all
 # three (default, math only, flash only) on a mask in which query 0 of the first
@@ -878,11 +881,11 @@ assert results["default"][0] == results["flash only"][0]
 #   node above). Code that must run on several versions should not rely on it; our
 #   handwritten path zeroes such rows itself (next section).
 # - **Memory.** By default SDPA picked the fused CPU kernel here, and its autograd node
-#   keeps Q, K, V, the output and our mask, but no `[B, h, Lq, Lk]` weights. The math
-#   fallback keeps the full weight tensor, like our handwritten module. "SDPA does not
-#   materialise the weights" is therefore a statement about the fused backends, not
-#   about SDPA: which backend runs depends on the device, the dtype, the shapes and the
-#   arguments (chapter 19 measures the memory of both paths).
+#   keeps no tensor of the weights' shape `[B, h, Lq, Lk]`. The math fallback keeps the
+#   full weight tensor, like our handwritten module. "SDPA does not materialise the
+#   weights" is therefore a statement about the fused backends, not about SDPA: which
+#   backend runs can depend on the device, the dtype, the shapes and the arguments
+#   (chapter 19 measures the memory of both paths).
 #
 # ## Checking against `helpers`
 #
@@ -951,9 +954,10 @@ assert torch.equal(w_blocked, torch.zeros_like(w_blocked)) and not torch.isnan(w
 # - Heads are a reshape, not extra parameters: `view` + `transpose(1, 2)` to split,
 #   `transpose(1, 2)` + `reshape` to merge (Figure 3.3). `view` after `transpose` raises;
 #   `reshape` without the `transpose` silently scrambles positions.
-# - Fill blocked scores with `masked_fill`, never add: `-1e9` does not exist in float16,
-#   `-inf` turns a fully masked row into NaN, and `finfo.min` overflows once a second
-#   mask (or any step of at least half an ulp) is added to it.
+# - Combine bool masks with `|` and fill the blocked scores once with
+#   `masked_fill(mask, finfo.min)`: `-1e9` does not exist in float16, `-inf` turns a
+#   fully masked row into NaN, and `finfo.min` overflows once a second additive mask
+#   (or any step of at least half an ulp) is added to it.
 # - SDPA's bool mask means the opposite of ours (True = may attend). What it returns on
 #   fully masked rows and whether it keeps the weights depend on the version and the
 #   backend; in torch 2.13.0 on this CPU: zeros, and the fused kernel keeps no weights.
@@ -991,11 +995,12 @@ assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
 #
 # ### Exercise 3.2 (implement): attention with an additive float mask
 #
-# Many codebases (and `F.scaled_dot_product_attention` when given a float mask) *add* a
-# mask to the scores instead of filling them: 0 where attention is allowed, $-\infty$
-# where it is blocked. Write `additive_mask_attention(q, k, v, mask)` for
-# `q [B, h, Lq, d_k]`, `k [B, h, Lk, d_k]`, `v [B, h, Lk, d_v]` and the book's bool mask
-# (True = blocked, broadcastable to `[B, h, Lq, Lk]`): build the float mask from the
+# Some codebases (and `F.scaled_dot_product_attention` when given a float mask, as the
+# solution checks) *add* a mask to the scores instead of filling them: 0 where attention
+# is allowed, $-\infty$ where it is blocked. Write
+# `additive_mask_attention(q, k, v, mask)` for `q [B, h, Lq, d_k]`, `k [B, h, Lk, d_k]`,
+# `v [B, h, Lk, d_v]` and the book's bool mask (True = blocked, broadcastable to
+# `[B, h, Lq, Lk]`): build the float mask from the
 # bool one, add it to the scaled scores, take the softmax, and return `[B, h, Lq, d_v]`.
 # A query whose keys are all blocked must get a zero output, not NaN. Check it with
 # `check_additive_mask_attention(additive_mask_attention)`; the checker compares it with
@@ -1016,6 +1021,16 @@ def additive_mask_attention(q, k, v, mask):
 
 check_additive_mask_attention(additive_mask_attention)
 
+# SDPA adds a float mask the same way (the chapter's `mask`: no query fully blocked)
+q3, k3, v3 = (
+    torch.randn(B, h, L, d_k, generator=torch.Generator().manual_seed(i)) for i in range(3)
+)
+float_mask = torch.zeros(mask.shape).masked_fill(mask, float("-inf"))
+ours = additive_mask_attention(q3, k3, v3, mask)
+sdpa_gap = (ours - F.scaled_dot_product_attention(q3, k3, v3, attn_mask=float_mask)).abs().max()
+print(f"max |additive_mask_attention - SDPA with the float mask| {at_most(sdpa_gap.item())}")
+assert sdpa_gap < 1e-6
+
 # %% [markdown]
 # ### Exercise 3.3 (implement): ALiBi, a distance penalty instead of positions
 #
@@ -1024,10 +1039,10 @@ check_additive_mask_attention(additive_mask_attention)
 # distance between query and key, with slopes $m_h = 2^{-8(h+1)/H}$ (a geometric
 # sequence: $1/2, 1/4, \dots, 1/256$ for $H = 8$). Write `alibi_bias(num_heads, L)`
 # returning the `[num_heads, L, L]` tensor $-m_h\,|i - j|$ (the paper's decoder only
-# needs $j \le i$, where $|i - j| = i - j$; the absolute value extends it to an encoder).
-# Check it with `check_alibi_bias(alibi_bias)`, then add it to the scores of the
-# handwritten path: with all-zero queries and keys, which key gets the most weight in
-# each head, and which head looks furthest?
+# needs $j \le i$, where $|i - j| = i - j$; the absolute value is one way to extend it
+# to an encoder). Check it with `check_alibi_bias(alibi_bias)`, then add it to attention
+# scores: with all-zero queries and keys, which key gets the most weight in each head,
+# and which head puts the most weight on the farthest key?
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 3.3
@@ -1051,3 +1066,4 @@ for i in range(4):
     print(f"  head {i} (slope {2 ** (-8 * (i + 1) / 4):.4f}):", w_alibi[0, i, 3].numpy().round(3))
 assert (w_alibi[0, :, 3].argmax(dim=-1) == 3).all()  # each head prefers the query's own key
 assert w_alibi[0, 0, 3, 3] > w_alibi[0, 3, 3, 3]  # the steepest head is the most local
+assert w_alibi[0, :, 3, 0].argmax() == 3  # the flattest head reaches furthest (key 0)
