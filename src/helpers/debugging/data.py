@@ -12,7 +12,10 @@ from .report import ModelReport
 def data_checks(
     src, tgt_in, tgt_out, shift_given, pad_id, bos_id, src_vocab, tgt_vocab, report: ModelReport
 ) -> None:
-    """All four data checks, in order."""
+    """All four data checks, in order.
+
+    Used in chapter 17.
+    """
     start_symbol(tgt_in, pad_id, bos_id, report)
     ids_in_vocabulary(src, tgt_in, tgt_out, src_vocab, tgt_vocab, report)
     source_rows(src, pad_id, report)
@@ -20,6 +23,7 @@ def data_checks(
 
 
 def start_symbol(tgt_in, pad_id, bos_id, report: ModelReport) -> None:
+    """The decoder input starts with BOS, and BOS is not PAD. Used in chapter 17."""
     first = tgt_in[:, 0]
     if bos_id == pad_id:
         report.add(
@@ -56,6 +60,7 @@ def start_symbol(tgt_in, pad_id, bos_id, report: ModelReport) -> None:
 
 
 def ids_in_vocabulary(src, tgt_in, tgt_out, src_vocab, tgt_vocab, report: ModelReport) -> None:
+    """src, tgt_in, tgt_out hold integer ids inside the vocabularies. Used in chapter 17."""
     problems = []
     for name, t, vocab in (
         ("src", src, src_vocab),
@@ -82,6 +87,7 @@ def ids_in_vocabulary(src, tgt_in, tgt_out, src_vocab, tgt_vocab, report: ModelR
 
 
 def source_rows(src, pad_id, report: ModelReport) -> None:
+    """No source row is all PAD (its encoder queries would see no key). Used in chapter 17."""
     empty = int((src == pad_id).all(dim=1).sum())
     if empty:
         report.add(
@@ -95,6 +101,7 @@ def source_rows(src, pad_id, report: ModelReport) -> None:
 
 
 def teacher_forcing_shift(tgt_in, tgt_out, shift_given, report: ModelReport) -> None:
+    """tgt_out is tgt_in shifted by one (when the batch gives both). Used in chapter 17."""
     if not shift_given:
         report.add(
             "data",

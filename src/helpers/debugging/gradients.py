@@ -24,7 +24,10 @@ def block_of(param_name: str) -> str:
 
 
 def autograd_leaves(root: torch.Tensor) -> list[torch.Tensor]:
-    """Every leaf tensor with requires_grad that the autograd graph of `root` reaches."""
+    """Every leaf tensor with requires_grad that the autograd graph of `root` reaches.
+
+    Used in chapter 17.
+    """
     seen, leaves, stack = set(), [], [root.grad_fn]
     while stack:
         fn = stack.pop()
@@ -39,7 +42,10 @@ def autograd_leaves(root: torch.Tensor) -> list[torch.Tensor]:
 
 
 def hidden_modules(model: nn.Module) -> list[str]:
-    """Attributes that hold modules inside a plain list/tuple/dict (invisible to nn.Module)."""
+    """Attributes that hold modules inside a plain list/tuple/dict (invisible to nn.Module).
+
+    Used in chapter 17.
+    """
     found = []
     for name, mod in model.named_modules():
         for attr, value in vars(mod).items():
@@ -55,7 +61,10 @@ def hidden_modules(model: nn.Module) -> list[str]:
 
 
 def gradient_checks(model: nn.Module, loss: torch.Tensor, norm_limit: float, report: ModelReport):
-    """All three gradient checks; returns (named trainable parameters, their gradients)."""
+    """All three gradient checks; returns (named trainable parameters, their gradients).
+
+    Used in chapter 17.
+    """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     unregistered_tensors(model, loss, named, report)
     grads = parameters_reached(loss, named, report)
@@ -64,6 +73,7 @@ def gradient_checks(model: nn.Module, loss: torch.Tensor, norm_limit: float, rep
 
 
 def unregistered_tensors(model, loss, named, report: ModelReport) -> None:
+    """Leaves of the autograd graph of the loss that are not parameters. Used in chapter 17."""
     registered = {id(p) for _, p in named}
     leaves = autograd_leaves(loss) if loss.grad_fn is not None else []
     hidden = [t for t in leaves if id(t) not in registered]
@@ -87,7 +97,10 @@ def unregistered_tensors(model, loss, named, report: ModelReport) -> None:
 
 
 def parameters_reached(loss, named, report: ModelReport) -> list:
-    """torch.autograd.grad of the loss for every parameter (None where it does not reach)."""
+    """torch.autograd.grad of the loss for every parameter (None where it does not reach).
+
+    Used in chapter 17.
+    """
     if loss.grad_fn is None:
         report.add(
             "gradients", "parameters reached", "FAIL", "the loss does not depend on any parameter"
@@ -116,7 +129,10 @@ def _some(blocks: list[str]) -> str:
 
 
 def gradient_norms(named, grads, norm_limit: float, report: ModelReport) -> None:
-    """The gradient norm of each block (report.grad_norms): none zero, NaN/inf or huge."""
+    """The gradient norm of each block (report.grad_norms): none zero, NaN/inf or huge.
+
+    Used in chapter 17.
+    """
     sq: dict[str, float] = {}
     for (n, _), g in zip(named, grads):
         if g is not None:

@@ -18,6 +18,7 @@ def initial_loss(model, src, tgt_in, tgt_out, V, pad_id, ratio_limit, report: Mo
     An untrained model that knows nothing scores about ln(V); with random logits of std s it
     scores about ln(V) + s^2 / 2, so a healthy initialisation lands somewhat above ln(V). Only a
     loss above ratio_limit * ln(V) is flagged: the model is then confidently wrong.
+    Used in chapter 17.
     """
     with torch.enable_grad():
         logits_g = model(src, tgt_in)
@@ -50,7 +51,10 @@ def initial_loss(model, src, tgt_in, tgt_out, V, pad_id, ratio_limit, report: Mo
 
 
 def embedding_scale(rec: Recorder, limit: float, report: ModelReport) -> None:
-    """The std of what enters the first LayerNorm of each stack: the embeddings (plus positions)."""
+    """The std of what enters the first LayerNorm of each stack: the embeddings (plus positions).
+
+    Used in chapter 17.
+    """
     entry = {}
     for name, std in rec.ln_inputs:
         stack = name.split(".")[0]

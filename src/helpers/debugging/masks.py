@@ -10,7 +10,10 @@ from .report import ModelReport, short
 
 
 def received_masks(rec: Recorder, report: ModelReport) -> None:
-    """The masks the hooks caught: all bool, and no query row that may attend to nothing."""
+    """The masks the hooks caught: all bool, and no query row that may attend to nothing.
+
+    Used in chapter 17.
+    """
     if not rec.masks:
         report.add("masks", "mask dtype", "skip", "no attention module received a mask")
         report.add("masks", "fully masked rows", "skip", "no attention module received a mask")
@@ -52,7 +55,10 @@ def received_masks(rec: Recorder, report: ModelReport) -> None:
 
 
 def skip_probes(why: str, report: ModelReport) -> None:
-    """The probes compare logits: meaningless when they hold NaN or change from run to run."""
+    """The probes compare logits: meaningless when they hold NaN or change from run to run.
+
+    Used in chapter 17.
+    """
     report.add("masks", "causality probe", "skip", why)
     report.add("masks", "padding invariance", "skip", why)
 
@@ -63,7 +69,10 @@ def _random_ids_like(t: torch.Tensor, vocab: int, pad_id: int, gen) -> torch.Ten
 
 
 def causality_probe(model, src, tgt_in, logits, pad_id, V, gen, report) -> None:
-    """Change every target token after position t; the logits at positions <= t must not move."""
+    """Change every target token after position t; the logits at positions <= t must not move.
+
+    Used in chapter 17.
+    """
     Lt = tgt_in.size(1)
     if Lt < 2:
         report.add("masks", "causality probe", "skip", "the decoder input has a single position")
@@ -96,7 +105,10 @@ def causality_probe(model, src, tgt_in, logits, pad_id, V, gen, report) -> None:
 
 
 def padding_probe(model, src, tgt_in, logits, pad_id, max_rows, report) -> None:
-    """A padded row computed alone, with its padding columns cut off, must give the same logits."""
+    """A padded row computed alone, with its padding columns cut off, must give the same logits.
+
+    Used in chapter 17.
+    """
     real = src != pad_id
     lengths = real.long().cumsum(1).argmax(1) + 1  # last real position + 1
     rows = [

@@ -14,12 +14,14 @@ from .shapes import ForwardPass
 
 
 def nan_inf_checks(model: nn.Module, first: ForwardPass, named, grads, loss_value, report):
+    """All three NaN/inf checks, in order. Used in chapter 17."""
     parameters_finite(model, report)
     activations_finite(first, report)
     loss_and_grads_finite(named, grads, loss_value, report)
 
 
 def parameters_finite(model: nn.Module, report: ModelReport) -> None:
+    """No NaN/inf in any parameter or buffer. Used in chapter 17."""
     bad = [n for n, p in model.named_parameters() if non_finite(p.detach())]
     bad += [n for n, b in model.named_buffers() if non_finite(b)]
     if bad:
@@ -34,6 +36,7 @@ def parameters_finite(model: nn.Module, report: ModelReport) -> None:
 
 
 def activations_finite(first: ForwardPass, report: ModelReport) -> None:
+    """No NaN/inf in a module output of the first pass; names the first. Used in chapter 17."""
     rec = first.recorder
     if rec.first_non_finite or not first.finite:
         where = "{} ({})".format(*rec.first_non_finite) if rec.first_non_finite else "the logits"
@@ -45,6 +48,7 @@ def activations_finite(first: ForwardPass, report: ModelReport) -> None:
 
 
 def loss_and_grads_finite(named, grads, loss_value: float, report: ModelReport) -> None:
+    """The initial loss and every gradient are finite. Used in chapter 17."""
     bad = [n for (n, _), g in zip(named, grads) if g is not None and non_finite(g)]
     if bad or not math.isfinite(loss_value):
         report.add(

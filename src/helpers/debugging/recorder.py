@@ -13,7 +13,10 @@ import torch.nn as nn
 
 
 def tensors_in(obj):
-    """Every tensor inside a (nested) tensor / list / tuple / dict."""
+    """Every tensor inside a (nested) tensor / list / tuple / dict.
+
+    Used in chapter 17.
+    """
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, (list, tuple)):
@@ -25,7 +28,10 @@ def tensors_in(obj):
 
 
 def non_finite(t: torch.Tensor) -> bool:
-    """True if t is a float tensor holding NaN or inf."""
+    """True if t is a float tensor holding NaN or inf.
+
+    Used in chapter 17.
+    """
     return t.is_floating_point() and not bool(torch.isfinite(t).all())
 
 

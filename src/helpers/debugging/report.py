@@ -85,7 +85,10 @@ class ModelReport:
 
 
 def short(x: float) -> str:
-    """A number printed to 2 significant digits: stable across CPUs, enough to judge."""
+    """A number printed to 2 significant digits: stable across CPUs, enough to judge.
+
+    Used in chapter 17.
+    """
     if x == 0:
         return "0"
     if not math.isfinite(x):

@@ -14,7 +14,10 @@ from .report import ModelReport, short
 
 @dataclass
 class ForwardPass:
-    """The first forward pass: its logits and what the hooks saw during it."""
+    """The first forward pass: its logits and what the hooks saw during it.
+
+    Used in chapter 17.
+    """
 
     logits: torch.Tensor
     recorder: Recorder
@@ -25,7 +28,10 @@ class ForwardPass:
 
 
 def first_forward(model: nn.Module, src, tgt_in, report: ModelReport) -> ForwardPass | None:
-    """model(src, tgt_in) under hooks; None (and a FAIL) if it raises."""
+    """model(src, tgt_in) under hooks; None (and a FAIL) if it raises.
+
+    Used in chapter 17.
+    """
     rec = Recorder(model)
     try:
         with torch.no_grad():
@@ -44,7 +50,10 @@ def first_forward(model: nn.Module, src, tgt_in, report: ModelReport) -> Forward
 
 
 def logits_shape(logits: torch.Tensor, expected: tuple, report: ModelReport) -> bool:
-    """The logits must be [B, Lt, V]; every later check indexes them that way."""
+    """The logits must be [B, Lt, V]; every later check indexes them that way.
+
+    Used in chapter 17.
+    """
     if tuple(logits.shape) == expected:
         report.add("shapes", "logits shape", "ok", f"[B, Lt, V] = {list(expected)}")
         return True
@@ -58,7 +67,10 @@ def logits_shape(logits: torch.Tensor, expected: tuple, report: ModelReport) -> 
 
 
 def encoder_memory(model: nn.Module, src: torch.Tensor, report: ModelReport) -> None:
-    """If the model has encode(src), its memory must be [B, Ls, d]."""
+    """If the model has encode(src), its memory must be [B, Ls, d].
+
+    Used in chapter 17.
+    """
     if not hasattr(model, "encode"):
         return
     B, Ls = src.shape
@@ -87,7 +99,10 @@ def encoder_memory(model: nn.Module, src: torch.Tensor, report: ModelReport) -> 
 
 
 def eval_determinism(model: nn.Module, src, tgt_in, first: ForwardPass, report) -> bool:
-    """A second pass in eval mode must give the first pass's logits exactly."""
+    """A second pass in eval mode must give the first pass's logits exactly.
+
+    Used in chapter 17.
+    """
     with torch.no_grad():
         again = model(src, tgt_in)
     logits = first.logits
