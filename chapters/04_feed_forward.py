@@ -41,6 +41,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from transformers.activations import ACT2FN  # Hugging Face's table of activations
 
 import helpers
 
@@ -169,7 +170,7 @@ print(
 # ## GELU vs ReLU
 #
 # The original Transformer used ReLU, $\max(0, x)$ {cite}`vaswani2017`. GPT-2
-# {cite}`radford2019` and many later models use GELU, the Gaussian error linear unit
+# {cite}`radford2019`, among later models, uses GELU, the Gaussian error linear unit
 # {cite}`hendrycks2016`:
 #
 # $$
@@ -254,7 +255,8 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # ### Exact GELU and the tanh approximation
 #
 # The GELU paper {cite}`hendrycks2016` also gave a cheaper tanh approximation, which
-# early implementations (BERT's and GPT-2's released code among them) used:
+# early implementations used (the docstring of Hugging Face's version, printed below,
+# names Google's BERT code and OpenAI's GPT):
 #
 # $$
 # \operatorname{GELU}_{\tanh}(x) = \frac{x}{2}\left(1 + \tanh\!\left[\sqrt{2/\pi}\,\left(x + 0.044715\,x^3\right)\right]\right).
@@ -263,9 +265,10 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # PyTorch has both: `nn.GELU()` is the exact erf form (`approximate='none'` is the
 # default) and `nn.GELU(approximate='tanh')` the approximation. They are close but not
 # equal, so a checkpoint trained with one and run with the other computes slightly
-# different activations (Hugging Face's `transformers` {cite}`wolf2020` keeps separate
-# names for the variants, such as `gelu_new` for the tanh form). Check the default,
-# both formulas, and the size of the gap:
+# different activations (Hugging Face's `transformers` {cite}`wolf2020`, version 5.24.0
+# here, keeps separate names for the variants: `gelu` for the exact form, `gelu_new` for
+# the tanh form). Check the default, both formulas, the two names, and the size of the
+# gap:
 
 # %%
 print("nn.GELU() ->", nn.GELU(), "  default approximate =", repr(nn.GELU().approximate))
@@ -275,6 +278,14 @@ exact_formula = 0.5 * grid * (1 + torch.erf(grid / math.sqrt(2)))
 tanh_formula = 0.5 * grid * (1 + torch.tanh(math.sqrt(2 / math.pi) * (grid + 0.044715 * grid**3)))
 torch.testing.assert_close(nn.GELU()(grid), exact_formula)
 torch.testing.assert_close(nn.GELU(approximate="tanh")(grid), tanh_formula)
+for name, form, formula in (("gelu", "exact", exact_formula), ("gelu_new", "tanh", tanh_formula)):
+    hf_gap = (ACT2FN[name](grid) - formula).abs().max().item()
+    shown = "< 1e-12" if hf_gap < 1e-12 else f"= {hf_gap:.1e}"
+    print(f"Hugging Face's ACT2FN[{name!r}] vs the {form} formula: max |difference| {shown}")
+    assert hf_gap < 1e-12
+origin = type(ACT2FN["gelu_new"]).__doc__.split(". ")[0].strip()
+print(f"its docstring: {origin!r}")
+assert "BERT" in origin and "GPT" in origin
 
 gap = (exact_formula - tanh_formula).abs()
 print(
@@ -283,17 +294,16 @@ print(
 assert 1e-4 < gap.max() < 1e-3  # small, but far above float32 rounding
 
 # %% [markdown]
-# A gap of a few $10^{-4}$ is harmless for training from scratch, and the model in this
-# book uses the exact form throughout (checked at the end of this chapter). It matters
-# when you load weights trained with the other variant and expect bit-for-bit equal
-# outputs.
+# The model in this book uses the exact form throughout (checked at the end of this
+# chapter). The gap matters when you load weights trained with the other variant and
+# expect bit-for-bit equal outputs.
 #
 # ### A dead ReLU unit gets no gradient; a GELU unit still does
 #
 # ReLU's derivative is exactly 0 for every negative input. A hidden unit whose
 # pre-activation $w_i \cdot x + b_i$ is negative for every input is therefore *dead*: its
-# incoming weights and its bias receive a gradient of exactly zero, so the optimiser does
-# not move them. Make one unit of the FFN dead on purpose (bias $-4$, far below the
+# incoming weights and its bias receive a gradient of exactly zero, so a plain gradient
+# step does not move them. Make one unit of the FFN dead on purpose (bias $-4$, far below the
 # pre-activations, whose spread the cell prints) and look at the gradient of its incoming
 # weights under each activation.
 
@@ -335,10 +345,12 @@ assert 0.4 < negative < 0.6
 # %% [markdown]
 # The ReLU unit's gradient is exactly zero. The GELU unit sits in the flat tail of the
 # curve and its gradient is small, but not zero, so training can still move it. Even for
-# healthy units, ReLU passes no gradient through about half of the positions at any
-# moment (the negative ones, 50 % here); GELU's gradient is zero only at the single
-# point $x \approx -0.752$. That smoother gradient signal is the argument its authors
-# make for it {cite}`hendrycks2016`.
+# healthy units, ReLU passes no gradient wherever their pre-activation is negative, half
+# of the pre-activations here (50 %, printed; random weights and inputs); GELU's gradient
+# is zero only at the single point $x \approx -0.752$. Its authors put the difference as
+# weighting inputs by their value rather than gating them by their sign, and report
+# improvements over ReLU and ELU on their vision, language and speech tasks
+# {cite}`hendrycks2016`.
 #
 # Is a dead ReLU unit dead for good, then? Not necessarily: "dead" is a property of the
 # unit *and its inputs*. Its own weights get no gradient, but its inputs are the outputs
@@ -363,6 +375,7 @@ print(
     f" |ReLU gradient of its weights| = {revived.norm().item():.1e}"
 )
 assert active > 0 and revived.norm() > 0
+assert shift.norm() < 0.5 * tokens.norm(dim=-1).mean()  # less than half an input's norm
 
 # %% [markdown]
 # A shift of less than half an input's norm was enough here. Nothing in training pushes
@@ -427,7 +440,7 @@ assert 0.65 < shares[4][0] < 0.68 and 0.48 < shares[4][1] < 0.51
 # {cite}`vaswani2017`); the paper gives no derivation for it, so it is worth sweeping
 # (2x, 3x, 4x) on a small data set. Models that replace GELU with a gated unit such as
 # SwiGLU have *three* $d \times d_{ff}$ matrices, and shrink $d_{ff}$ to
-# $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget (exercise 4.2 builds one).
+# $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget (exercise 4.3 builds one).
 #
 # The parameters are also the compute. Every FFN weight is used exactly once per token
 # (one multiply-add), so the FFN costs $2\,d\,d_{ff}$ multiply-adds per token whatever the
@@ -446,7 +459,7 @@ for L_seq in (14, 128, 512, 2048):
 
 # %% [markdown]
 # For the reversal task ($L \le 14$) the FFN does 37 times more arithmetic per token than
-# the attention scores; by this count, attention's length-dependent cost catches up only
+# attention's two length-dependent products; by this count, attention's length-dependent cost catches up only
 # at $L = d_{ff} = 512$ (the benchmark chapter, 19, measures attention's cost directly).
 #
 # ## Dropout: on in training, off in eval
@@ -467,7 +480,7 @@ kept = a1 != 0
 scale = (a1[kept] / e1[kept]).mean().item()
 print(
     f"train mode: max |call 1 - call 2| = {(a1 - a2).abs().max().item():.2f};"
-    f" zeroed outputs {zeros:.2f} of {a1.numel()}; kept ones scaled by {scale:.4f}"
+    f" zeroed {zeros:.0%} of the {a1.numel()} outputs; kept ones scaled by {scale:.4f}"
     f" (1/0.9 = {1 / 0.9:.4f})"
 )
 print(f"eval mode:  max |call 1 - call 2| = {(e1 - e2).abs().max().item()}")
@@ -513,8 +526,9 @@ assert isinstance(lib.net[1], nn.GELU) and lib.net[1].approximate == "none"
 #   shuffled batch all gave the same rows (differences below $10^{-6}$).
 # - GELU's derivative is zero only at $x \approx -0.752$, negative left of it and positive
 #   right of it; ReLU's is zero on the whole negative half-line, so a unit negative on every
-#   input gets no gradient, and comes back only if its inputs move.
-# - Exact and tanh GELU differ by up to $4.7 \times 10^{-4}$: harmless when training, a
+#   input gets no gradient: a plain gradient step cannot revive it, a change in its inputs
+#   can.
+# - Exact and tanh GELU differ by up to $4.7 \times 10^{-4}$ on $[-6, 6]$: small, but a
 #   mismatch when loading weights trained with the other one.
 # - With $d_{ff} = 4d$ the FFN holds two thirds of an encoder layer's and half of a decoder
 #   layer's parameters (131,712 at $d = 128$), and for $L < d_{ff}$ it does more arithmetic
@@ -544,9 +558,37 @@ assert abs(p_big / n_params(big_layer) - shares[4][0]) < 0.01  # the same 2/3 as
 # 2,099,712 parameters, about two thirds of the layer, the same share as at $d = 128$:
 # with $d_{ff} = 4d$ both the FFN ($8d^2$) and the attention ($4d^2$) grow as $d^2$.
 #
-# ### Exercise 4.2 (implement): a gated feed-forward block (SwiGLU)
+# ### Exercise 4.2 (predict, then run): what dropout does on average
 #
-# Many recent language models replace `Linear -> GELU -> Linear` with a *gated* unit:
+# In training mode, dropout with $p = 0.1$ zeroes about 10 % of the outputs and multiplies
+# the others by $1/0.9$. Predict: averaged over many training-mode calls on the same
+# input, how far is the FFN's output from its eval-mode output? Why is the $1/0.9$ there?
+# Run the solution to check.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 4.2
+torch.manual_seed(0)
+drop_ffn = FeedForwardByHand(d, dff, dropout=0.1)
+x_one = torch.randn(1, 3, d)
+with torch.no_grad():
+    eval_out = drop_ffn.eval()(x_one)
+    drop_ffn.train()
+    # 4000 copies in one batch: dropout draws an independent mask for every element
+    mean_out = drop_ffn(x_one.expand(4000, 3, d)).mean(dim=0, keepdim=True)
+rel = ((mean_out - eval_out).norm() / eval_out.norm()).item()
+print(f"|mean of 4000 training-mode outputs - eval output| / |eval output| = {rel:.3f}")
+assert rel < 0.02
+
+
+# %% [markdown]
+# The average of 4000 training-mode outputs is within 0.5 % of the eval-mode output: each
+# output is kept with probability 0.9 and then divided by 0.9, so its expected value is
+# unchanged. That is why `.eval()` can simply switch dropout off without rescaling
+# anything.
+#
+# ### Exercise 4.3 (implement): a gated feed-forward block (SwiGLU)
+#
+# Some recent language models replace `Linear -> GELU -> Linear` with a *gated* unit:
 #
 # $$
 # \operatorname{FFN}_{\text{SwiGLU}}(x) = W_{\text{down}}\,\big(\operatorname{SiLU}(W_{\text{gate}}\,x)
@@ -560,7 +602,7 @@ assert abs(p_big / n_params(big_layer) - shares[4][0]) < 0.01  # the same 2/3 as
 # about as many parameters as this chapter's FFN with $d_{ff} = 512$.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 4.2
+# Solution to exercise 4.3
 from helpers.exercises import check_swiglu_ffn
 
 
@@ -584,30 +626,3 @@ print(
     f" GELU FFN with dff = 512: {ffn_formula(d, 512):,}"
 )
 assert abs(p_gated / ffn_formula(d, 512) - 1) < 0.01
-
-# %% [markdown]
-# ### Exercise 4.3 (predict, then run): what dropout does on average
-#
-# In training mode, dropout with $p = 0.1$ zeroes about 10 % of the outputs and multiplies
-# the others by $1/0.9$. Predict: averaged over many training-mode calls on the same
-# input, how far is the FFN's output from its eval-mode output? Why is the $1/0.9$ there?
-# Run the solution to check.
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 4.3
-torch.manual_seed(0)
-drop_ffn = FeedForwardByHand(d, dff, dropout=0.1)
-x_one = torch.randn(1, 3, d)
-with torch.no_grad():
-    eval_out = drop_ffn.eval()(x_one)
-    drop_ffn.train()
-    # 4000 copies in one batch: dropout draws an independent mask for every element
-    mean_out = drop_ffn(x_one.expand(4000, 3, d)).mean(dim=0, keepdim=True)
-rel = ((mean_out - eval_out).norm() / eval_out.norm()).item()
-print(f"|mean of 4000 training-mode outputs - eval output| / |eval output| = {rel:.3f}")
-assert rel < 0.02
-
-# %% [markdown]
-# The average of 4000 calls is within 0.5 % of the eval-mode output: each output is kept
-# with probability 0.9 and then divided by 0.9, so its expected value is unchanged. That is why `.eval()` can simply switch dropout off
-# without rescaling anything.

@@ -12,7 +12,7 @@ __all__ = ["check_swiglu_ffn"]
 
 
 def check_swiglu_ffn(cls) -> None:
-    """Exercise 4.2: cls(d_model, dff) is a gated feed-forward block with three bias-free
+    """Exercise 4.3: cls(d_model, dff) is a gated feed-forward block with three bias-free
     nn.Linear layers, `w_gate` and `w_up` (d_model -> dff) and `w_down` (dff -> d_model),
     computing w_down(SiLU(w_gate(x)) * w_up(x)) at every position of x [..., d_model].
 
