@@ -366,8 +366,7 @@ plt.show()
 # `helpers.Transformer`, the configuration of the 931,213-parameter model counted below,
 # the same model and count as {ref}`the reference chapter <reference-chapter>` (the
 # training chapter trains a narrower one, $d = 32$, and measures what that choice saves).
-# The next cell reads
-# them from the model itself rather than trusting the table.
+# The next cell reads them from the model itself rather than trusting the table.
 
 # %%
 _ = torch.manual_seed(0)  # the untrained model's weights depend on it
