@@ -1,4 +1,5 @@
-"""Greedy decoding, naive or with a KV cache, and exact-match accuracy."""
+"""Greedy decoding, naive or with a KV cache, and exact-match accuracy. Built in chapter 11; the
+KV cache in chapter 13."""
 
 import torch
 
@@ -16,6 +17,8 @@ def greedy_decode(
     stop_at_eos: bool = True,
 ) -> torch.Tensor:
     """src [B, Ls] -> int64 [B, <= max_len]: <bos>, then the argmax token at every step.
+
+    Built in chapter 11 (use_cache=True: chapter 13).
 
     Rows that produced <eos> are padded with <pad> until every row is done.
     use_cache=False re-runs the decoder over the whole prefix every step (the textbook loop).
@@ -60,7 +63,11 @@ def greedy_decode(
 def exact_match(
     model, src: torch.Tensor, tgt: torch.Tensor, use_cache: bool = True, batch_size: int = 1000
 ) -> float:
-    """Fraction of sequences whose greedy decoding equals tgt up to and including <eos>."""
+    """Fraction of sequences whose greedy decoding equals tgt up to and including <eos>.
+
+    Built in chapter 11. For the reported number with its interval, see
+    helpers.exact_match_with_interval (chapters 10-12).
+    """
     if src.size(0) != tgt.size(0):
         raise ValueError(f"src and tgt hold {src.size(0)} and {tgt.size(0)} sequences")
     device = next(model.parameters()).device
@@ -73,7 +80,9 @@ def exact_match(
 
 
 def sequences_equal(pred: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-    """bool [B]: pred matches tgt at every position up to tgt's first <eos> (inclusive)."""
+    """bool [B]: pred matches tgt at every position up to tgt's first <eos> (inclusive).
+
+    Built in chapter 11."""
     L = tgt.size(1)
     if pred.size(1) < L:
         pred = torch.nn.functional.pad(pred, (0, L - pred.size(1)), value=PAD_ID)
