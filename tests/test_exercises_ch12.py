@@ -18,7 +18,7 @@ def book_init(
     embeddings=True,
     norms=False,
 ):
-    """The book's answer (exercise 12.2), with switches for the mistakes the tests make."""
+    """The book's answer (exercise 12.3), with switches for the mistakes the tests make."""
     d = model.config.d_model
     for m in model.modules():
         if isinstance(m, nn.Embedding) and embeddings:

@@ -8,7 +8,7 @@ Usage (from the repository root; about 12 + 6 runs of 10-140 s each on one threa
 The four cells are the book's fixed-budget recipe (helpers.fixed_budget_recipe: BOOK_RECIPE
 trained for exactly COMPARISON_STEPS steps, no early stop) with TrainConfig.init set to
 
-    fixed            embedding N(0, d^-1/2) (scaled to std 1) + Xavier linears (the book's);
+    fixed            embedding std d^-1/2 (std 1 after the sqrt(d) scaling) + Xavier linears;
     embedding_only   the embedding fix only: linears keep PyTorch's Kaiming-uniform(a=sqrt 5);
     xavier_only      the Xavier fix only: the embedding keeps PyTorch's N(0, 1);
     default          neither fix (PyTorch's defaults everywhere);

@@ -2,8 +2,8 @@
 
 check_book_init(fn)   fn(model) re-initialises, in place, a Transformer that has PyTorch's
                       default initialisation the way the book does: token embeddings
-                      N(0, d_model^-1/2) with the <pad> row zero, Xavier-uniform linear
-                      weights, zero linear biases; nothing else touched.
+                      normal with std d_model^-1/2 and the <pad> row zero, Xavier-uniform
+                      linear weights, zero linear biases; nothing else touched.
 
 The checker builds a small model with PyTorch's defaults (helpers.apply_default_init), runs the
 reader's function on it, and compares the statistics of every re-initialised tensor with what the
@@ -106,7 +106,7 @@ def _check_linear(name: str, lin: nn.Linear) -> None:
 
 
 def check_book_init(fn) -> None:
-    """Check exercise 12.2: fn(model) gives a default-initialised model the book's init, in place.
+    """Check exercise 12.3: fn(model) gives a default-initialised model the book's init, in place.
 
     Used in chapter 12.
     """
