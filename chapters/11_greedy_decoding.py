@@ -25,7 +25,7 @@
 # This chapter writes that loop by hand on one example, printing the output as it grows; then
 # makes it work on a batch whose rows finish at different steps; defines exact match and reports
 # it on the 10,000 test sequences of chapter 09, with greedy decoding; and shows what happens
-# when the model is left in training mode, one of the most common inference bugs.
+# when the model is left in training mode, a common inference bug.
 
 # %%
 import dataclasses
@@ -155,7 +155,7 @@ for row in raw:
     print(describe(row))
 after_eos = [row[(row == EOS_ID).nonzero()[0, 0] + 1 :] for row in raw[:2]]
 print("tokens produced after <eos> in the two short rows:", [describe(t) for t in after_eos])
-assert all((t != PAD_ID).any() for t in after_eos)  # junk, not padding
+assert all((t != PAD_ID).all() for t in after_eos)  # junk, never padding
 
 # %% [markdown]
 # The short rows keep generating after their `<eos>`: whatever the model likes to produce there
@@ -274,8 +274,8 @@ assert int((~right).sum()) == teacher_forced.n - teacher_forced.correct
 #
 # Dropout zeroes a random subset of activations **in training mode** and does nothing in
 # evaluation mode. A model left in training mode at inference is therefore a random function:
-# the same input gives different outputs on every call. It is a classic bug because nothing
-# fails: the outputs look plausible, only worse and not reproducible. `torch.no_grad()` does not
+# the same input gives different outputs on every call. Nothing fails: the outputs look
+# plausible, only worse and not reproducible. `torch.no_grad()` does not
 # help either: it turns off gradient tracking, not dropout.
 #
 # (The exact numbers below depend on the trained weights, which differ in their low bits from one
@@ -307,8 +307,7 @@ assert diff > 0.1
 # %% [markdown]
 # What this does to decoding: the hand-written loop below has no `model.eval()` in it, so it keeps
 # whatever mode the model is in. In training mode, decoding the same sequences twice gives different
-# outputs, and exact match drops (this model never saw dropout during training, so nothing taught
-# it to cope with dropped activations).
+# outputs, and exact match drops (this model was trained without dropout).
 
 # %% tags=["nbval-ignore-output"]
 @torch.no_grad()
@@ -411,7 +410,7 @@ assert three == {"encode": 1, "decode": 11} and one_long == {"encode": 1, "decod
 # sequence as `[1, L]` (starting with `<bos>`, at most `model.max_len` tokens). With `k = 1` it
 # must be greedy decoding, token for token; with `k > 1` its result must be at least as probable
 # as greedy's. The checker runs it on small random models, whose flat distributions make greedy
-# miss the most probable sequence on several sources.
+# miss the most probable sequence on some sources.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 11.2
