@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # Masks and the full model
+# # 7. Masks and the full model
 #
 # An encoder-decoder Transformer runs attention in three places, and each needs its own mask:
 #
@@ -24,18 +24,21 @@
 # | decoder self-attention | target | target | the future **or** target padding |
 # | cross-attention | target | source (the encoder's memory) | source padding only |
 #
-# A mask answers one question per (query, key) pair: may this query look at this key? In this book
-# a mask is a `bool` tensor in which **True means blocked**, broadcastable to the attention scores
-# `[B, h, Lq, Lk]`. Mask bugs rarely crash. The model trains, the loss goes down, and it quietly
-# learns to cheat or to read noise. So every pitfall in this chapter is reproduced: you see the
-# wrong numbers (or the error), then the fix.
+# A mask answers one question per (query, key) pair: may this query look at this key? In this
+# book a mask is a `bool` tensor in which **True means blocked**, broadcastable to the attention
+# scores `[B, h, Lq, Lk]` (chapter 03 built the masked attention itself). Mask bugs rarely crash:
+# the model still runs, so each pitfall in this chapter is reproduced, with the wrong numbers
+# (or the error) first and the fix after. One of them, a causal mask on cross-attention, is
+# trained on a fixed budget and measured on the test set (Figure 7.2). Figure 7.1 shows the
+# decoder's masks as grids, Figure 7.3 the three conventions libraries use for the same mask.
 #
-# At the end we assemble the whole model, count its 931,213 parameters, and check that
+# At the end we assemble the whole model with its initialisation and check that
 # `helpers.Transformer` builds exactly the masks and logits we built here.
 
 # %%
+import json
 import math
-import warnings
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -47,31 +50,35 @@ from helpers import (
     PAD_ID,
     VOCAB_SIZE,
     Decoder,
+    DecoderLayer,
     Encoder,
     MultiHeadAttention,
     describe,
     encode_digits,
     from_hf_attention_mask,
-    fully_masked_rows,
+    make_reversal_dataset,
     to_hf_attention_mask,
     to_sdpa_mask,
 )
+from helpers.evaluation import wilson_interval
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## A small padded batch
 #
 # Two reversal examples of different lengths. The source is the digits, then `<eos>`, then padding;
 # the decoder input (`tgt_in`) is `<bos>` followed by the reversed digits, and it is padded too.
-# The source is one column wider than the target here, so that $L_s \ne L_t$, as in most real
-# batches.
+# The source is one column wider than the target here, so that $L_s \ne L_t$ (as in the
+# full-width tensors of `make_reversal_dataset`: $L_s = 14$, $L_t = 13$).
+
 
 # %%
 def reversal_pair(digits: str, src_width: int, tgt_width: int):
-    """src: digits <eos> <pad>...; tgt_in: <bos> reversed digits <eos> <pad>... (cut to tgt_width)."""
+    """src: digits <eos> <pad>...; tgt_in: <bos> reversed digits <eos> <pad>... (tgt_width)."""
     src = encode_digits(digits, width=src_width)
-    tgt = torch.cat([torch.tensor([[BOS_ID]]), encode_digits(digits[::-1], width=tgt_width)], dim=1)
+    reversed_ids = encode_digits(digits[::-1], width=tgt_width)
+    tgt = torch.cat([torch.tensor([[BOS_ID]]), reversed_ids], dim=1)
     return src, tgt[:, :tgt_width]
 
 
@@ -91,6 +98,7 @@ for i in range(2):
 # and the queries: broadcasting stretches them, so that *no head and no query* may look at a
 # padded key.
 
+
 # %%
 def padding_mask(ids: torch.Tensor) -> torch.Tensor:
     return (ids == PAD_ID)[:, None, None, :]  # [B, L] -> [B, 1, 1, L]
@@ -101,7 +109,12 @@ print("src_pad", tuple(src_pad.shape), src_pad.dtype)
 print(src_pad[:, 0, 0].int())
 
 scores_shape = (2, 4, 6, 7)  # [B, h, Lt, Ls]: cross-attention scores with 4 heads
-print("broadcast against", scores_shape, "->", tuple(torch.broadcast_shapes(src_pad.shape, scores_shape)))
+print(
+    "broadcast against",
+    scores_shape,
+    "->",
+    tuple(torch.broadcast_shapes(src_pad.shape, scores_shape)),
+)
 assert src_pad.shape == (2, 1, 1, 7) and src_pad[1, 0, 0].tolist() == [False] * 4 + [True] * 3
 
 # %% [markdown]
@@ -120,6 +133,7 @@ except RuntimeError as e:
     print(type(e).__name__, "|", e)
 
 scores_lq2 = torch.zeros(2, 4, 2, 7)  # Lq = 2 == B = 2: runs
+# (-inf is harmless here: no row has every key blocked)
 wrong = scores_lq2.masked_fill(flat, float("-inf")).softmax(-1)
 print("sequence 0 (no padding), query 1 attends to:", [f"{x:.2f}" for x in wrong[0, 0, 1].tolist()])
 assert (wrong[0, 0, 1, 4:] == 0).all()  # sequence 0 has no padding, yet its query 1 lost 3 keys
@@ -131,6 +145,7 @@ assert (wrong[0, 0, 1, 4:] == 0).all()  # sequence 0 has no padding, yet its que
 # blocked pairs are the ones *above* the diagonal: `torch.triu(..., diagonal=1)`. With
 # `diagonal=0` the diagonal would be blocked too and every position would be blind to itself
 # (chapter 08 shows what that does).
+
 
 # %%
 def causal_mask(L: int, device=None) -> torch.Tensor:
@@ -153,7 +168,9 @@ assert torch.equal(causal[0, 0], pos[None, :] > pos[:, None])  # blocked exactly
 # %%
 tgt_pad = padding_mask(tgt_in)
 self_mask = causal | tgt_pad
-print("tgt_pad", tuple(tgt_pad.shape), "| causal", tuple(causal.shape), "->", tuple(self_mask.shape))
+print(
+    "tgt_pad", tuple(tgt_pad.shape), "| causal", tuple(causal.shape), "->", tuple(self_mask.shape)
+)
 
 
 def show_mask(mask2d: torch.Tensor, q_ids: torch.Tensor, k_ids: torch.Tensor) -> None:
@@ -171,9 +188,10 @@ assert torch.equal(self_mask[0, 0], causal[0, 0])  # no padding in sequence 0: c
 assert self_mask[1, 0, :, 5].all()  # the <pad> key is blocked for every query
 
 # %% [markdown]
-# The same three masks as pictures, for the padded example. Dark cells are blocked.
+# Figure 7.1 draws the same three masks as grids, for the padded example. Dark cells are
+# blocked.
 
-# %%
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 names = describe(tgt_in[1]).split()
 panels = [
@@ -188,25 +206,26 @@ for ax, (m, title) in zip(axes, panels):
     ax.set_yticks(range(6), names)
     ax.set_xlabel("key")
 axes[0].set_ylabel("query")
+fig.suptitle("Figure 7.1: the decoder self-attention mask and its two parts", fontsize=11)
 plt.tight_layout()
 plt.show()
 
 # %% [markdown]
 # A padded *query* row (the last row, `<pad>`) is not blocked by the padding mask: only padded
-# *keys* are. That is deliberate. The output at a padded query position is garbage that nobody
-# reads: other positions never attend to it (it is a blocked key for them) and the loss ignores
-# it (`ignore_index`, chapter on training). Blocking padded rows as well would only create rows
-# with nothing to attend to, which is its own trap (see "A fully masked row" below).
+# *keys* are. That is deliberate. The output at a padded query position is never read: other
+# positions may not attend to it (it is a blocked key for them) and the loss ignores it
+# (`ignore_index`, chapter 10). Blocking padded rows as well would create rows with nothing to
+# attend to, whose trouble chapter 03 showed (NaN with `-inf`) and which chapter 08 tests for.
 #
 # ## Which mask does cross-attention take?
 #
-# Cross-attention's queries come from the decoder, its keys and values from the encoder's memory.
-# What a mask blocks are *keys*, so the mask must describe the source: the source padding mask
-# `[B, 1, 1, Ls]`, the very tensor the encoder used. Every target position may look at every real
-# source token; "the future" means nothing for the source, which is fully known.
+# Cross-attention's queries come from the decoder, its keys and values from the encoder's
+# memory. What a mask blocks are *keys*, so the mask must describe the source: the source
+# padding mask `[B, 1, 1, Ls]`, the very tensor the encoder used. Every target position may look
+# at every real source token; "the future" means nothing for the source, which is fully known.
 #
-# We use a small `MultiHeadAttention` (from `helpers`, chapter 03) in eval mode, random inputs
-# standing in for the decoder states and the memory.
+# A small `MultiHeadAttention` (chapter 03) in eval mode shows it, with random inputs standing in
+# for the decoder states and the memory.
 
 # %%
 d_model, heads = 32, 2
@@ -217,31 +236,43 @@ memory = torch.randn(2, src.size(1), d_model)  # [B, Ls, d]
 with torch.no_grad():
     out, w = mha(x_tgt, memory, memory, attn_mask=src_pad)
 print("cross-attention out", tuple(out.shape), "weights", tuple(w.shape))
-print("weight on the padded keys of sequence 1:", w[1, :, :, 4:].abs().max().item())
+print("largest weight on the padded keys of sequence 1:", w[1, :, :, 4:].abs().max().item())
 assert w.shape == (2, heads, 6, 7)
 assert (w[1, :, :, 4:] == 0).all()  # no query of any head looks at <pad>
 torch.testing.assert_close(w.sum(-1), torch.ones(2, heads, 6))
 
 # %% [markdown]
-# ### The pitfall: passing the causal mask to cross-attention
+# ### The pitfall: the causal mask passed to cross-attention
 #
-# The decoder layer has two masks at hand, and handing the causal one to cross-attention is an
-# easy slip. When $L_t \ne L_s$ the shapes `[1, 1, Lt, Lt]` and `[B, h, Lt, Ls]` do not broadcast,
-# and you get an error, which is the lucky case:
+# A decoder layer has two masks at hand, and handing the causal one to cross-attention is an
+# easy slip. When $L_t \ne L_s$ the shapes `[1, 1, Lt, Lt]` and `[B, h, Lt, Ls]` do not
+# broadcast. `helpers.DecoderLayer` checks every mask against the scores it will mask and
+# raises an error that names both shapes:
 
 # %%
+layer = DecoderLayer(d_model, heads, 64, dropout=0.0).eval()
 try:
     with torch.no_grad():
-        mha(x_tgt, memory, memory, attn_mask=causal_mask(tgt_in.size(1)))
+        layer(x_tgt, memory, causal_mask(6), causal_mask(6))  # the causal mask twice
     raise AssertionError("expected an error")
-except RuntimeError as e:
+except ValueError as e:
     print(type(e).__name__, "|", e)
 
 # %% [markdown]
-# When $L_t = L_s$ (equal-length sequences, or everything padded to one fixed width) it runs
-# without a word. Target position $i$ can then read source positions $0..i$ only. Below, source
-# and target both have 6 positions: compare what each target query may see under the right mask
-# and under the causal one.
+# When $L_t = L_s$ it runs without a word. That is the usual case in training, not a
+# coincidence: a batch is cut to its longest sequence, and for reversal the source (digits and
+# `<eos>`) and the decoder input (`<bos>` and the digits) of the longest sequence have the same
+# length. `helpers.train_reversal` cuts its batches this way (chapter 10):
+
+# %%
+batch_src, batch_tgt = make_reversal_dataset(128, seed=0)
+Ls_batch = int((batch_src != PAD_ID).sum(1).max())  # the columns train_reversal keeps
+Lt_batch = int((batch_tgt != PAD_ID).sum(1).max()) - 1  # tgt_in drops the last column
+print(f"a training batch of 128: L_s = {Ls_batch}, L_t = {Lt_batch}")
+assert Ls_batch == Lt_batch
+
+# %% [markdown]
+# With the causal mask on cross-attention, target position $i$ may read memory rows $0..i$ only:
 
 # %%
 x6, mem6 = torch.randn(1, 6, d_model), torch.randn(1, 6, d_model)
@@ -249,18 +280,144 @@ src6 = encode_digits("31415", width=6)  # no padding: every source key is real
 with torch.no_grad():
     _, w_right = mha(x6, mem6, mem6, attn_mask=padding_mask(src6))
     _, w_wrong = mha(x6, mem6, mem6, attn_mask=causal_mask(6))
-print("which source keys get weight > 0 (head 0), right mask | causal mask by mistake")
+print("which memory rows get weight > 0 (head 0): right mask | causal mask by mistake")
 for i in range(6):
-    print(f"  target pos {i}:  {(w_right[0, 0, i] > 0).int().tolist()}  |  {(w_wrong[0, 0, i] > 0).int().tolist()}")
+    right_row = (w_right[0, 0, i] > 0).int().tolist()
+    wrong_row = (w_wrong[0, 0, i] > 0).int().tolist()
+    print(f"  target pos {i}:  {right_row}  |  {wrong_row}")
 assert (w_right > 0).all()
 assert (w_wrong[0, :, 0, 1:] == 0).all()
 
 # %% [markdown]
-# In the reversal task this is fatal for the first output: position 0 (`<bos>`) must produce the
-# **last** source digit, and with the causal mask it can only see the first one. The model still
-# trains and its loss still falls on the later positions, so nothing points at the bug. A one-line
-# guard catches it: assert that the cross-attention mask's last dimension equals $L_s$ and its
-# query dimension is 1 (`helpers.Transformer` always passes the `[B, 1, 1, Ls]` source mask).
+# It is tempting to conclude that position 0 (`<bos>`), which must produce the **last** source
+# digit, can then only see the first source digit. It cannot see the first *memory row*, but a
+# memory row is not a source token: it is the output of the encoder, whose self-attention is
+# bidirectional, so row 0 already mixes in every source position. Even an untrained encoder
+# shows it: change only the last digit of a source, and memory row 0 changes.
+
+# %%
+torch.manual_seed(0)
+enc = Encoder(VOCAB_SIZE, 32, 2, 64, num_layers=2, max_len=16, dropout=0.0).eval()
+a_src, b_src = encode_digits("31415"), encode_digits("31419")  # only the last digit differs
+with torch.no_grad():
+    row0_a = enc(a_src, padding_mask(a_src))[0, 0]
+    row0_b = enc(b_src, padding_mask(b_src))[0, 0]
+row0_change = (row0_a - row0_b).abs().max().item()
+print(f"memory row 0 ('3'): largest change when the last digit changes: {row0_change:.3f}")
+assert row0_change > 1e-2
+
+# %% [markdown]
+# So what does the wrong mask cost? That has to be measured. `tools/record_ch07_cross_mask.py`
+# trains two models with the same recipe, `fixed_budget_recipe()` (the book's recipe for a
+# fixed 300 steps, no early stop; chapter 12 uses the same budget), the same initial weights and
+# the same batches, once per seed: the correct model, and the same model whose cross-attention
+# also blocks memory rows $j > i$. Each is scored on the test set that neither training nor
+# validation sees (10,000 sequences, chapter 09): exact match, and the token accuracy at each
+# output position. The chapter loads the recorded file:
+
+# %%
+record = json.loads(Path("data/ch07_cross_mask.json").read_text())
+print(record["command"], "|", record["recipe"], "| seeds", record["seeds"])
+print(record["test_set"])
+n_test = 10_000
+runs = {(r["variant"], r["seed"]): r for r in record["runs"]}
+variants = ("correct", "causal cross-attention")
+test_em = {v: [runs[v, s]["test_exact_match"] for s in record["seeds"]] for v in variants}
+print("\ntest exact match [Wilson 95 % interval]")
+print(f"{'seed':>4} " + "".join(f"{v:>32}" for v in variants))
+for i, seed in enumerate(record["seeds"]):
+    cells = []
+    for v in variants:
+        lo, hi = wilson_interval(round(test_em[v][i] * n_test), n_test)
+        cells.append(f"{test_em[v][i]:.4f} [{lo:.4f}, {hi:.4f}]")
+    print(f"{seed:>4} " + "".join(f"{c:>32}" for c in cells))
+gaps = [a - b for a, b in zip(*test_em.values())]
+print(f"correct minus causal, per seed: {', '.join(f'{g:+.4f}' for g in gaps)}")
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+for v, color in zip(variants, ("C0", "C3")):
+    for s in record["seeds"]:
+        r = runs[v, s]
+        first = s == record["seeds"][0]
+        ax1.plot(
+            r["eval_step"],
+            r["val_exact_match"],
+            "-",
+            color=color,
+            alpha=0.7,
+            label=v if first else None,
+        )
+        acc = r["test_token_accuracy_by_position"]
+        ax2.plot(
+            range(len(acc)), acc, "-o", ms=3, color=color, alpha=0.7, label=v if first else None
+        )
+ax1.set(
+    xlabel="training step",
+    ylabel="validation exact match",
+    title="during training (every 20 steps), one line per seed",
+)
+ax2.set(
+    xlabel="output position (0 = the last source digit)",
+    ylabel="test token accuracy",
+    title="after training: token accuracy by output position",
+)
+ax1.legend()
+ax2.legend()
+fig.suptitle(
+    f"Figure 7.2: a causal mask on cross-attention, {record['steps']} training steps,"
+    f" seeds {record['seeds']}",
+    fontsize=11,
+)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The cell below reads three more numbers per run from the record: the test token accuracy at
+# output position 0 (the last source digit, the one the mistaken reasoning says is out of
+# reach), the validation exact match at step 200, and the lowest per-position test accuracy.
+
+# %%
+print(
+    f"{'seed':>4} {'variant':>24} {'test acc, position 0':>21} {'val EM at step 200':>19}"
+    f" {'lowest position acc':>20}"
+)
+for seed in record["seeds"]:
+    for v in variants:
+        r = runs[v, seed]
+        at_200 = r["val_exact_match"][r["eval_step"].index(200)]
+        acc = r["test_token_accuracy_by_position"]
+        print(f"{seed:>4} {v:>24} {acc[0]:>21.4f} {at_200:>19.3f} {min(acc):>20.4f}")
+
+
+def at_step(v, seed, step=200):
+    return runs[v, seed]["val_exact_match"][runs[v, seed]["eval_step"].index(step)]
+
+
+wrong_pos0 = [
+    runs["causal cross-attention", s]["test_token_accuracy_by_position"][0] for s in record["seeds"]
+]
+assert min(wrong_pos0) > 0.999  # position 0 is not blinded
+assert all(0 < g < 0.01 for g in gaps)  # a small cost, in every seed
+assert all(at_step("causal cross-attention", s) < at_step("correct", s) for s in record["seeds"])
+
+# %% [markdown]
+# What the record shows, for these three seeds and this budget:
+#
+# - **Position 0 is not blinded.** With the causal mask, output position 0, which must
+#   produce the last source digit, is right on at least 99.95 % of the test sequences in
+#   every seed. It reads the last digit through memory row 0, which the encoder has mixed.
+# - **The mistake costs a little, in every seed.** Test exact match is 0.9947 to 0.9991
+#   against 0.9967 to 1.0000 for the correct model: 0.0005 to 0.0044 lower (for seed 0 the
+#   two intervals overlap, for seeds 1 and 2 they do not).
+# - **It learns more slowly.** At step 200 the validation exact match is 0.88 to 0.95 with
+#   the wrong mask, 0.98 to 0.99 without it (Figure 7.2, left).
+#
+# So on this task the bug is close to invisible in the final accuracy, which is exactly why it
+# needs a check rather than a glance at the results.
+# A one-line guard catches it wherever $L_t = L_s$ hides it: the cross-attention mask must
+# have a query dimension of 1 and a key dimension of $L_s$. `helpers.Transformer` always
+# passes the `[B, 1, 1, Ls]` source mask.
 #
 # ## Three conventions for the same mask
 #
@@ -269,12 +426,54 @@ assert (w_wrong[0, :, 0, 1:] == 0).all()
 # | who | type and shape | meaning |
 # | --- | --- | --- |
 # | this book | `bool`, broadcastable to `[B, h, Lq, Lk]` | `True` = **blocked** |
-# | `F.scaled_dot_product_attention` | `bool` (or float, added to the scores) | `True` = **may attend** |
-# | Hugging Face `attention_mask` | integer `[B, L]`, one value per key | `1` = **attend**, `0` = padding |
-# | `torch.nn.Transformer`, `nn.MultiheadAttention` | `bool` (or float, added) | `True` = **blocked** (chapter 15) |
+# | `F.scaled_dot_product_attention` | `bool` (or float, added) | `True` = **may attend** |
+# | Hugging Face `attention_mask` | integer `[B, L]`, one value per key | `1` = **keep** |
+# | `nn.Transformer`, `nn.MultiheadAttention` | `bool` (or float, added) | `True` = **blocked** |
 #
-# `helpers` has a converter for each direction that crosses a boundary. We check that all three
-# conventions give the same attention output for the decoder self-attention mask built above.
+# (The last row is chapter 15's.) Figure 7.3 shows the decoder self-attention mask of the
+# padded example in the first three conventions. Dark cells hold True (or 1): the same dark
+# cell means "blocked" in the first panel and "may attend" in the other two.
+# Hugging Face's `attention_mask` holds only the padding, one value per key; the model adds the
+# causal part inside.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+hf_row = to_hf_attention_mask(tgt_in)[1:2]  # [1, L]
+grids = [
+    ("this book: True = blocked", self_mask[1, 0].int(), "T", "F"),
+    ("SDPA: True = may attend", to_sdpa_mask(self_mask)[1, 0].int(), "T", "F"),
+    ("Hugging Face: 1 = keep (padding only)", hf_row, "1", "0"),
+]
+fig, axes = plt.subplots(
+    1, 3, figsize=(12, 3.8), gridspec_kw={"width_ratios": [1, 1, 1]}, constrained_layout=True
+)
+for ax, (title, grid, on, off) in zip(axes, grids):
+    ax.imshow(grid, cmap="Greys", vmin=0, vmax=1.6, aspect="equal")
+    for r in range(grid.size(0)):
+        for c in range(grid.size(1)):
+            v = bool(grid[r, c])
+            ax.text(
+                c,
+                r,
+                on if v else off,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if v else "black",
+            )
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks(range(6), names, rotation=90)
+    ax.set_yticks(range(grid.size(0)), names if grid.size(0) > 1 else ["every query"])
+    ax.set_xlabel("key")
+axes[0].set_ylabel("query")
+fig.suptitle("Figure 7.3: one mask, three conventions (the padded example)", fontsize=11)
+plt.show()
+
+# %% [markdown]
+# `helpers` has a converter for each direction that crosses a boundary. The cell checks that
+# the three conventions give the same attention output for the decoder self-attention mask built
+# above; Hugging Face's integer mask is converted back to ours with `from_hf_attention_mask`.
+# (Handing our mask to SDPA without the `~` is chapter 03's classic mistake: SDPA then attends
+# only to the keys we meant to block.)
 
 # %%
 B, h, L, d_k = 2, 4, tgt_in.size(1), 8
@@ -289,48 +488,23 @@ def attention_ours(Q, K, V, mask):
 
 
 ours = attention_ours(Q, K, V, self_mask)
-
-# SDPA: True = may attend
 sdpa = F.scaled_dot_product_attention(Q, K, V, attn_mask=to_sdpa_mask(self_mask))
-
-# Hugging Face: an integer [B, L] mask, 1 = attend; back to ours with the converter
-hf_mask = to_hf_attention_mask(tgt_in)
-print("Hugging Face attention_mask:\n", hf_mask)
+hf_mask = to_hf_attention_mask(tgt_in)  # [B, L], 1 = keep
+print("Hugging Face attention_mask:", hf_mask.tolist())
 hf_as_ours = from_hf_attention_mask(hf_mask) | causal
+via_hf = attention_ours(Q, K, V, hf_as_ours)
+for name, t in (("SDPA, True = may attend", sdpa), ("Hugging Face, converted", via_hf)):
+    d = (t - ours).abs().max().item()
+    print(f"{name:<24} max |difference| from ours: {'< 1e-5' if d < 1e-5 else f'{d:.1e}'}")
+    torch.testing.assert_close(t, ours)
 assert torch.equal(hf_as_ours, self_mask)
 
-# ... and what Hugging Face models do with it inside: an additive float mask (0 or a huge negative)
-neg = torch.finfo(torch.float32).min
-hf_additive = (1 - hf_mask)[:, None, None, :].float() * neg + causal.float() * neg
-assert hf_additive.isinf().any()  # padding AND future: two huge negatives overflow to -inf
-hf_additive = hf_additive.clamp(min=neg)
-sdpa_hf = F.scaled_dot_product_attention(Q, K, V, attn_mask=hf_additive)
-
-for name, t in [("SDPA, bool True = attend", sdpa), ("Hugging Face, from_hf_attention_mask", attention_ours(Q, K, V, hf_as_ours)),
-                ("Hugging Face-style additive float", sdpa_hf)]:
-    torch.testing.assert_close(t, ours)
-    print(f"{name:<40} == ours")
-
 # %% [markdown]
-# The `clamp` in that cell keeps the additive mask finite. A key that is both padding and in the
-# future gets two huge negatives, and $2 \times$ `finfo.min` overflows float32 to `-inf` (the
-# cell asserts it). Here that is harmless, because every row keeps a visible key; in a row where
-# every key is blocked, `-inf` brings back the NaN of the section on fully masked rows below.
-# Combining the booleans first (`|`) and converting once, as `helpers` does, avoids the question.
-#
-# Now the classic mistake: our mask handed to SDPA **without** flipping it. Every visible key
-# becomes blocked and every blocked one visible. Nothing complains:
-
-# %%
-flipped = F.scaled_dot_product_attention(Q, K, V, attn_mask=self_mask)  # forgot to_sdpa_mask
-print(f"max |difference| from the correct output: {(flipped - ours).abs().max().item():.1f}")
-assert not torch.allclose(flipped, ours, atol=1e-3)
-
-# %% [markdown]
-# A quieter variant: a 0/1 **float** mask (say, `mask.float()`, or one built with NumPy). SDPA
-# treats a float mask as something to **add** to the scores, so "1 = blocked" adds $+1$ to the
-# blocked scores: nothing is blocked and the future even gets a bonus. The cell computes the
-# attention weights by hand with that addition and shows the weight query 0 puts on future keys.
+# A quieter variant of the polarity mistake: a 0/1 **float** mask (say, `mask.float()`, or one
+# built with NumPy). SDPA treats a float mask as something to **add** to the scores, so
+# "1 = blocked" adds $+1$ to the blocked scores: nothing is blocked and the future even gets a
+# bonus. The cell computes the attention weights by hand with that addition and shows the weight
+# query 0 puts on future keys.
 
 # %%
 float01 = self_mask.float()  # 1.0 = blocked, meant as a filter
@@ -338,7 +512,7 @@ sdpa_float01 = F.scaled_dot_product_attention(Q, K, V, attn_mask=float01)
 weights_added = (Q @ K.transpose(-2, -1) / math.sqrt(d_k) + float01).softmax(-1)
 torch.testing.assert_close(sdpa_float01, weights_added @ V)  # SDPA really added it
 future_weight = weights_added[0, :, 0, 1:].sum(-1)
-print("weight that query 0 puts on future keys, per head:", [f"{x:.2f}" for x in future_weight.tolist()])
+print("weight query 0 puts on future keys, per head:", [f"{x:.2f}" for x in future_weight.tolist()])
 assert (future_weight > 0.5).all() and not torch.allclose(sdpa_float01, ours, atol=1e-3)
 
 # %% [markdown]
@@ -347,12 +521,13 @@ assert (future_weight > 0.5).all() and not torch.allclose(sdpa_float01, ours, at
 # Masks that come from outside (a tokenizer, NumPy, an older codebase) are often `uint8` or
 # `int64` with `1 = attend`. Three things go wrong with them.
 #
-# **1. `masked_fill` refuses them.** Old PyTorch versions accepted `uint8` masks with a deprecation
-# warning; this one raises:
+# **1. `masked_fill` refuses them.** Older PyTorch releases accepted `uint8` masks with a
+# deprecation warning; the version this book runs raises:
 
 # %%
 keep_u8 = (tgt_in != PAD_ID).to(torch.uint8)  # 1 = attend, the Hugging Face polarity
 scores = Q @ K.transpose(-2, -1)
+print("torch", torch.__version__)
 try:
     scores.masked_fill(keep_u8[:, None, None, :], 0.0)
     raise AssertionError("expected an error")
@@ -375,7 +550,7 @@ assert (~keep_u8).min() == 254 and blocked_wrong.all()
 
 # every key blocked: the -inf softmax has nothing to normalise over
 bad = (scores.masked_fill(blocked_wrong, float("-inf"))).softmax(-1)
-print("NaN in the attention weights:", bad.isnan().all().item())
+print(f"share of the attention weights that are NaN: {bad.isnan().float().mean().item():.2f}")
 assert bad.isnan().all()
 
 # %% [markdown]
@@ -399,7 +574,8 @@ assert not torch.allclose(leak, ours, atol=1e-3)
 # **The fix:** convert to `bool` once, at the boundary where the mask enters your code, with the
 # comparison that states its polarity, then combine with the operator of *that* polarity. In our
 # convention that is `mask = (hf_mask == 0)` (or `keep.bool()` followed by the logical `~`) and
-# `|`. `helpers.MultiHeadAttention` refuses anything but `bool`, with a message that says so:
+# `|`. `helpers.MultiHeadAttention` refuses anything but `bool`, with a message that says so
+# (chapter 03):
 
 # %%
 blocked = keep_u8 == 0  # bool, True = blocked: the polarity is explicit in the comparison
@@ -408,175 +584,75 @@ assert fixed.dtype == torch.bool and torch.equal(fixed, self_mask)
 assert torch.equal(~keep_u8.bool(), blocked)  # .bool() first, then ~ is a logical NOT
 
 try:
-    mha(x6, x6, x6, attn_mask=keep_u8[:1, None, None, :])
+    mha(x6, x6, x6, attn_mask=keep_u8[:1, None, None, :])  # [1, 1, 1, 6], 1 = attend
     raise AssertionError("expected a TypeError")
 except TypeError as e:
     print(type(e).__name__, "|", e)
 
 # %% [markdown]
-# ## A fully masked row, and the NaN it causes
+# ## Left padding: rows with nothing to attend to
 #
-# If every key in a query's row is blocked, softmax has nothing to normalise over. With `-inf`
-# in the masked places, $e^{-\infty} = 0$ everywhere and the row is $0/0$ = NaN.
-#
-# Such rows are easy to create. Left padding (padding at the *start*, common in decoder-only
-# batched generation) does it with the ordinary causal-or-padding mask: a leading `<pad>` query
-# may only look at itself and earlier positions, all of them padding.
+# Chapter 03 showed what softmax does with a row in which every key is blocked: NaN with `-inf`,
+# a uniform row with `finfo.min`, and zeros from SDPA and `helpers.MultiHeadAttention` (in torch
+# 2.13.0). Such rows are easy to create. Left padding (padding at the *start*, common in
+# decoder-only batched generation) does it with the ordinary causal-or-padding mask: a leading
+# `<pad>` query may only look at itself and earlier positions, all of them padding.
 
 # %%
 tgt_left = torch.tensor([[PAD_ID, PAD_ID, BOS_ID, 9, 5, 12]])  # left-padded decoder input
 left_mask = causal_mask(6) | padding_mask(tgt_left)
 print(describe(tgt_left[0]))
 show_mask(left_mask[0, 0], tgt_left[0], tgt_left[0])
-rows = fully_masked_rows(left_mask)
+rows = left_mask.all(dim=-1)  # helpers.fully_masked_rows
 print("fully masked query rows:", rows[0, 0].nonzero().flatten().tolist())
 assert rows[0, 0].tolist() == [True, True, False, False, False, False]
+
+# %% [markdown]
+# "It is only the padding rows" is no comfort with `-inf`, because NaN spreads. In the next layer
+# the NaN rows are keys and values. They are masked there (they are padding), so their weight is
+# an exact 0, but $0 \times \text{NaN} = \text{NaN}$ in the matrix product: every query's output
+# turns NaN, including the ones that never looked at padding.
 
 # %%
 Q1, K1, V1 = torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8)
 raw = Q1 @ K1.transpose(-2, -1) / math.sqrt(8)
 w_inf = raw.masked_fill(left_mask, float("-inf")).softmax(-1)
-print("weights with -inf, rows 0-2:")
-print(w_inf[0, 0, :3].round(decimals=2))
-assert w_inf[0, 0, :2].isnan().all() and not w_inf[0, 0, 2:].isnan().any()
-
-# %% [markdown]
-# "It is only the padding rows" is not a comfort, because NaN spreads. In the next layer the NaN
-# rows become keys and values. They are masked there (they are padding), so their weight is an
-# exact 0, but $0 \times \text{NaN} = \text{NaN}$ in the matrix product: every query's output
-# turns NaN, including the ones that never looked at padding.
-
-# %%
-h_next = torch.nan_to_num(w_inf @ V1)  # a clean copy for the valid rows ...
-h_next[0, 0, :2] = float("nan")  # ... and the NaN rows the first layer produced
-w2 = raw.masked_fill(left_mask, torch.finfo(raw.dtype).min).softmax(-1)  # a perfectly safe softmax
+h_next = w_inf @ V1  # rows 0 and 1 are NaN
+w2 = raw.masked_fill(left_mask, torch.finfo(raw.dtype).min).softmax(-1)  # a safe softmax
+print("NaN rows after the first layer:", h_next[0, 0].isnan().any(-1).int().tolist())
 print("weight of query 5 on the NaN keys 0 and 1:", w2[0, 0, 5, :2].tolist())
 spread = w2 @ h_next
-print("rows of the next layer that are NaN:", spread[0, 0].isnan().any(-1).int().tolist())
+print("NaN rows after the next layer:", spread[0, 0].isnan().any(-1).int().tolist())
 assert (w2[0, 0, 5, :2] == 0).all() and spread[0, 0].isnan().any(-1).all()
 
 # %% [markdown]
-# **Fix 1: `finfo.min` instead of `-inf`.** The smallest finite float keeps the softmax finite: in
-# a row where everything is blocked, every score is equally tiny, so the row becomes *uniform*:
-# no NaN, but the query now reads keys it was never meant to see. (Chapter 03 explains why not
-# `-1e9`: in fp16 it overflows to `-inf` and you are back to NaN.)
-
-# %%
-w_min = raw.masked_fill(left_mask, torch.finfo(raw.dtype).min).softmax(-1)
-print("weights with finfo.min, row 0:", [f"{x:.3f}" for x in w_min[0, 0, 0].tolist()])
-assert not w_min.isnan().any()
-torch.testing.assert_close(w_min[0, 0, 0], torch.full((6,), 1 / 6))
-
-# %% [markdown]
-# **Fix 2: give such rows no attention at all.** `F.scaled_dot_product_attention` returns zeros
-# for a fully masked row, and `helpers.MultiHeadAttention` does the same on its handwritten path
-# (it zeroes the weights of fully masked rows after the softmax), so both of its paths compute the
-# same function there too. We check it on the internals (the attention output before the output
-# projection) and on the public `forward`, where a zero attention result leaves just the bias of
-# `W_o`.
-
-# %%
-sdpa_rows = F.scaled_dot_product_attention(Q1, K1, V1, attn_mask=~left_mask)
-print("SDPA output, rows 0-1 (first 4 dims):", sdpa_rows[0, 0, :2, :4].tolist())
-assert (sdpa_rows[0, 0, :2] == 0).all()
-
-mha8 = MultiHeadAttention(8, 1, dropout=0.0).eval()
-by_hand, w_hand = mha8._attention_by_hand(Q1, K1, V1, left_mask)
-assert (by_hand[0, 0, :2] == 0).all() and (w_hand[0, 0, :2] == 0).all()
-torch.testing.assert_close(by_hand, sdpa_rows)
-
-x = torch.randn(1, 6, 8)
-with torch.no_grad():
-    out_hand, _ = mha8(x, x, x, attn_mask=left_mask, need_weights=True)
-    out_sdpa, _ = mha8(x, x, x, attn_mask=left_mask, need_weights=False)
-torch.testing.assert_close(out_hand, out_sdpa)
-torch.testing.assert_close(out_hand[0, :2], mha8.W_o.bias.detach().expand(2, 8))
-print("both paths of MultiHeadAttention agree; the fully masked rows are W_o(0) = its bias")
-
-# %% [markdown]
-# In this book's reversal task fully masked rows do not arise: padding is on the right, and every
-# decoder query can see at least `<bos>`. The zero rows are a guard, not a feature we depend on.
+# In this book's reversal task such rows do not arise: padding is on the right, and every
+# decoder query can see at least `<bos>`. The zero rows of `helpers` are a guard, not a feature
+# the model depends on.
 #
-# ## Xavier initialisation
-#
-# PyTorch initialises `nn.Linear` with Kaiming-uniform, $a = \sqrt 5$, which works out to
-# $U(-1/\sqrt{n_{in}},\ 1/\sqrt{n_{in}})$ and a standard deviation of $1/\sqrt{3 n_{in}}$.
-# Xavier (Glorot) uniform draws from $U(-a, a)$ with $a = \sqrt{6/(n_{in}+n_{out})}$: standard
-# deviation $\sqrt{2/(n_{in}+n_{out})}$. `nn.Transformer` applies `xavier_uniform_` to every
-# matrix it owns, and so do The Annotated Transformer and this book (for every `nn.Linear`). For a
-# 128x128 layer, measured:
-
-# %%
-torch.manual_seed(0)
-lin_default = nn.Linear(128, 128)
-lin_xavier = nn.Linear(128, 128)
-nn.init.xavier_uniform_(lin_xavier.weight)
-
-theory = {"default": 1 / math.sqrt(3 * 128), "xavier": math.sqrt(2 / (128 + 128))}
-measured = {"default": lin_default.weight.std().item(), "xavier": lin_xavier.weight.std().item()}
-for k in theory:
-    print(f"{k:<8} weight std: measured {measured[k]:.4f}, formula {theory[k]:.4f}")
-    assert abs(measured[k] / theory[k] - 1) < 0.03
-print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
-
-# %% [markdown]
-# What that does to a signal: the default shrinks a unit-variance input by about $1/\sqrt 3$ per
-# layer, Xavier keeps it near 1 (for a square layer). Through a stack of linear maps the
-# difference compounds. The Transformer's residual connections and LayerNorms soften this, but not
-# everywhere: an attention score is the product of *two* projections, $q \cdot k$, so it shrinks by
-# about $(1/\sqrt 3)^2 = 1/3$, and the softmax starts out flatter than with Xavier (second cell
-# below). The chapter on correct code that learns slowly measures what the default initialisation
-# costs in training.
-
-# %%
-x = torch.randn(4096, 128)
-with torch.no_grad():
-    for name, init in [("default", None), ("xavier", nn.init.xavier_uniform_)]:
-        torch.manual_seed(1)
-        h = x
-        stds = []
-        for _ in range(6):
-            lin = nn.Linear(128, 128, bias=False)
-            if init is not None:
-                init(lin.weight)
-            h = lin(h)
-            stds.append(h.std().item())
-        print(f"{name:<8} output std after layers 1..6:", [round(s, 2) for s in stds])
-        if name == "default":
-            assert 0.5 < stds[0] < 0.65 and stds[-1] < 0.1
-        else:
-            assert 0.9 < stds[0] < 1.1 and 0.6 < stds[-1] < 1.5
-
-# %%
-torch.manual_seed(2)
-x = torch.randn(1, 64, 128)  # 64 unit-variance token vectors
-score_std = {}
-with torch.no_grad():
-    for name in ("default", "xavier"):
-        W_q, W_k = nn.Linear(128, 128), nn.Linear(128, 128)
-        if name == "xavier":
-            for lin in (W_q, W_k):
-                nn.init.xavier_uniform_(lin.weight)
-                nn.init.zeros_(lin.bias)
-        score_std[name] = (W_q(x) @ W_k(x).transpose(-2, -1) / math.sqrt(128)).std().item()
-        print(f"{name:<8} std of the attention scores q.k/sqrt(d): {score_std[name]:.2f}")
-print(f"ratio default/xavier: {score_std['default'] / score_std['xavier']:.2f}")
-assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
-
-# %% [markdown]
 # ## The full model
 #
 # Everything is in place: the embeddings (chapter 02), the encoder (chapter 05) and decoder
 # (chapter 06) stacks, and the masks from this chapter. The model splits into `encode` and
 # `decode` because at inference the encoder runs once while the decoder runs once per generated
-# token (the greedy decoding chapter reuses `memory`). `decode` builds the decoder self-attention
-# mask from `tgt_in` itself, and cross-attention receives the **source** padding mask that
-# `encode` returned.
+# token (chapter 11 reuses `memory`). `decode` builds the decoder self-attention mask from
+# `tgt_in` itself, and cross-attention receives the **source** padding mask that `encode`
+# returned. The last lines of `__init__` choose the initialisation, discussed right after.
+
 
 # %%
 class MyTransformer(nn.Module):
-    def __init__(self, src_vocab, tgt_vocab, d_model=128, num_heads=4, dff=512, num_layers=2, max_len=64,
-                 dropout=0.1):
+    def __init__(
+        self,
+        src_vocab,
+        tgt_vocab,
+        d_model=128,
+        num_heads=4,
+        dff=512,
+        num_layers=2,
+        max_len=64,
+        dropout=0.1,
+    ):
         super().__init__()
         self.encoder = Encoder(src_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
         self.decoder = Decoder(tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
@@ -591,8 +667,8 @@ class MyTransformer(nn.Module):
         return self.encoder(src, src_mask), src_mask
 
     def decode(self, tgt_in, memory, src_mask):
-        self_mask = causal_mask(tgt_in.size(1), tgt_in.device) | padding_mask(tgt_in)  # [B, 1, Lt, Lt]
-        h, cross_weights = self.decoder(tgt_in, memory, self_mask, src_mask)  # cross: the source mask
+        self_mask = causal_mask(tgt_in.size(1), tgt_in.device) | padding_mask(tgt_in)
+        h, cross_weights = self.decoder(tgt_in, memory, self_mask, src_mask)  # cross: source mask
         return self.out_proj(h), cross_weights
 
     def forward(self, src, tgt_in):
@@ -606,72 +682,82 @@ model = MyTransformer(VOCAB_SIZE, VOCAB_SIZE).eval()
 with torch.no_grad():
     memory, src_mask = model.encode(src)
     logits, cross_weights = model.decode(tgt_in, memory, src_mask)
-print("src", tuple(src.shape), "-> memory", tuple(memory.shape), "+ src_mask", tuple(src_mask.shape))
+n_params = sum(p.numel() for p in model.parameters())
+print(
+    "src", tuple(src.shape), "-> memory", tuple(memory.shape), "+ src_mask", tuple(src_mask.shape)
+)
 print("tgt_in", tuple(tgt_in.shape), "-> logits", tuple(logits.shape))
 print("cross-attention weights:", [tuple(w.shape) for w in cross_weights])
+print(f"parameters: {n_params:,} (chapter 01 counts them from the shapes)")
 assert logits.shape == (2, 6, VOCAB_SIZE) and len(cross_weights) == 2
+assert n_params == 931_213
 
 # %% [markdown]
-# ### 931,213 parameters
+# ### Xavier initialisation
 #
-# We count them twice: once by asking the module, once from the shapes with pen-and-paper
-# formulas. A disagreement would mean a layer is missing (say, a Python list instead of an
-# `nn.ModuleList`, chapter 05) or duplicated.
+# PyTorch initialises `nn.Linear` with Kaiming-uniform {cite}`he2015`, $a = \sqrt 5$, which works
+# out to $U(-1/\sqrt{n_{in}},\ 1/\sqrt{n_{in}})$ and a standard deviation of
+# $1/\sqrt{3 n_{in}}$. Xavier (Glorot) uniform {cite}`glorot2010` draws from $U(-a, a)$ with
+# $a = \sqrt{6/(n_{in}+n_{out})}$: standard deviation $\sqrt{2/(n_{in}+n_{out})}$.
+# `nn.Transformer` applies `xavier_uniform_` to its weight matrices, and the model above does the
+# same for every `nn.Linear` (`helpers.xavier_init_linears`). For one 128x128 layer of the model,
+# measured against a fresh default `nn.Linear`:
 
 # %%
-n_params = sum(p.numel() for p in model.parameters())
-d, dff, V, N = 128, 512, VOCAB_SIZE, 2
-attn = 4 * (d * d + d)  # W_q, W_k, W_v, W_o with biases
-ffn = (d * dff + dff) + (dff * d + d)
-ln = 2 * d  # gain and bias
-by_formula = {
-    "embeddings (src + tgt)": 2 * V * d,  # sinusoidal positions are a buffer, not parameters
-    "encoder layers": N * (attn + ffn + 2 * ln),
-    "decoder layers": N * (2 * attn + ffn + 3 * ln),
-    "final LayerNorms": 2 * ln,
-    "output projection": d * V + V,
-}
-by_module = {
-    "embeddings (src + tgt)": model.encoder.embed, "encoder layers": model.encoder.layers,
-    "decoder layers": model.decoder.layers, "output projection": model.out_proj,
-}
-for name, count in by_formula.items():
-    mod = by_module.get(name)
-    counted = (sum(p.numel() for p in mod.parameters()) if mod is not None
-               else sum(p.numel() for m in (model.encoder.ln_final, model.decoder.ln_final) for p in m.parameters()))
-    if name == "embeddings (src + tgt)":
-        counted += sum(p.numel() for p in model.decoder.embed.parameters())
-    print(f"{name:<24} {count:>9,}")
-    assert counted == count, (name, counted, count)
-print(f"{'total':<24} {n_params:>9,}")
-assert n_params == sum(by_formula.values()) == 931_213
-
-ffn_share = 2 * N * ffn / n_params  # one FFN per encoder layer and per decoder layer
-print(f"share of the feed-forward blocks: {ffn_share:.1%}; of the embeddings: {2 * V * d / n_params:.1%}")
-assert ffn_share > 0.5
+torch.manual_seed(0)
+lin_default = nn.Linear(128, 128)
+lin_xavier = model.encoder.layers[0].mha.W_q  # initialised by MyTransformer
+theory = {"default": 1 / math.sqrt(3 * 128), "xavier": math.sqrt(2 / (128 + 128))}
+measured = {"default": lin_default.weight.std().item(), "xavier": lin_xavier.weight.std().item()}
+for k in theory:
+    print(f"{k:<8} weight std: measured {measured[k]:.4f}, formula {theory[k]:.4f}")
+    assert abs(measured[k] / theory[k] - 1) < 0.03
+print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
 
 # %% [markdown]
-# The feed-forward blocks hold more than half of all parameters; the embeddings, with a
-# 13-token vocabulary, hardly count.
+# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$, and
+# Xavier keeps it near 1. An attention score is the product of *two* projections, $q \cdot k$,
+# so with the default it comes out about $(1/\sqrt 3)^2 = 1/3$ as large, and the softmax starts
+# out flatter. Measured on 64 unit-variance token vectors:
+
+# %%
+torch.manual_seed(2)
+x = torch.randn(1, 64, 128)
+score_std = {}
+with torch.no_grad():
+    for name in ("default", "xavier"):
+        W_q, W_k = nn.Linear(128, 128), nn.Linear(128, 128)
+        if name == "xavier":
+            for lin in (W_q, W_k):
+                nn.init.xavier_uniform_(lin.weight)
+                nn.init.zeros_(lin.bias)
+        score_std[name] = (W_q(x) @ W_k(x).transpose(-2, -1) / math.sqrt(128)).std().item()
+        print(f"{name:<8} std of the attention scores q.k/sqrt(d): {score_std[name]:.2f}")
+print(f"ratio default/xavier: {score_std['default'] / score_std['xavier']:.2f}")
+assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
+
+# %% [markdown]
+# What the default initialisation costs in training is measured in chapter 12.
 #
 # ## Check against `helpers`
 #
 # `helpers.Transformer` is this model, finished and tested. Two checks: (1) with our weights
 # loaded, it computes the same logits and cross-attention weights; (2) the masks its `encode` and
-# `decode` build are exactly the ones we built by hand. We catch those with forward pre-hooks on
-# its encoder and decoder, which see the arguments they are called with.
+# `decode` build are exactly the ones we built by hand. Forward pre-hooks on its encoder and
+# decoder see the arguments they are called with.
 
 # %%
-from helpers import Transformer, count_parameters
+from helpers import Transformer
 
 ref = Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()
 ref.load_state_dict(model.state_dict())  # strict: same module names, same shapes
-assert count_parameters(ref) == n_params == 931_213
 
 seen = {}
 hooks = [
     ref.encoder.register_forward_pre_hook(lambda mod, args: seen.update(enc_mask=args[1])),
-    ref.decoder.register_forward_pre_hook(lambda mod, args: seen.update(self_mask=args[2], cross_mask=args[3])),
+    ref.decoder.register_forward_pre_hook(
+        lambda mod, args: seen.update(self_mask=args[2], cross_mask=args[3])
+    ),
 ]
 with torch.no_grad():
     mem_ref, src_mask_ref = ref.encode(src)
@@ -687,11 +773,107 @@ torch.testing.assert_close(logits_ref, logits)
 torch.testing.assert_close(logits_fwd, logits)
 for a, b in zip(cross_ref, cross_weights):
     torch.testing.assert_close(a, b)
-print("masks: encoder", tuple(seen["enc_mask"].shape), "| decoder self", tuple(seen["self_mask"].shape),
-      "| cross", tuple(seen["cross_mask"].shape))
-print("helpers.Transformer == MyTransformer: same masks, same logits, same cross-attention weights")
+print(
+    "masks: encoder",
+    tuple(seen["enc_mask"].shape),
+    "| decoder self",
+    tuple(seen["self_mask"].shape),
+    "| cross",
+    tuple(seen["cross_mask"].shape),
+    "(each equal to ours)",
+)
+diff = max((logits_ref - logits).abs().max().item(), (logits_fwd - logits).abs().max().item())
+print(
+    f"logits: max |helpers - ours| = {'< 1e-5' if diff < 1e-5 else f'{diff:.1e}'}"
+    " (handwritten and SDPA paths)"
+)
 
 # %% [markdown]
 # Next, before training anything, chapter 08 turns the two promises these masks make (no peeking
 # at the future, no dependence on padding) into tests, and breaks the masks on purpose to see the
 # tests fail.
+#
+# ## Summary
+#
+# - Three attentions, three masks: source padding for the encoder, causal OR target padding for
+#   the decoder's self-attention (`[B, 1, Lt, Lt]`, Figure 7.1), and the source padding mask
+#   `[B, 1, 1, Ls]` alone for cross-attention.
+# - Masks block *keys*; the singleton dimensions of `[B, 1, 1, L]` are what make a padding mask
+#   broadcast correctly (a `[B, L]` mask silently lines $B$ up with the queries).
+# - A causal mask on cross-attention raises an error only when $L_t \ne L_s$; in training
+#   batches $L_t = L_s$. It does not blind position 0 to the end of the source (memory rows mix
+#   the whole source): trained on the same budget (3 seeds), it lost 0.0005 to 0.0044 of test
+#   exact match and learned more slowly (Figure 7.2).
+# - Three conventions (Figure 7.3): ours True = blocked, SDPA True = may attend, Hugging Face
+#   1 = keep. Convert once, to `bool`, at the boundary; `~` on an integer mask is a bitwise NOT.
+# - The one thing to remember: **a mask bug runs**; only a measurement or a test shows it.
+#
+# ## Exercises
+#
+# ### Exercise 7.1 (predict, then run): OR-ing the wrong masks
+#
+# For cross-attention with $B = 2$, $L_t = 6$ and $L_s = 7$, someone writes
+# `cross_mask = src_pad | causal_mask(6)`. What happens? And what happens with the same line
+# when $L_t = L_s = 7$?
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 7.1
+try:
+    src_pad | causal_mask(6)  # [2, 1, 1, 7] | [1, 1, 6, 6]
+    raise AssertionError("expected a broadcasting error")
+except RuntimeError as e:
+    print("L_t = 6, L_s = 7:", type(e).__name__, "|", e)
+combined = src_pad | causal_mask(7)
+print(
+    "L_t = L_s = 7: no error, shape",
+    tuple(combined.shape),
+    "- target position 0 may read memory rows",
+    (~combined[0, 0, 0]).nonzero().flatten().tolist(),
+)
+assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
+
+# %% [markdown]
+# With different lengths the OR itself fails to broadcast; with equal lengths it silently builds
+# the wrong mask of this chapter's pitfall.
+#
+# ### Exercise 7.2 (implement): the decoder's self-attention mask
+#
+# Write `decoder_self_mask(tgt_in)` for `tgt_in [B, L]` that returns the decoder self-attention
+# mask in this book's convention: `bool`, True = blocked, shape `[B, 1, L, L]`, blocking every
+# key in the future of its query **or** equal to `<pad>` (`PAD_ID` is 0). Do not use `helpers`'
+# mask functions. `check_decoder_self_mask(decoder_self_mask)` compares it with the book's mask on
+# three inputs and names the mistake when it recognises it (polarity, diagonal, AND instead of
+# OR, padding on the queries).
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 7.2
+from helpers.exercises import check_decoder_self_mask
+
+
+def decoder_self_mask(tgt_in):
+    L = tgt_in.size(1)
+    future = torch.ones(L, L, dtype=torch.bool, device=tgt_in.device).triu(1)  # key j > query i
+    pad_keys = (tgt_in == PAD_ID)[:, None, None, :]  # [B, 1, 1, L]
+    return future | pad_keys  # [B, 1, L, L]
+
+
+check_decoder_self_mask(decoder_self_mask)
+
+# %% [markdown]
+# ### Exercise 7.3 (implement): from Hugging Face to SDPA
+#
+# Write `hf_to_sdpa(attention_mask)` that turns a Hugging Face `attention_mask` (integer
+# `[B, L]`, 1 = keep, 0 = padding) into the boolean mask `F.scaled_dot_product_attention` takes:
+# True = may attend, shape `[B, 1, 1, L]`. `check_hf_to_sdpa(hf_to_sdpa)` checks three inputs and
+# then runs SDPA with your mask against the book's.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 7.3
+from helpers.exercises import check_hf_to_sdpa
+
+
+def hf_to_sdpa(attention_mask):
+    return (attention_mask == 1)[:, None, None, :]  # compare first: a bool, polarity explicit
+
+
+check_hf_to_sdpa(hf_to_sdpa)

@@ -68,7 +68,7 @@ def _match(got: torch.Tensor, candidates, where: str, what: str) -> None:
 
 
 def check_decoder_self_mask(fn) -> None:
-    """Exercise 7.1: fn(tgt_in [B, L]) -> bool mask, True = blocked, broadcastable to
+    """Exercise 7.2: fn(tgt_in [B, L]) -> bool mask, True = blocked, broadcastable to
     [B, h, L, L]: the decoder's self-attention mask (future OR padding). Compared with
     make_causal_mask(L) | make_padding_mask(tgt_in) on three inputs. Used in chapter 7.
     """
@@ -112,7 +112,7 @@ _HF_CASES = {
 
 
 def check_hf_to_sdpa(fn) -> None:
-    """Exercise 7.2: fn(attention_mask [B, L] int, 1 = keep) -> the bool mask that
+    """Exercise 7.3: fn(attention_mask [B, L] int, 1 = keep) -> the bool mask that
     F.scaled_dot_product_attention wants, True = may attend, shape [B, 1, 1, L]. Compared on
     three inputs, then used in SDPA against the book's own mask. Used in chapter 7.
     """
