@@ -86,13 +86,16 @@ from .visualize import (
     MEAN_OF_HEADS,
     AttentionExplorer,
     AttentionMap,
+    alignment_stats,
     attention_sharpness,
     cross_attention,
+    mirror_weight_batch,
     mirrored_columns,
     parse_digits,
     plot_attention,
     plot_attention_grid,
 )
+from .recipes import SHARP_ATTENTION_RECIPE
 
 # 19. The attention benchmark
 from .benchmark import (
@@ -194,6 +197,9 @@ __all__ = [
     "parse_digits",
     "plot_attention",
     "plot_attention_grid",
+    "alignment_stats",
+    "mirror_weight_batch",
+    "SHARP_ATTENTION_RECIPE",
     "Workload",
     "cpu_peak_bytes",
     "load_results",
