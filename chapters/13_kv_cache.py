@@ -18,10 +18,9 @@
 #
 # Greedy decoding (chapter 11) writes one token per step. At step $t$ it runs the whole decoder
 # over all $t$ tokens written so far, and then uses only the last row of the output. Every other
-# row was already computed, with the same result (section 2 checks it), at the step before. A
-# **KV cache** keeps
-# what those rows contribute to later steps, their attention keys and values, and feeds the
-# decoder only the newest token.
+# row was already computed at the step before, with the same result (section 2 checks this for
+# the keys and values every layer computes). A **KV cache** keeps what those rows contribute to
+# later steps, their attention keys and values, and feeds the decoder only the newest token.
 #
 # This chapter
 #
@@ -30,7 +29,7 @@
 #    positions do not change;
 # 3. builds the encoder-decoder cache by hand, one dict per decoder layer, and draws it as it
 #    grows;
-# 4. reproduces the classic cache bugs (a wrong position, a wrong mask row, a wrong `torch.cat`
+# 4. reproduces four one-line cache bugs (a wrong position, two wrong masks, a wrong `torch.cat`
 #    dimension);
 # 5. checks that the hand-built cache is **token-identical** to naive decoding and to
 #    `helpers.greedy_decode(use_cache=True)`, on the trained reversal model and on random models;
@@ -67,7 +66,7 @@ torch.set_num_threads(1)
 # %% [markdown]
 # The trained reversal model of chapter 10 (loaded from the checkpoint cache; the first call in a
 # fresh clone trains it), and the 1000 validation sequences of its recipe (drawn with another seed
-# than the training data).
+# than the training data; the cell prints both).
 
 # %%
 model = trained_reversal_model(progress=False, verbose=False)
@@ -75,19 +74,22 @@ cfg = model.config
 print({k: getattr(cfg, k) for k in ("d_model", "num_heads", "num_layers", "max_len")})
 src_val, tgt_val = make_reversal_dataset(1000, seed=BOOK_RECIPE.val_seed)
 print("validation src", tuple(src_val.shape), "| e.g.", describe(src_val[0]))
+print(f"validation seed {BOOK_RECIPE.val_seed}, training data seed {BOOK_RECIPE.data_seed}")
 
 # %% [markdown]
 # ## 1. What the naive loop recomputes
 #
-# We count, at every step, how many rows go through three places of the decoder, using forward
-# hooks on the linear layers (they fire whichever code path calls them):
+# We count, at every step, how many rows go through three modules of the decoder, using forward
+# hooks (they fire whenever the module is called, whichever decoding loop calls it):
 #
 # - the token embedding: how many target tokens the decoder processes;
 # - the query projection of layer 0's self-attention: how many **query rows** attend;
 # - the key projection of layer 0's **cross**-attention: how many rows of the encoder's memory are
 #   projected to keys.
 #
-# One source of 12 digits, decoded for all 13 steps (`stop_at_eos=False`), naive and cached.
+# One source of 12 digits, decoded for all 13 steps (`stop_at_eos=False`), naive and cached. Its
+# tensor holds 14 positions (the digits, `<eos>` and one `<pad>`), all of which the memory keeps.
+# The "self scores" column is not hooked: it is the query rows times the $t$ keys of step $t$.
 
 # %%
 def count_rows(model, run):
@@ -97,6 +99,7 @@ def count_rows(model, run):
         "tokens": model.decoder.embed.emb,
         "self queries": layer0.self_mha.W_q,
         "memory rows -> cross keys": layer0.cross_mha.W_k,
+        "memory rows -> cross values": layer0.cross_mha.W_v,
     }
     counts = {name: [] for name in where}
     hooks = [
@@ -113,13 +116,15 @@ def count_rows(model, run):
     return counts
 
 
-src1 = src_val[[i for i in range(1000) if src_val[i, 11] != PAD_ID][:1]]  # a 12-digit source
+n_real = (src_val != PAD_ID).sum(1)  # digits + <eos>
+src1 = src_val[(n_real == 13).nonzero()[0]]  # the first 12-digit source, [1, 14]
 Ls = src1.size(1)
 naive = count_rows(model, lambda: greedy_decode(model, src1, use_cache=False, stop_at_eos=False))
 cached = count_rows(model, lambda: greedy_decode(model, src1, use_cache=True, stop_at_eos=False))
 steps = len(naive["tokens"])
 mem = "memory rows -> cross keys"
 mem_cached = cached[mem] + [0] * (steps - 1)  # the cached path projects the memory once
+print(f"source: {describe(src1[0])}")
 print(f"source length Ls = {Ls}, steps = {steps}")
 cols = ("tokens", "self queries", "self scores", "memory rows")
 print(f"{'step':>4} | " + " | ".join(f"{c:>13}" for c in cols))
@@ -135,8 +140,11 @@ for t in range(1, steps + 1):
     print(f"{t:>4} | " + " | ".join(f"{a:>6} {b:>6}" for a, b in row))
 
 assert naive["tokens"] == list(range(1, steps + 1)) and cached["tokens"] == [1] * steps
+assert naive["self queries"] == naive["tokens"] and cached["self queries"] == cached["tokens"]
 assert naive[mem] == [Ls] * steps  # memory re-projected every step
 assert cached[mem] == [Ls]  # ... versus exactly once
+assert naive["memory rows -> cross values"] == naive[mem]  # the values: the same counts
+assert cached["memory rows -> cross values"] == cached[mem]
 
 # %% [markdown]
 # At step $t$ the naive loop processes $t$ tokens, computes $t \times t$ self-attention scores
@@ -147,7 +155,7 @@ assert cached[mem] == [Ls]  # ... versus exactly once
 # Summed over an output of $n$ tokens, the naive decoder processes
 # $1 + 2 + \dots + n = n(n+1)/2$ tokens and $\sum t^2 \approx n^3/3$ score entries; the cached one
 # processes $n$ tokens and $n(n+1)/2$ scores. The hook counts above are these formulas for
-# $n = 13$; Figure 13.1 extends them to $n = 512$.
+# $n = 13$ (the cell checks the token sums); Figure 13.1 extends them to $n = 512$.
 
 # %%
 n = torch.arange(1, 513, dtype=torch.float64)
@@ -159,7 +167,7 @@ work = {
 }
 assert work["naive: tokens"][12] == sum(naive["tokens"])
 assert work["cached: tokens"][12] == sum(cached["tokens"])
-for m_ in (16, 64, 256, 512):
+for m_ in (13, 16, 64, 256, 512):
     print(
         f"n = {m_:>3}: naive processes {int(work['naive: tokens'][m_ - 1]):>6} tokens, "
         f"cached {m_:>3}  ({work['naive: tokens'][m_ - 1] / m_:.1f}x fewer)"
@@ -173,7 +181,7 @@ for ax, what in zip(axes, ("tokens", "self-attention scores")):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("new tokens n")
-    ax.set_ylabel(f"total {what} (per layer)")
+    ax.set_ylabel(f"total {what} " + ("(per layer)" if what == "tokens" else "(per layer, head)"))
     ax.set_title(f"{what} processed for n new tokens")
     ax.legend()
 fig.suptitle("Figure 13.1: work of the naive and the cached decoder", fontsize=11)
@@ -228,11 +236,12 @@ for i, (b, a) in enumerate(zip(before, after)):
     torch.testing.assert_close(a[:, :5], b, atol=1e-5, rtol=1e-5)
 
 # %% [markdown]
-# The differences are zero or below $10^{-5}$, the size of float rounding (a matrix product over
-# 6 rows may sum in a different order than over 5; the exact values depend on the CPU, so the
-# tests compare only the cell's assertion). The cross-attention keys and values are even
-# simpler: they are projections of the encoder's memory, which does not change at all while the
-# decoder writes.
+# The differences are zero or of the order of float32 rounding for values of this size (the cell
+# prints them; the assertion allows $10^{-5}$). Why not always zero: a kernel may sum in another
+# order over 6 rows than over 5, and the exact values depend on the CPU, so the tests compare
+# only the cell's assertion. The cross-attention keys and values are even simpler: they are
+# projections of the encoder's memory, which does not change at all while the decoder writes
+# (section 3 checks that the cached ones are one tensor, computed once).
 #
 # ## 3. Building the cache by hand
 #
@@ -267,7 +276,7 @@ for t in (1, 4, 9):
 # so it is embedded with `start_pos=step`; otherwise it gets position 0's encoding at every step.
 #
 # The function below is the whole cached decoder, written with the layer's own sub-modules.
-# The `mistake` argument switches in one classic bug at a time; section 4 uses it.
+# The `mistake` argument switches in one bug at a time; section 4 uses it.
 
 # %%
 @torch.no_grad()
@@ -409,11 +418,11 @@ plt.show()
 # %% [markdown]
 # ## 4. Four cache bugs, reproduced
 #
-# Each of these is a one-line slip. Two of them raise an error; two of them run and quietly
-# decode the wrong tokens, which only a comparison with the naive loop reveals. We measure each
-# on the 1000 validation sequences by the fraction of rows decoded exactly like the naive loop
-# (the exact fractions depend on the trained weights, so the tests do not compare this cell's
-# output; they check its assertions).
+# Each of these is a one-line slip. Two of them raise an error; two of them run without one and
+# decode other tokens than the naive loop, which only a check of the output (against the naive
+# loop here, or against the targets) reveals. We measure each on the 1000 validation sequences
+# by the fraction of rows decoded exactly like the naive loop (the exact fractions depend on the
+# trained weights, so the tests do not compare this cell's output; they check its assertions).
 
 # %% tags=["nbval-ignore-output"]
 naive_val = greedy_decode(model, src_val, use_cache=False)
@@ -449,12 +458,15 @@ assert agreement(ours) == 1.0
 
 # %% [markdown]
 # - **position 0**: every new token is embedded at position 0. Nothing crashes; the model sees a
-#   sequence whose tokens all sit at the same place, and most reversals come out wrong.
+#   sequence whose tokens all sit at the same place, and most rows no longer decode like the
+#   naive loop (the cell prints the share that still does).
 # - **first causal row**: someone keeps the causal mask "to be safe" but slices its *first* row.
 #   That row blocks every key except the first, so the new query sees only `<bos>`. Silent.
-# - **full causal mask**: the `[1, 1, t, t]` mask does not broadcast against the `[B, h, 1, t]`
-#   scores of a single query. At least it fails loudly, from the second step on (the book's
-#   attention checks the mask's shape and names both shapes).
+# - **full causal mask**: the `[1, 1, t, t]` causal mask, combined with the `[B, 1, 1, t]`
+#   padding mask, is `[B, 1, t, t]`: one row per query, but the single query's scores are
+#   `[B, h, 1, t]`. At least it fails loudly, from the second step on: the book's attention
+#   checks that the mask broadcasts to the scores' shape and names both shapes (the error
+#   printed above).
 # - **cat on heads**: appending along `dim=1` (heads) instead of `dim=2` (positions) makes a key
 #   tensor with $2h$ "heads" of one position each, which no longer lines up with the $h$ query
 #   heads, and the attention product fails.
@@ -516,9 +528,10 @@ for i, c in enumerate(configs):
 #
 # Outputs of 16, 64, 256 and 512 new tokens need a model whose position table is that long: the
 # trained model has `max_len` 14. Timing does not need a trained model, so we use an **untrained**
-# one with the book's default shape ($d = 128$, 4 heads, 2 layers) and `max_len = 513`, and pass
-# `stop_at_eos=False` so that an early `<eos>` cannot end a run. One source sequence (batch 1, the
-# usual generation case). `tools/bench_decoding.py` runs the same measurement with more repeats.
+# one with the `Transformer` constructor's default shape (the reference chapter's: the cell prints
+# it) and `max_len = 513`, and pass `stop_at_eos=False` so that an early `<eos>` cannot end a run.
+# One source sequence (batch 1). `tools/bench_decoding.py` runs the same measurement with a
+# chosen number of repeats.
 #
 # The timings depend on the machine and on whatever else it runs, so the cell's output is not
 # compared by the tests; it asserts only what is robust: the tokens are identical, and the cache is
@@ -527,6 +540,8 @@ for i, c in enumerate(configs):
 # %% tags=["nbval-ignore-output"]
 torch.manual_seed(0)
 long_model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=513).eval()
+lc = long_model.config
+print(f"d_model {lc.d_model}, {lc.num_heads} heads, dff {lc.dff}, {lc.num_layers} layers")
 src_t = src_val[:1]
 lengths = [16, 64, 256, 512]
 for use_cache in (False, True):  # warm-up
@@ -556,12 +571,12 @@ print(f"ms per token, 512 vs 16 new tokens: naive x{growth[0]:.1f}, cached x{gro
 assert growth[0] > growth[1]
 
 # %% [markdown]
-# Figure 13.3 shows the same timings, and the milliseconds per generated token. The cached loop's
-# cost per token grows slowly with the length: every step does the same work except the
-# attention row, which grows by one key. The naive loop's cost per token grows much faster,
-# because step $t$ reprocesses $t$ tokens (the cell above asserts that the naive loop's cost per
-# token grows more from 16 to 512 tokens than the cached loop's). The figure is redrawn from this
-# run's timings, so the tests do not compare it either.
+# Figure 13.3 shows the same timings, and the milliseconds per generated token. The naive loop's
+# cost per token grows faster with the length than the cached loop's (the cell above prints both
+# growth factors from 16 to 512 tokens and asserts that the naive one is larger), as the counts of
+# section 1 predict: a cached step does the same work as the one before except the attention
+# row, which grows by one key, while naive step $t$ reprocesses $t$ tokens. The figure is redrawn
+# from this run's timings, so the tests do not compare it either.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "nbval-ignore-output"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -591,8 +606,7 @@ plt.show()
 # processes at most 7 times the tokens the cached loop does. How much of that the clock sees
 # depends on the batch. The next cell decodes with the trained model, naive and cached side by
 # side (alternating, the fastest of a few runs each): 20 validation sources one at a time
-# (batch 1, the usual generation case), and all 1000 validation sources in one batch (as the
-# evaluation of chapter 10 decodes them).
+# (batch 1), and all 1000 validation sources in one batch (as sections 4 and 5 decode them).
 
 # %% tags=["nbval-ignore-output"]
 def fastest_pair(run, repeats):
@@ -631,9 +645,10 @@ s1, s1000 = speedup.values()
 assert s1 > 1 and s1000 > 1 and s1000 > s1
 
 # %% [markdown]
-# At batch 1 the cache saves little time on a 13-token output; with 1000 sequences in a batch
-# it saves much more. Why, when the counts of section 1 are the same per sequence? Time one
-# decoder pass over 1 position and over 13 positions, at batch 1 and at batch 1000:
+# The cell prints both speed-ups and asserts that the one at batch 1000 is the larger: on a
+# 13-token output, the cache saves more of the time when 1000 sequences share each step. Why,
+# when the counts of section 1 are the same per sequence? Time one decoder pass over 1 position
+# and over 13 positions, at batch 1 and at batch 1000:
 
 # %% tags=["nbval-ignore-output"]
 pass_ms = {}
@@ -658,13 +673,14 @@ assert pass_ms[1, 13] / pass_ms[1, 1] < 2
 assert pass_ms[1000, 13] / pass_ms[1000, 1] > pass_ms[1, 13] / pass_ms[1, 1]
 
 # %% [markdown]
-# At batch 1 a pass over 13 positions costs only a little more than a pass over one (the ratio
-# printed, asserted below 2): most of a pass's time does not depend on the number of rows (fixed
-# costs per operation, such as dispatching each of the many small operations a pass makes), so
-# removing rows saves little. At batch 1000 the same pass multiplies matrices with 13,000 rows
-# instead of 1,000, and the time grows with the rows; the rows the cache removes are then time
-# saved. The cache pays for long outputs and for large
-# batches; for one short reversal at a time the gain is small.
+# At batch 1 a pass over 13 positions costs less than twice a pass over one (the ratio printed,
+# asserted below 2): most of a one-position pass's time is a cost that does not grow with the
+# number of rows (a fixed cost per operation; launching each of the many small operations of a
+# pass is one candidate, which this chapter does not measure), so removing rows saves little. At
+# batch 1000 the same pass multiplies matrices with 13,000 rows instead of 1,000, and the time
+# grows more with the rows (the ratio printed, asserted larger than at batch 1); the rows the
+# cache removes are then time saved. So the cache pays more for long outputs and for large
+# batches than for one short reversal at a time.
 #
 # <!-- LEAD: the recorded GPU decoding speed-up cell (issue 12) goes right here, before
 # section 7. -->
@@ -733,11 +749,14 @@ print(f"the weights: about {weights_big / 2**30:.0f} GiB")
 assert per_tok_big == 32 * 2 * 4096 * 2 and cache_big > weights_big
 
 # %% [markdown]
-# At that size the cache outgrows the weights. That is why large models store fewer keys and
-# values per layer: multi-query attention {cite}`shazeer2019` lets every query head share one
-# key/value head, grouped-query attention {cite}`ainslie2023` lets groups of query heads share
-# one; and why inference at scale is planned around the cache's memory {cite}`pope2023`.
-# Exercise 13.3 computes what sharing saves.
+# At that size the cache outgrows the weights (the cell asserts it), and every cached decoding
+# step reads all of it: its one query attends to every cached key and value. Multi-query
+# attention {cite}`shazeer2019` shrinks the cache by letting every query head share one key/value
+# head (its paper's argument is the memory bandwidth of reloading keys and values at every
+# decoding step); grouped-query attention {cite}`ainslie2023` lets groups of query heads share
+# one, a middle ground. Pope et al. {cite}`pope2023` count the cache's memory among the costs to
+# plan for when they partition large models for inference. Exercise 13.2 computes what sharing
+# saves.
 #
 # ## The finished piece
 #
@@ -768,9 +787,9 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 
 # %% [markdown]
 # The library's cache holds the same tensors as the one we built, and section 5 showed that both
-# decode exactly what the naive loop decodes. The next decoding chapter (chapter 14) removes the
-# encoder altogether: a decoder-only character model, whose generation loop uses the same
-# self-attention cache, plus temperature and top-k sampling.
+# decode exactly what the naive loop decodes. The next chapter removes the encoder altogether: a
+# decoder-only character model, whose generation loop keeps the same kind of self-attention
+# cache, plus temperature and top-k sampling.
 #
 # ## Summary
 #
@@ -779,12 +798,13 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 # - It saves work without changing the result: under the causal mask the earlier keys and values
 #   do not change (up to float rounding, section 2), and the cached decoders produced the naive
 #   loop's tokens on the trained model and on four random models (section 5).
-# - The slips are easy: a new token at position 0 and a sliced causal row run silently and
-#   decode wrong tokens; only a comparison with the naive loop catches them.
-# - Speed: the work saved grows with the output length (section 1), but the clock shows it only
-#   where arithmetic, not per-call overhead, dominates: long outputs, large batches.
-# - The cache costs $2 \cdot d_{model}$ numbers per token and layer; for section 7's large model
-#   and 8 sequences of 4096 tokens, that is more memory than the weights.
+# - The slips are one line each: a new token at position 0 and a sliced causal row raise no
+#   error and decode other tokens than the naive loop; a check of the output catches them.
+# - Speed: the work saved grows with the output length (section 1); the clock shows more of it
+#   for long outputs and large batches than for one short output at a time (section 6).
+# - The cache costs $2 \cdot d_{model}$ numbers per position and layer, for the target positions
+#   and the source positions; for section 7's large model and 8 sequences of 4096 tokens, that
+#   is more memory than the weights.
 #
 # ## Exercises
 #
@@ -801,7 +821,32 @@ print(f"naive: {total_naive} rows (13 steps x {Ls}); cached: {total_cached} rows
 assert total_naive == 13 * Ls and total_cached == Ls
 
 # %% [markdown]
-# ### Exercise 13.2 (implement): one decoder step with a KV cache
+# ### Exercise 13.2 (predict, then run): sharing keys and values between heads
+#
+# Give the 32-layer model of section 7 32 query heads of $d_k = 128$ ($32 \cdot 128 = 4096$).
+# With grouped-query attention {cite}`ainslie2023`, groups of 4 query heads share one key/value
+# head, so each layer caches 8 key/value heads; with multi-query attention {cite}`shazeer2019`,
+# all 32 share one. Predict the cache per token in KiB (16-bit floats) for 32, 8 and 1 key/value
+# heads, and the size of the cache of 8 sequences of 4096 tokens in each case.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 13.2
+def kv_bytes_per_token(num_layers, kv_heads, d_k, bytes_per=2):
+    return num_layers * 2 * kv_heads * d_k * bytes_per  # K and V, per layer
+
+
+for kv_heads in (32, 8, 1):
+    per_tok = kv_bytes_per_token(32, kv_heads, 128)
+    print(
+        f"{kv_heads:>2} key/value head(s): {per_tok / 2**10:5.0f} KiB per token, "
+        f"{per_tok * 4096 * 8 / 2**30:5.2f} GiB for 8 x 4096 tokens"
+    )
+assert kv_bytes_per_token(32, 32, 128) == per_tok_big  # 32 heads: section 7's model
+assert kv_bytes_per_token(32, 8, 128) * 4 == per_tok_big
+assert kv_bytes_per_token(32, 1, 128) * 32 == per_tok_big
+
+# %% [markdown]
+# ### Exercise 13.3 (implement): one decoder step with a KV cache
 #
 # Write `decode_step(model, tokens, memory, src_mask, caches)`. `tokens` `[B, t]` holds what has
 # been decoded so far (`<bos>` first); `caches` is a list with one dict per decoder layer, empty
@@ -816,7 +861,7 @@ assert total_naive == 13 * Ls and total_cached == Ls
 # `greedy_decode(use_cache=True)`, and checks how the cache grows.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 13.2
+# Solution to exercise 13.3
 def decode_step(model, tokens, memory, src_mask, caches):
     dec = model.decoder
     x = dec.embed(tokens[:, -1:], start_pos=tokens.size(1) - 1)  # [B, 1, d]
@@ -842,29 +887,3 @@ def decode_step(model, tokens, memory, src_mask, caches):
 
 
 check_decode_step(decode_step)
-
-# %% [markdown]
-# ### Exercise 13.3 (predict, then run): sharing keys and values between heads
-#
-# Give the 32-layer model of section 7 32 query heads of $d_k = 128$ ($32 \cdot 128 = 4096$).
-# With grouped-query
-# attention {cite}`ainslie2023`, groups of 4 query heads share one key/value head, so each
-# layer caches 8 key/value heads; with multi-query attention {cite}`shazeer2019`, all 32 share
-# one. Predict the cache per token in KiB (16-bit floats) for 32, 8 and 1 key/value heads, and
-# the size of the cache of 8 sequences of 4096 tokens in each case.
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 13.3
-def kv_bytes_per_token(num_layers, kv_heads, d_k, bytes_per=2):
-    return num_layers * 2 * kv_heads * d_k * bytes_per  # K and V, per layer
-
-
-for kv_heads in (32, 8, 1):
-    per_tok = kv_bytes_per_token(32, kv_heads, 128)
-    print(
-        f"{kv_heads:>2} key/value head(s): {per_tok / 2**10:5.0f} KiB per token, "
-        f"{per_tok * 4096 * 8 / 2**30:5.2f} GiB for 8 x 4096 tokens"
-    )
-assert kv_bytes_per_token(32, 32, 128) == per_tok_big  # 32 heads: section 7's model
-assert kv_bytes_per_token(32, 8, 128) * 4 == per_tok_big
-assert kv_bytes_per_token(32, 1, 128) * 32 == per_tok_big

@@ -20,7 +20,7 @@ def decode_step(
     whole_prefix=False,
     pad_mask=True,
 ):
-    """The book's answer (exercise 13.2), with switches for the mistakes the tests make."""
+    """The book's answer (exercise 13.3), with switches for the mistakes the tests make."""
     dec = model.decoder
     step = tokens.size(1) - 1
     new = tokens if whole_prefix else tokens[:, -1:]

@@ -156,7 +156,7 @@ def _logits_hint(got, want, tokens: torch.Tensor, step: int) -> str:
 
 
 def check_decode_step(fn) -> None:
-    """Check exercise 13.2: fn(model, tokens, memory, src_mask, caches) -> logits [B, V].
+    """Check exercise 13.3: fn(model, tokens, memory, src_mask, caches) -> logits [B, V].
 
     tokens [B, t] are the tokens so far (<bos> first); fn feeds the decoder only the newest one,
     at position t - 1, appends its keys and values to each layer's dict in caches, and returns
