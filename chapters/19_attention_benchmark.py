@@ -14,26 +14,29 @@
 # ---
 
 # %% [markdown]
-# # Attention benchmark: handwritten vs `F.scaled_dot_product_attention`
+# # 19. The attention benchmark: handwritten attention vs SDPA
 #
-# Our `MultiHeadAttention` (chapter 03) has two paths through the same layer:
+# Our `MultiHeadAttention` (chapter 3) has two paths through the same layer:
 #
 # - `need_weights=True` computes $\operatorname{softmax}(QK^\top/\sqrt{d_k})\,V$ by hand. It
-#   builds the full score matrix of shape $[B, h, L_q, L_k]$, and returns the weights: the
-#   heatmap chapter (chapter 18) needs them.
+#   builds the full score matrix of shape $[B, h, L_q, L_k]$ and returns the weights: the
+#   heatmaps of chapter 18 need them.
 # - `need_weights=False` calls `torch.nn.functional.scaled_dot_product_attention` (SDPA).
-#   PyTorch then picks a fused kernel (FlashAttention, memory-efficient attention, cuDNN, or
-#   a C++ "flash" kernel on the CPU) that works through the keys block by block, keeps a
-#   running maximum and a running sum for the softmax, and never stores the $L_q \times L_k$
-#   matrix.
+#   PyTorch picks a kernel for the call. The fused ones (FlashAttention {cite}`dao2022`
+#   {cite}`dao2024`, memory-efficient attention {cite}`rabe2021`, and a "flash" kernel on the
+#   CPU) go through the keys block by block with a running maximum and a running sum for the
+#   softmax {cite}`milakov2018`, so they never store the $L_q \times L_k$ matrix; a plain
+#   "math" fallback does store it.
 #
 # This chapter proves first that the two paths compute the same function, under every mask
-# the model uses. Then it measures what the difference costs: time and peak memory as the
-# sequence length $L$ grows. The score matrix alone has $B \cdot h \cdot L^2$ entries, so the
-# handwritten path's memory should grow like $L^2$ and SDPA's like $L$.
+# the model uses. Then it measures what the difference costs, in time and in peak memory, as
+# the sequence length $L$ grows: live on this CPU, from a longer recorded CPU sweep, and, once
+# one is recorded, from a GPU run made by one prepared script, set beside the GPU numbers of
+# {ref}`the reference chapter <reference-chapter>` (an RTX 4090). The score matrix alone has
+# $B \cdot h \cdot L^2$ entries, so the handwritten path's memory should grow like $L^2$ and the
+# fused kernels' like $L$.
 
 # %%
-import glob
 import math
 import os
 
@@ -43,17 +46,29 @@ import torch.nn.functional as F
 
 from helpers import MultiHeadAttention, make_causal_mask, make_padding_mask
 from helpers.benchmark import (
+    VARIANTS,
     MiB,
     Workload,
+    activation_bytes,
+    attention_flops,
     cpu_peak_bytes,
     load_results,
     loglog_slope,
     measure,
     results_table,
     score_matrix_bytes,
+    series,
+    spread_table,
+)
+from helpers.gpu_results import (
+    GPU_SPECS,
+    REFERENCE_RTX4090,
+    gpu_attention_summary,
+    load_gpu_record,
+    plot_cpu_and_gpu,
 )
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 DATA = "data"  # chapters/data, relative to this notebook
 
 # %% [markdown]
@@ -77,8 +92,8 @@ mha = MultiHeadAttention(d_model=64, num_heads=4, dropout=0.0).eval()
 def direct_sdpa(mha, q, k, v, mask=None, is_causal=False):
     """SDPA called by hand on the module's projections; mask: ours (True = blocked)."""
     Q, K, V = mha.split_heads(mha.W_q(q)), mha.split_heads(mha.W_k(k)), mha.split_heads(mha.W_v(v))
-    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else ~mask,
-                                         is_causal=is_causal)
+    allowed = None if mask is None else ~mask
+    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=allowed, is_causal=is_causal)
     return mha.W_o(mha.merge_heads(out))
 
 
@@ -104,9 +119,7 @@ def report(name, diffs, tol=1e-5):
 # mask $[B, 1, 1, L]$ blocks padded *keys* for every head and every query.
 
 # %%
-ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11],
-                    [5, 6, 7, 8, 0, 0, 0],
-                    [5, 6, 0, 0, 0, 0, 0]])
+ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 0, 0, 0], [5, 6, 0, 0, 0, 0, 0]])
 x = torch.randn(3, 7, 64)
 pad_mask = make_padding_mask(ids)
 print("x:", tuple(x.shape), " padding mask:", tuple(pad_mask.shape))
@@ -119,7 +132,7 @@ torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 7))
 # %% [markdown]
 # **Causal (decoder self-attention).** Our causal mask is `True` above the diagonal. Combined
 # with padding by OR it becomes $[B, 1, L, L]$. Without padding, SDPA can also build the
-# causal mask itself (`is_causal=True`): a fourth computation, no mask tensor at all.
+# causal mask itself (`is_causal=True`): a fourth computation, with no mask tensor at all.
 
 # %%
 causal = make_causal_mask(7)
@@ -133,7 +146,7 @@ with torch.no_grad():
     by_hand, _ = mha(x, x, x, attn_mask=causal)
     flag = (direct_sdpa(mha, x, x, x, is_causal=True) - by_hand).abs().max().item()
 assert flag < 1e-5
-print(f"is_causal=True: direct SDPA call max |difference| < 1e-05")
+print("is_causal=True: direct SDPA call max |difference| < 1e-05")
 
 # %% [markdown]
 # **Cross-attention.** Queries come from the decoder (5 positions), keys and values from
@@ -150,14 +163,16 @@ assert weights.shape == (3, 4, 5, 7)
 # %% [markdown]
 # **A fully masked row.** If every key of a query is blocked, a plain softmax over
 # `finfo.min` scores spreads uniformly over keys the query may not see (and with `-inf` it
-# returns NaN). Our handwritten path zeroes such rows, the way SDPA does, so even here the two
-# paths agree: the attention output is 0 and the layer returns just the output projection's
-# bias.
+# returns NaN). Our handwritten path zeroes such rows. In torch 2.13.0 on this CPU, SDPA
+# returns zeros there too (chapter 3 shows it for each backend, and notes that earlier PyTorch
+# releases returned NaN), so the two paths agree even here: the attention output is 0 and the
+# layer returns just the output projection's bias.
 
 # %%
 mask = torch.zeros(3, 1, 7, 7, dtype=torch.bool)
 mask[0, 0, 2, :] = True  # query 2 of sequence 0 may see nothing
 out, weights, diffs = compare(x, x, x, mask)
+print(f"torch {torch.__version__}")
 report("no keys", diffs)
 assert (weights[0, :, 2] == 0).all()
 torch.testing.assert_close(out[0, 2], mha.W_o.bias.detach())
@@ -166,32 +181,80 @@ torch.testing.assert_close(out[0, 2], mha.W_o.bias.detach())
 # Four masks, three ways of computing attention, one function. The only thing the SDPA path
 # cannot give back is the weights themselves: that is what the handwritten path is for.
 #
-# ## 2. What the handwritten path allocates
+# ## 2. What each path allocates
 #
 # The benchmark uses the configuration of the reference chapter: $B=8$, $d_{model}=512$,
 # $h=8$ heads, a causal mask. One score matrix holds $B \cdot h \cdot L^2$ numbers:
 
 # %%
 for L in (128, 1024, 4096):
-    print(f"L={L:5d}: [8, 8, {L}, {L}] = {8 * 8 * L * L:>13,d} numbers = "
-          f"{score_matrix_bytes(8, 8, L, torch.float32) / MiB:7.0f} MiB in float32, "
-          f"{score_matrix_bytes(8, 8, L, torch.bfloat16) / MiB:6.0f} MiB in bfloat16")
+    print(
+        f"L={L:5d}: [8, 8, {L}, {L}] = {8 * 8 * L * L:>13,d} numbers = "
+        f"{score_matrix_bytes(8, 8, L, torch.float32) / MiB:7.0f} MiB in float32, "
+        f"{score_matrix_bytes(8, 8, L, torch.bfloat16) / MiB:6.0f} MiB in bfloat16"
+    )
 assert score_matrix_bytes(8, 8, 4096, torch.float32) == 4 * 2**30
 
 # %% [markdown]
 # Reading `_attention_by_hand` (in `helpers/attention.py`) line by line, several such
 # matrices are alive at once: `Q @ K^T / sqrt(d_k)` creates the scores (the product is a
 # temporary of the same size), `masked_fill` returns a masked copy, `softmax` a third, and
-# zeroing fully masked rows one more, which is returned to the caller. So we expect a peak
-# of about three to four score matrices, plus the $[B, L, d_{model}]$ activations. SDPA's peak
-# should be a few $[B, L, d_{model}]$ tensors: $Q$, $K$, $V$, the attention output and the
-# projected output, about $5 \cdot 8 \cdot L \cdot 512 \cdot 4$ bytes, linear in $L$.
+# zeroing fully masked rows one more, which is returned to the caller. So we expect a peak of
+# about three to four score matrices, plus the $[B, L, d_{model}]$ activations. A fused
+# kernel's peak should be a few $[B, L, d_{model}]$ tensors: $Q$, $K$, $V$, the attention
+# output and the projected output, about $5 \cdot 8 \cdot L \cdot 512 \cdot 4$ bytes in
+# float32, linear in $L$.
+#
+# **The mask is $L \times L$ too.** The module's SDPA path receives our boolean mask and
+# inverts it on every call (`~attn_mask`, SDPA's convention), which allocates a new
+# $[1, 1, L, L]$ boolean tensor: $L^2$ bytes. And SDPA itself, given a boolean mask, may turn
+# it into an additive float mask. The cell below measures both on one
+# head with 8 dimensions, where the activations are tiny (128 KiB at $L=4096$), so what
+# remains is the mask; it uses the peak-memory counter explained in section 3.
+
+# %% tags=["nbval-ignore-output"]
+L = 4096
+q1 = torch.randn(1, 1, L, 8)
+blocked = make_causal_mask(L)
+allowed = ~blocked
+_ = F.scaled_dot_product_attention(q1, q1, q1, attn_mask=allowed)  # warm-up
+invert = cpu_peak_bytes(lambda: ~blocked) / MiB
+with_mask = cpu_peak_bytes(lambda: F.scaled_dot_product_attention(q1, q1, q1, attn_mask=allowed))
+no_mask = cpu_peak_bytes(lambda: F.scaled_dot_product_attention(q1, q1, q1, is_causal=True))
+print(
+    f"torch {torch.__version__}, L={L}: one [L, L] mask is {L * L / MiB:.0f} MiB as bool, "
+    f"{4 * L * L / MiB:.0f} MiB as float32; five [8, L, 512] float32 activations: "
+    f"{5 * activation_bytes(8, L, 512) / MiB:.0f} MiB"
+)
+print(f"~mask (the module's SDPA path, every call): {invert:5.1f} MiB")
+print(f"SDPA with a boolean mask                  : {with_mask / MiB:5.1f} MiB")
+print(f"SDPA with is_causal=True and no mask      : {no_mask / MiB:5.1f} MiB")
+assert 0.9 * L * L / MiB < invert < 1.2 * L * L / MiB
+assert 0.9 * 4 * L * L < with_mask < 1.2 * 4 * L * L  # a float32 copy of the mask
+assert no_mask < 0.1 * L * L
+
+# %% [markdown]
+# In torch 2.13.0 on this CPU, SDPA given a boolean mask allocated about four bytes per mask
+# entry, as much as a float32 copy of the mask, on top of the $L^2$ bytes of `~attn_mask`; with
+# `is_causal=True` neither appeared. That is an $L^2$ term on the "linear" path, in every
+# attention call. At the benchmark's sizes it is small next to the activations (at $L=4096$,
+# 16 + 64 MiB against the 320 MiB of five activations), but it grows like $L^2$, not $L$.
+# The benchmark therefore times SDPA three ways: `sdpa` (the module, our mask, inverted on
+# every call), `sdpa_premask` on the GPU (a mask inverted once, ahead of time) and
+# `sdpa_causal` (`is_causal=True`, no mask tensor). On a GPU the form may also decide which
+# kernel runs: the recorded GPU run prints the kernel PyTorch chose for each variant, and forces
+# FlashAttention once with our mask (`flash+mask`) to record whether it accepts one, or
+# PyTorch's reason for refusing (section 6). The model itself
+# cannot simply switch to `is_causal`: its decoder mask also blocks padding, which `is_causal`
+# does not describe.
 #
 # ## 3. How we measure on the CPU
 #
-# **Time.** `torch.utils.benchmark.Timer` runs the call after a warm-up, in blocks, and we
-# report the median. One trap: `Timer` runs with **one thread** unless told otherwise, so we
-# pass `num_threads=torch.get_num_threads()`.
+# **Time.** Each row builds a fresh layer and input, makes two warm-up calls and one call that
+# measures the peak memory, then times at least five calls (and at least `min_run_time`
+# seconds), each on its own with `time.perf_counter`.
+# Every run is kept, so the tables can show the median and the spread (interquartile range,
+# fastest and slowest run), not just one number.
 #
 # **Peak memory.** On a GPU, `torch.cuda.max_memory_allocated()` answers directly. On the
 # CPU there is no such counter, and `tracemalloc` sees only Python objects, not the buffers
@@ -220,31 +283,52 @@ assert 95 < ones < 110 and 190 < transient < 215 and untouched < 5
 #
 # Each row builds a fresh `MultiHeadAttention(512, 8)` and input `[8, L, 512]`, then measures
 # three calls: the handwritten path, the module's SDPA path with our boolean causal mask, and
-# SDPA with `is_causal=True` and no mask tensor. The full sweep up to $L=4096$ takes minutes,
-# so here we stop at $L=512$; `tools/bench_attention.py` runs the long one (section 5).
-# Timings depend on the machine and its load, so this cell's output is not compared; what it
-# asserts is not timing but memory: the handwritten path's peak must grow about like $L^2$
-# (slope near 2 on a log-log scale; the linear terms still pull it a little below 2 at these
-# sizes) and exceed the score matrix it returns, while SDPA's grows like $L$ (slope near 1)
-# and stays below the score matrix it never builds.
+# SDPA with `is_causal=True` and no mask tensor. Here we stop at $L=1024$ with two timed runs
+# per row; `tools/bench_attention.py` runs the long sweep (section 5). Timings depend on the
+# machine and its load, so this cell's output is not compared; what it asserts is memory: the
+# handwritten path's peak must grow about like $L^2$ (slope near 2 on a log-log scale; the
+# linear terms still pull it a little below 2 at these sizes) and exceed the score matrix it
+# returns, while SDPA's only doubles from $L=512$ to $L=1024$ and stays below the score matrix
+# it never builds. (The SDPA checks start at $L=512$, where its peak is tens of MiB; at
+# $L=256$ it is a few.)
 
 # %% tags=["nbval-ignore-output"]
-lengths = [128, 256, 512]
-live = [measure(v, L, min_run_time=0.1) for L in lengths for v in ("handwritten", "sdpa", "sdpa_causal")]
-print(results_table(live, ("handwritten", "sdpa", "sdpa_causal")))
-print("SDPA kernel chosen:", sorted({r["sdpa_backend"] for r in live if r["variant"] != "handwritten"}))
+lengths = [256, 512, 1024]
+live = [measure(v, L, min_runs=2, min_run_time=0.0) for L in lengths for v in VARIANTS]
+print(results_table(live, VARIANTS))
+kernels = sorted({r["sdpa_backend"] for r in live if r["variant"] != "handwritten"})
+print("SDPA kernel chosen:", kernels)
 print("load average:", [round(x, 1) for x in os.getloadavg()])
 
-peak = {v: [r["peak_mib"] for r in live if r["variant"] == v] for v in ("handwritten", "sdpa", "sdpa_causal")}
-slopes = {v: loglog_slope(lengths, p) for v, p in peak.items()}
-print("log-log slope of peak memory:", {v: round(s, 2) for v, s in slopes.items()})
-assert 1.6 < slopes["handwritten"] < 2.2
-assert 0.8 < slopes["sdpa"] < 1.3 and 0.8 < slopes["sdpa_causal"] < 1.3
+peak = {v: {r["L"]: r["peak_mib"] for r in live if r["variant"] == v} for v in VARIANTS}
+slope = loglog_slope(lengths, [peak["handwritten"][L] for L in lengths])
+growth = {v: peak[v][1024] / peak[v][512] for v in ("sdpa", "sdpa_causal")}
+print(f"handwritten: log-log slope of peak memory {slope:.2f}")
+print("SDPA: peak at L=1024 / peak at L=512:", {v: round(g, 2) for v, g in growth.items()})
+assert 1.6 < slope < 2.2
+assert all(1.6 < g < 2.5 for g in growth.values())
 for r in live:
     if r["variant"] == "handwritten":
         assert r["peak_mib"] > r["score_matrix_mib"]
-    elif r["L"] == 512:
+    elif r["L"] >= 512:
         assert r["peak_mib"] < r["score_matrix_mib"]
+
+# %% [markdown]
+# When this notebook's kernel has a CUDA device, the same live sweep runs there too, in
+# bfloat16, to longer lengths (the stored output comes from a machine without one):
+
+# %% tags=["nbval-ignore-output"]
+if torch.cuda.is_available():
+    gpu_live = [
+        measure(v, L, dtype="bfloat16", device="cuda") for L in (1024, 2048, 4096) for v in VARIANTS
+    ]
+    print(torch.cuda.get_device_name(), "bfloat16, CUDA events, 20 runs per row")
+    print(results_table(gpu_live, VARIANTS))
+else:
+    print(
+        "No CUDA device in this kernel: the live GPU sweep is skipped (section 6 shows the "
+        "recorded one)."
+    )
 
 # %% [markdown]
 # The benchmark's workload computes the same thing on all three paths too (at $L=512$, on the
@@ -254,8 +338,9 @@ for r in live:
 work = Workload.make(L=512)
 with torch.no_grad():
     ref, w = work.fn("handwritten")()
-    for v in ("sdpa", "sdpa_causal"):
-        diff = (work.fn(v)() if v == "sdpa_causal" else work.fn(v)()[0]) - ref
+    for v in ("sdpa", "sdpa_premask", "sdpa_causal"):
+        out = work.fn(v)()
+        diff = (out[0] if isinstance(out, tuple) else out) - ref
         assert diff.abs().max() < 1e-4
         print(f"{v:<12} vs handwritten at L=512: max |difference| < 1e-4")
 print("weights returned by the handwritten path:", tuple(w.shape))
@@ -264,56 +349,60 @@ del work, ref, w
 # %% [markdown]
 # ## 5. The recorded sweep: $L$ = 128 ... 4096 on this book's CPU
 #
-# `python tools/bench_attention.py` ran the full sweep once and wrote
-# `chapters/data/attention_benchmark_cpu.json`: the hardware, the date, the torch version, the
-# load average of the (shared, busy) machine, and one row per variant and length. The cells
-# below read that file, so their output is the same on every machine.
+# `tools/bench_attention.py` ran the full sweep and wrote
+# `chapters/data/attention_benchmark_cpu.json`: the command, the hardware, the date, the torch
+# version, the load average of the machine before and after, and one row per variant and
+# length with every timed run. The cells below read that file, so their output is the same on
+# every machine. The first cell prints how the record was made. The load average counts the
+# processes that wanted a CPU; above the number of cores (printed too), other work competed
+# with the benchmark for the CPU, which makes its times slower and noisier than on an idle
+# machine: the spread table shows how much the runs of each row vary. The memory counter counts
+# this process's own pages, so other processes do not enter it.
 
 # %%
 cpu = load_results(f"{DATA}/attention_benchmark_cpu.json")
 env, cfg, rows = cpu["environment"], cpu["config"], cpu["rows"]
-print(f"recorded {env['date']} on {env['cpu']} ({env['threads']} threads), torch {env['torch']}")
-print(f"load average before/after: {env['load_average_before']} / {env['load_average_after']}")
-print(f"B={cfg['B']}, d_model={cfg['d_model']}, heads={cfg['heads']}, {cfg['dtype']}, {cfg['mask']} mask\n")
-print(results_table(rows, ("handwritten", "sdpa", "sdpa_causal")))
+timed = [r for r in rows if "ms" in r]
+print(f"recorded {env['date']} by `{cfg['command'].strip()}`")
+print(
+    f"on {env['cpu']} ({env['cpu_count']} cores, {env['threads']} torch threads), "
+    f"torch {env['torch']}"
+)
+print(f"load average before / after: {env['load_average_before']} / {env['load_average_after']}")
+runs = sorted({r["runs"] for r in timed})
+print(
+    f"B={cfg['B']}, d_model={cfg['d_model']}, heads={cfg['heads']}, {cfg['dtype']}, "
+    f"{cfg['mask']} mask; timed runs per row: {runs[0]}"
+    + (f" to {runs[-1]}" if runs[-1] != runs[0] else "")
+    + "\n"
+)
+print(results_table(rows, VARIANTS))
 for r in rows:
     if "skipped" in r:
         print(f"\nL={r['L']} {r['variant']}: skipped, {r['skipped']}")
+assert runs[0] >= 5
 
 # %% [markdown]
-# Both quantities on log-log axes. In the memory plot, the dotted line is the size of one
-# score matrix: the handwritten path sits a constant factor above it (slope 2), SDPA falls
-# further below it with every doubling of $L$ (slope 1).
+# The times above are medians. Their spread, in milliseconds:
 
 # %%
-def series(rows, variant, key):
-    pts = [(r["L"], r[key]) for r in rows if r["variant"] == variant and key in r]
-    return [p[0] for p in pts], [p[1] for p in pts]
+print(spread_table(rows, VARIANTS))
 
+# %% [markdown]
+# Figure 19.1 plots both quantities on log-log axes: the recorded CPU sweep in the top row and,
+# once a GPU run has been recorded (section 6), the GPU sweep in bfloat16 beneath it. In the
+# memory plots, the dotted line is the size of one score matrix: the handwritten path sits a
+# constant factor above it (slope 2), SDPA falls further below it with every doubling of $L$
+# (slope 1).
 
-def plot_sweep(rows, title):
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for v, style in (("handwritten", "o-"), ("sdpa", "s-"), ("sdpa_causal", "^--")):
-        ax_t.plot(*series(rows, v, "ms"), style, label=v)
-        ax_m.plot(*series(rows, v, "peak_mib"), style, label=v)
-    Ls = sorted({r["L"] for r in rows})
-    score = [next(r["score_matrix_mib"] for r in rows if r["L"] == L) for L in Ls]
-    ax_m.plot(Ls, score, "k:", label="one [B,h,L,L] score matrix")
-    for ax, ylabel in ((ax_t, "time per call (ms)"), (ax_m, "peak extra memory (MiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length L")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_t.set_title("time")
-    ax_m.set_title("peak memory")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    plt.show()
-
-
-plot_sweep(rows, f"{env['cpu']}, {cfg['dtype']}, B={cfg['B']}, d_model={cfg['d_model']}, h={cfg['heads']}")
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig = plot_cpu_and_gpu(cpu, DATA)
+fig.suptitle(
+    f"Figure 19.1: attention, B={cfg['B']}, d_model={cfg['d_model']}, h={cfg['heads']}, causal",
+    fontsize=10,
+)
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # The recorded numbers, as ratios and slopes:
@@ -321,15 +410,21 @@ plot_sweep(rows, f"{env['cpu']}, {cfg['dtype']}, B={cfg['B']}, d_model={cfg['d_m
 # %%
 def ratio_table(rows):
     for L in sorted({r["L"] for r in rows}):
-        hw = next((r for r in rows if r["L"] == L and r["variant"] == "handwritten" and "ms" in r), None)
+        hw = next(
+            (r for r in rows if r["L"] == L and r["variant"] == "handwritten" and "ms" in r), None
+        )
         sd = next(r for r in rows if r["L"] == L and r["variant"] == "sdpa")
         if hw is None:
-            print(f"L={L:5d}: handwritten skipped; SDPA {sd['peak_mib']:7.1f} MiB "
-                  f"= {sd['peak_mib'] / sd['score_matrix_mib']:.3f} x score matrix")
+            print(
+                f"L={L:5d}: handwritten skipped; SDPA {sd['peak_mib']:7.1f} MiB "
+                f"= {sd['peak_mib'] / sd['score_matrix_mib']:.3f} x score matrix"
+            )
         else:
-            print(f"L={L:5d}: handwritten/SDPA time {hw['ms'] / sd['ms']:5.1f}x, memory "
-                  f"{hw['peak_mib'] / sd['peak_mib']:6.1f}x; handwritten peak = "
-                  f"{hw['peak_mib'] / hw['score_matrix_mib']:.1f} x score matrix")
+            print(
+                f"L={L:5d}: handwritten/SDPA time {hw['ms'] / sd['ms']:5.1f}x, memory "
+                f"{hw['peak_mib'] / sd['peak_mib']:6.1f}x; handwritten peak = "
+                f"{hw['peak_mib'] / hw['score_matrix_mib']:.1f} x score matrix"
+            )
 
 
 ratio_table(rows)
@@ -337,16 +432,17 @@ hw_L, hw_mem = series(rows, "handwritten", "peak_mib")
 sd_L, sd_mem = series(rows, "sdpa", "peak_mib")
 big = [i for i, L in enumerate(hw_L) if L >= 512]
 hw_slope = loglog_slope([hw_L[i] for i in big], [hw_mem[i] for i in big])
-sd_slope = loglog_slope(sd_L, sd_mem)
-print(f"memory slope (log-log): handwritten {hw_slope:.2f} (L >= 512), SDPA {sd_slope:.2f}")
+sd_big = [i for i, L in enumerate(sd_L) if L >= 512]
+sd_slope = loglog_slope([sd_L[i] for i in sd_big], [sd_mem[i] for i in sd_big])
+print(f"memory slope (log-log, L >= 512): handwritten {hw_slope:.2f}, SDPA {sd_slope:.2f}")
 assert 1.8 < hw_slope < 2.2 and 0.8 < sd_slope < 1.2
-long = [r for r in rows if r["L"] >= 1024 and "ms" in r]
+long = [r for r in timed if r["L"] >= 1024]
 for r in long:  # the handwritten peak is about three score matrices, as read off the code
     if r["variant"] == "handwritten":
         assert 2.5 < r["peak_mib"] / r["score_matrix_mib"] < 4
-for r in rows:  # SDPA's peak is about five [B, L, d_model] activations (section 2), nothing L x L
-    if r["variant"] != "handwritten":
-        activations = 5 * r["B"] * r["L"] * r["d_model"] * 4 / 2**20
+for r in timed:  # from L=512 on, SDPA's peak is about five [B, L, d_model] activations
+    if r["variant"] != "handwritten" and r["L"] >= 512:
+        activations = 5 * activation_bytes(r["B"], r["L"], r["d_model"]) / MiB
         assert 0.8 < r["peak_mib"] / activations < 1.3, r
 for L in sorted({r["L"] for r in long}):  # and at long sequences SDPA is faster as well
     by = {r["variant"]: r["ms"] for r in long if r["L"] == L}
@@ -358,62 +454,207 @@ for L in sorted({r["L"] for r in long}):  # and at long sequences SDPA is faster
 # `chapters/data/attention_benchmark_cpu_bfloat16.json`): every buffer holds 2 bytes per
 # number instead of 4, so both paths should need half the memory at long sequences, and the
 # $L^2$ term stays. Whether bfloat16 is also faster depends on the CPU's bfloat16 support
-# (the time ratios below are for this machine only).
+# (the time ratios below are for this machine only, and carry the load printed with them).
 
 # %%
 bf = load_results(f"{DATA}/attention_benchmark_cpu_bfloat16.json")
 benv = bf["environment"]
-print(f"recorded {benv['date']} on {benv['cpu']}, {bf['config']['dtype']}, "
-      f"load average before/after: {benv['load_average_before']} / {benv['load_average_after']}\n")
-print(results_table(bf["rows"], ("handwritten", "sdpa", "sdpa_causal")))
-f32 = {(r["variant"], r["L"]): r for r in rows if "ms" in r}
+print(
+    f"recorded {benv['date']} by `{bf['config']['command'].strip()}` on {benv['cpu']}, "
+    f"{bf['config']['dtype']}"
+)
+print(
+    f"load average before / after: {benv['load_average_before']} / {benv['load_average_after']}\n"
+)
+print(results_table(bf["rows"], VARIANTS))
+f32 = {(r["variant"], r["L"]): r for r in timed}
 print()
 for r in bf["rows"]:
     ref = f32.get((r["variant"], r["L"]))
     if "ms" in r and ref is not None and r["L"] >= 1024:
         mem, t = r["peak_mib"] / ref["peak_mib"], r["ms"] / ref["ms"]
-        print(f"L={r['L']:5d} {r['variant']:<12}: bfloat16 / float32 memory {mem:.2f}, time {t:.2f}")
+        print(
+            f"L={r['L']:5d} {r['variant']:<12}: bfloat16 / float32 memory {mem:.2f}, time {t:.2f}"
+        )
         assert 0.4 < mem < 0.6
 
 # %% [markdown]
 # ## 6. On a GPU
 #
-# On CUDA the same tool times with CUDA events, reads `torch.cuda.max_memory_allocated()`,
-# uses bfloat16, and records which SDPA kernel ran: with `is_causal=True` that is normally
-# FlashAttention; with an explicit boolean mask, FlashAttention is not eligible and PyTorch
-# falls back to the memory-efficient kernel. For reference, the source chapter reports, on an
-# RTX 4090 at $L=1024$ in bfloat16, 2.97 ms and 712 MB for the handwritten layer against
-# 0.25 ms and 79 MB for SDPA. Results measured for this book, when there are any, are read
-# from `chapters/data/attention_benchmark_cuda*.json`:
+# This project has a GPU only now and then, for minutes. So everything the book shows about
+# GPUs is measured by one prepared script, `tools/record_gpu.py`, in a single run: it needs
+# only torch and numpy (and pytest for its last part), runs each part under its own time cap,
+# and writes one JSON file per part as soon as the part is done. `tests/test_record_gpu.py`
+# runs it at tiny sizes on the CPU, so that a typo fails `make test` rather than the GPU run.
+# Its attention part measures two things.
+#
+# **The reference chapter's protocol, reproduced.** The reference chapter's script keeps the
+# layer and the input in float32 and runs each call under `torch.autocast(bfloat16)`; it times
+# 20 calls together with `time.perf_counter` and one synchronisation at the end (a mean), and
+# reports the *absolute* `torch.cuda.max_memory_allocated()`, which includes the input and the
+# weights. Its results, on an RTX 4090 at $L=1024$:
 
 # %%
-gpu_files = sorted(glob.glob(f"{DATA}/attention_benchmark_cuda*.json"))
-if not gpu_files:
-    print("No GPU results recorded yet. On a machine with CUDA, run:\n"
-          "    python tools/bench_attention.py --device cuda\n"
-          "and re-execute this chapter.")
-for path in gpu_files:
-    gpu = load_results(path)
-    genv, grows = gpu["environment"], gpu["rows"]
-    print(f"{os.path.basename(path)}: {genv['gpu']}, torch {genv['torch']}, CUDA {genv['cuda']}, "
-          f"{gpu['config']['dtype']}, recorded {genv['date']}")
-    print(results_table(grows, ("handwritten", "sdpa", "sdpa_causal")))
-    print("SDPA kernels:", sorted({(r["variant"], r["sdpa_backend"]) for r in grows if r["variant"] != "handwritten"}))
-    plot_sweep(grows, f"{genv['gpu']}, {gpu['config']['dtype']}")
+for variant in ("handwritten", "sdpa_causal"):
+    r = REFERENCE_RTX4090[variant]
+    print(
+        f"{REFERENCE_RTX4090['gpu']}, L={REFERENCE_RTX4090['L']}, {variant:<12}: "
+        f"{r['ms']:.2f} ms, {r['mib']} MiB"
+    )
 
 # %% [markdown]
-# ## 7. What to take away
+# `record_gpu.py` repeats that protocol on the lent GPU, with this book's layer in place of the
+# reference's (its handwritten path does one more `masked_fill`, for fully masked rows), so
+# the ratios of times and of memory to the RTX 4090 compare like with like up to that. The
+# listing, as we have it, has lost its indentation and does not show whether the timed calls
+# ran under `torch.no_grad()`, so the script measures both.
 #
-# - The handwritten path and SDPA compute the same function under padding, causal, cross
-#   and fully masked rows (section 1); the only thing SDPA withholds is the weights.
-# - The handwritten path's peak memory is about three score matrices: quadratic in $L$. At
-#   $L=4096$ one score matrix is 4 GiB in float32 (section 2), so a single call needs a
-#   good half of this 24 GiB machine; `tools/bench_attention.py` records such a row as
-#   skipped when the machine cannot spare it. SDPA's memory is linear in $L$: a few
-#   $[B, L, d_{model}]$ activations.
-# - Time follows: at short lengths the four $d_{model} \times d_{model}$ projections
-#   dominate and the paths are close; as $L$ grows, writing and re-reading the score
-#   matrices costs the handwritten path more and more (the ratios in section 5).
-# - So the model trains and decodes with `need_weights=False` (`Transformer.forward` and the
-#   KV cache use SDPA), and asks for the weights only where a person wants to look at them:
-#   the heatmaps of chapter 18.
+# **This book's sweep.** The layer and input are themselves bfloat16 (and float32, in a second
+# pass), each call is timed on its own between two CUDA events after warm-up calls, at least 20
+# runs per row give the median and spread, and memory is the peak *extra* over what was
+# allocated before the call, so the inputs and weights are not counted. It covers
+# $L$ = 128 ... 16384 and the variants of section 2, plus SDPA forced to each of its
+# backends (flash, memory-efficient, math, cuDNN) where that backend can run the call; an
+# out-of-memory error is recorded as such. The two protocols answer different questions, so
+# their numbers are not compared with each other.
+#
+# **How close to the hardware.** A vendor's datasheet gives two limits: the peak bfloat16 rate
+# of the tensor cores and the memory bandwidth. `attention_flops` counts one call's work: four
+# $d_{model} \times d_{model}$ projections, plus $QK^\top$ and the weights times $V$, halved for
+# the causal mask (a fused kernel can skip the blocked half). Dividing by the measured time
+# gives the rate a kernel reached. For the
+# handwritten path the bandwidth gives a floor: it must at least write one score matrix and
+# read it back. The limits used, and what they say about the reference chapter's own numbers:
+
+# %%
+for name in ("NVIDIA H200", "NVIDIA GeForce RTX 4090"):
+    s = GPU_SPECS[name]
+    print(
+        f"{name:<24}: {s['bf16_tflops']:6.1f} TFLOP/s bfloat16, {s['bandwidth_tb_s']:5.3f} TB/s"
+        f"  ({s['source']})"
+    )
+L, spec = REFERENCE_RTX4090["L"], GPU_SPECS["NVIDIA GeForce RTX 4090"]
+tflop = attention_flops(8, 8, L, 512, causal=True) / 1e12
+rate = tflop / (REFERENCE_RTX4090["sdpa_causal"]["ms"] / 1000)
+floor_ms = 2 * score_matrix_bytes(8, 8, L, torch.bfloat16) / (spec["bandwidth_tb_s"] * 1e12) * 1e3
+share = rate / spec["bf16_tflops"]
+print(
+    f"\nL={L}: one causal call is {tflop * 1000:.1f} GFLOP; the reference's SDPA time "
+    f"(0.25 ms) is {rate:.0f} TFLOP/s = {100 * share:.0f} % of the 4090's peak"
+)
+hand_ms = REFERENCE_RTX4090["handwritten"]["ms"]
+print(
+    f"writing and reading one bfloat16 score matrix at 1.008 TB/s takes {floor_ms:.2f} ms; "
+    f"the reference's handwritten call took {hand_ms} ms = {hand_ms / floor_ms:.0f}x that"
+)
+assert rate < spec["bf16_tflops"] and floor_ms < REFERENCE_RTX4090["handwritten"]["ms"]
+
+# %% [markdown]
+# So at $L=1024$ the reference's SDPA call ran at about three fifths of the RTX 4090's peak
+# bfloat16 rate, and its handwritten call took about eleven times as long as one write and one
+# read of the score matrix at full bandwidth. A recorded GPU run adds the same two lines for
+# the largest $L$ it measured ("Roofline" at the end of its summary). The run recorded for this
+# book, read from `chapters/data/attention_cuda.json` when it exists:
+
+# %%
+print(gpu_attention_summary(DATA))
+gpu = load_gpu_record("attention", DATA)
+if gpu is not None:
+    assert gpu["environment"]["device"].startswith("cuda") and not gpu.get("quick")
+    assert {r["dtype"] for r in gpu["rows"]} >= {"bfloat16"}
+
+# %% [markdown]
+# ## Summary
+#
+# - The handwritten path and SDPA compute the same function under padding, causal, cross and
+#   fully masked rows (section 1); the only thing SDPA withholds is the weights.
+# - The handwritten path's peak memory is about three score matrices, quadratic in $L$: at
+#   $L=4096$ one score matrix is 4 GiB in float32 (section 2). The fused kernels' peak is about
+#   five $[B, L, d_{model}]$ activations, linear in $L$ (section 5, from $L=512$ on).
+# - A boolean mask is an $L^2$ term on the SDPA path too: the module's `~attn_mask` and, in
+#   torch 2.13.0 on the CPU, a float32 copy inside SDPA; `is_causal=True` needs neither.
+# - Time: in the recorded CPU sweep SDPA is faster than the handwritten path at every $L$ from
+#   1024 on; the spread table and the load average say how much to trust each timing.
+# - GPU numbers come from one prepared script, `tools/record_gpu.py`, tested on the CPU first;
+#   it reproduces the reference chapter's protocol for a like-for-like comparison with its
+#   RTX 4090 and measures the book's own sweep; section 6 prints the run, or the command that
+#   records it.
+#
+# ## Exercises
+#
+# ### Exercise 19.1 (predict, then run): does the handwritten path fit at $L=8192$?
+#
+# In bfloat16, with the benchmark's $B=8$ and $h=8$: how many GiB is one score matrix at
+# $L=8192$? Section 5 found the handwritten peak at about three score matrices. Would the
+# handwritten layer fit on the reference chapter's RTX 4090, which has 24 GB (decimal)?
+# Predict, then compute with `score_matrix_bytes`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 19.1
+one = score_matrix_bytes(8, 8, 8192, torch.bfloat16)
+print(
+    f"one score matrix: {one / 2**30:.0f} GiB; about three at once: {3 * one / 2**30:.0f} GiB; "
+    f"the RTX 4090 has 24 GB = {24e9 / 2**30:.1f} GiB"
+)
+assert one == 8 * 2**30 and 3 * one > 24e9  # it does not fit
+
+# %% [markdown]
+# ### Exercise 19.2 (implement): attention one block of keys at a time
+#
+# Write `blocked_attention(Q, K, V, mask=None, block_size=64)` for `Q` $[B, h, L_q, d_k]$, `K`
+# $[B, h, L_k, d_k]$, `V` $[B, h, L_k, d_v]$ and our mask (`True` = blocked, last dimension
+# $L_k$). It must return what `softmax(Q K^T / sqrt(d_k)) V` returns, but look at only
+# `block_size` keys at a time, so that it never holds the $L_q \times L_k$ score matrix. Keep,
+# for every query, a running maximum $m$ of the scores seen so far, a running sum
+# $s = \sum e^{x - m}$ and a running output $o = \sum e^{x - m} v$ {cite}`milakov2018`. When a new
+# block raises the maximum to $m'$, first multiply $s$ and $o$ by $e^{m - m'}$; at the end,
+# return $o / s$. A query whose keys are all blocked must give 0, as our handwritten path does.
+# This is the idea of memory-efficient attention {cite}`rabe2021`; FlashAttention does it in the
+# GPU's on-chip memory {cite}`dao2022`. `check_blocked_attention` compares your function with full
+# attention for several block sizes and masks, including scores too large for a plain `exp()`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 19.2
+from helpers.exercises import check_blocked_attention
+
+
+def blocked_attention(Q, K, V, mask=None, block_size=64):
+    B, h, Lq, d_k = Q.shape
+    m = Q.new_full((B, h, Lq, 1), float("-inf"))  # running maximum of the scores
+    s = Q.new_zeros((B, h, Lq, 1))  # running sum of exp(score - m)
+    o = Q.new_zeros((B, h, Lq, V.size(-1)))  # running sum of exp(score - m) * v
+    for start in range(0, K.size(-2), block_size):
+        k = K[..., start : start + block_size, :]
+        v = V[..., start : start + block_size, :]
+        scores = Q @ k.transpose(-2, -1) / math.sqrt(d_k)  # [B, h, Lq, block]: one block only
+        if mask is not None:
+            scores = scores.masked_fill(mask[..., start : start + block_size], float("-inf"))
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # no key seen yet: no NaN
+        p = torch.exp(scores - safe)
+        rescale = torch.exp(m - safe)
+        s = s * rescale + p.sum(-1, keepdim=True)
+        o = o * rescale + p @ v
+        m = m_new
+    return o / s.clamp_min(torch.finfo(s.dtype).tiny)  # a row that saw no key stays 0
+
+
+check_blocked_attention(blocked_attention)
+
+# %% [markdown]
+# ### Exercise 19.3 (predict, then run): the fastest an H200 could be
+#
+# The GPU sweep's longest rows are at $L=16384$ in bfloat16 ($B=8$, $d_{model}=512$, $h=8$,
+# causal). How many TFLOP is one such call, by `attention_flops`, and how many milliseconds
+# would it take at the H200's peak bfloat16 rate (`GPU_SPECS`)? Predict the order of magnitude,
+# then compute. (Section 6 prints the measured time next to this limit once a run is recorded.)
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 19.3
+flops = attention_flops(8, 8, 16384, 512, causal=True)
+peak = GPU_SPECS["NVIDIA H200"]["bf16_tflops"] * 1e12
+print(
+    f"{flops / 1e12:.2f} TFLOP per call; at {peak / 1e12:.1f} TFLOP/s at least "
+    f"{flops / peak * 1e3:.2f} ms"
+)
+assert 2 < flops / 1e12 < 3 and 2 < flops / peak * 1e3 < 3

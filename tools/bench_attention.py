@@ -8,9 +8,10 @@ Usage:
     python tools/bench_attention.py --lengths 128 256 --min-run-time 0.2 --out /tmp/b.json
 
 Every row is timed at least --min-runs times (default 5) and for at least --min-run-time
-seconds, each call on its own after one warm-up call; every run is stored ("times_ms") and the
-median and spread (interquartile range, min-max) are printed. (For the GPU, tools/record_gpu.py
-records the full set of chapter 19's GPU measurements in one run.)
+seconds, each call on its own, after two warm-up calls and one call that measures the peak
+memory; every run is stored ("times_ms"), and the median and the spread (interquartile range,
+min-max) are printed. (For the GPU, tools/record_gpu.py records all of chapter 19's GPU
+measurements in one run.)
 
 Writes a JSON record (environment: hardware, date, torch version, device, dtype, load
 average before and after; config; one row per variant and L) to

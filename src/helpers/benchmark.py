@@ -20,10 +20,10 @@ MultiHeadAttention(d_model, heads) on x [B, L, d_model] with a causal mask:
   (FlashAttention in float32, the memory-efficient kernel on a CPU, ...) is recorded as
   "unsupported", with PyTorch's reason.
 
-Time. CPU: one warm-up call, then at least `min_runs` calls (and at least `min_run_time`
-seconds), each timed with time.perf_counter. CUDA: `warmup` calls, then `cuda_repeats` calls,
-each between two CUDA events. Every run is stored; the median and the spread (interquartile
-range, minimum, maximum) are derived from them.
+Time. After `warmup` calls (2 by default) and one call that measures the peak memory: on the
+CPU, at least `min_runs` calls (and at least `min_run_time` seconds), each timed with
+time.perf_counter; on CUDA, `cuda_repeats` calls, each between two CUDA events. Every run is
+stored; the median and the spread (interquartile range, minimum, maximum) are derived from them.
 
 Peak memory. CUDA: torch.cuda.max_memory_allocated() after reset_peak_memory_stats(), both
 absolute and minus what was allocated before the call (the inputs and the weights): "extra".
