@@ -428,10 +428,9 @@ plt.show()
 # self-attention block" {cite}`radford2019`), and so does the mini GPT of chapter 14; a
 # Post-Norm stack does not need it.
 #
-# The right panel is Pre-Norm's side effect: the stream keeps growing while each update
-# stays about the same size, so each of these random layers changes the stream relatively
-# less than the one before it: the last by less than half as much as the first
-# (asserted). In the Post-Norm stack every layer changes its input by about the same share
+# The right panel is Pre-Norm's side effect: the stream grows faster than the updates
+# written into it, so the deeper a layer sits, the less it changes the stream relative to
+# its size: the last layer by less than half as much as the first (asserted). In the Post-Norm stack every layer changes its input by about the same share
 # (within a factor of 1.5 from layer 2 on, asserted). This is a statement about random
 # weights at initialisation; what training does with it is not measured here.
 #
@@ -516,9 +515,9 @@ assert not any(k.startswith("layers.") for k in buggy.state_dict())
 # 1. **The optimiser never updates the layers**: `Adam(model.parameters())` was never
 #    given them. The model still trains its embedding and final LayerNorm, so the loss
 #    may even go down a little, which makes the bug easy to miss.
-# 2. **`.to()` does not move them.** On a GPU machine `model.to("cuda")` leaves the layers
-#    on the CPU and the forward pass fails with a device mismatch; the CPU stand-in is
-#    `.to(torch.float64)`, which converts the embedding but not the layers.
+# 2. **`.to()` does not move them.** On a GPU machine `model.to("cuda")` would leave the
+#    layers on the CPU; the CPU stand-in here is `.to(torch.float64)`, which converts the
+#    embedding but not the layers, and the forward pass fails.
 # 3. **`state_dict()` does not save them**: a checkpoint silently lacks the layers, and
 #    loading it restores only the embedding and final LayerNorm.
 # 4. **`.eval()` does not reach them**: their dropout stays on at evaluation time, so the
@@ -678,8 +677,8 @@ assert post_gap < 1e-6
 # %% [markdown]
 # ### The recorded sweep
 #
-# One run at $d = 64$ and 6 layers takes longer than this chapter may spend, and one run
-# proves little: runs at a constant learning rate are noisy. So the comparison was recorded
+# Thirty runs of 400 steps take far longer than a chapter may spend, and one run proves
+# little: runs at a constant learning rate are noisy. So the comparison was recorded
 # once by `tools/record_ch05_norm_sweep.py`: both orders, three learning rates, five seeds
 # each (seed = initial weights and batch order), 400 steps, every step's training loss
 # kept. The chapter loads the file:
@@ -754,8 +753,7 @@ plt.show()
 # What the recorded runs show, five seeds per setting (the table above, Figure 5.3):
 #
 # - At learning rates $10^{-3}$ and $2 \times 10^{-3}$, all ten Pre-Norm runs leave the
-#   plateau near loss 1.45 (where the model predicts plausible tokens but has not yet found
-#   which position to copy) and reach held-out exact match 0.85 to 1.00. Of the ten Post-Norm
+#   plateau near loss 1.45 and reach held-out exact match 0.85 to 1.00. Of the ten Post-Norm
 #   runs, from the same initial weights on the same batches, nine are still on the plateau
 #   after 400 steps (held-out exact match at most 0.004); one ($10^{-3}$, seed 4) leaves it
 #   near the end and reaches 0.43.
@@ -782,6 +780,9 @@ print(
     f"{min(ratios):.3f} to {max(ratios):.3f}"
 )
 print("Post-Norm runs with held-out exact match above 0.01 (lr, seed):", post_solved)
+rise_pre = {(lr, seed): largest_rise(runs["pre", lr, seed]["losses"]) for lr, seed in pairs}
+top = max(rise_pre, key=rise_pre.get)
+print(f"largest rise of a Pre-Norm run: {rise_pre[top]:.2f} (lr {top[0]:g}, seed {top[1]})")
 assert max(ratios) < 0.5 and len(post_solved) == 1
 low_lr_pre = torch.cat([stats["pre", lr]["em"] for lr in cfg["lrs"][:2]])
 assert low_lr_pre.min() > 0.8
@@ -862,8 +863,9 @@ for name, v in diffs.items():
 # - An encoder layer is two sub-layers, each inside a residual connection with a
 #   LayerNorm; Pre-Norm normalises the sub-layer's input, Post-Norm the stream after the
 #   addition (Figure 5.1). With silent sub-layers a Pre-Norm layer is exactly the identity.
-# - Through 24 random layers Pre-Norm's stream grew at every layer, and each layer changed
-#   it relatively less than the one before; Post-Norm's stayed at RMS 1 (Figure 5.2). One
+# - Through 24 random layers Pre-Norm's stream grew at every layer, and the last layer
+#   changed it relatively less than half as much as the first; Post-Norm's stayed at RMS 1
+#   (Figure 5.2). One
 #   final LayerNorm brings Pre-Norm's output back to RMS 1, which is why `helpers.Encoder`
 #   ends with one.
 # - Layers kept in a Python list are invisible to `parameters()`, `.to()`, `state_dict()`

@@ -85,8 +85,8 @@ B, Ls, Lt = src.size(0), src.size(1), tgt_in.size(1)
 #
 # At training time the decoder sees the whole target at once, but at position $i$ it
 # must predict token $i+1$, so it may not look at positions after $i$: otherwise it
-# would copy the answer instead of learning to produce it, and at inference time,
-# when later tokens do not exist yet, it would fail. The **causal mask** blocks every key
+# could read the very token it must predict, a token that at inference time does not
+# exist yet. The **causal mask** blocks every key
 # $j > i$: True above the diagonal. Printed for six positions, `x` = blocked, `.` = may
 # attend:
 
@@ -219,9 +219,9 @@ print("\nmodule call cross_mha(q=decoder, k=memory, v=memory) gives the same out
 # Cross-attention takes only the **source padding mask**. There is nothing causal about
 # it: the whole source is known before the decoder writes its first token, and every
 # target position may read all of it. (Chapter 07 shows what goes wrong when the causal
-# mask is passed here by mistake.) Hence, unlike self-attention, changing *any* real
-# source token changes the output at *every* target position, while changing the memory
-# at padded source positions changes nothing:
+# mask is passed here by mistake.) Hence, unlike self-attention, changing a real source
+# position (here the memory at position 0) changes the output at *every* target position,
+# while changing the memory at padded source positions changes nothing:
 
 # %%
 with torch.no_grad():

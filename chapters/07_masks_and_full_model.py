@@ -36,6 +36,7 @@
 # `helpers.Transformer` builds exactly the masks and logits we built here.
 
 # %%
+import inspect
 import json
 import math
 from pathlib import Path
@@ -333,6 +334,14 @@ for i, seed in enumerate(record["seeds"]):
     print(f"{seed:>4} " + "".join(f"{c:>32}" for c in cells))
 gaps = [a - b for a, b in zip(*test_em.values())]
 print(f"correct minus causal, per seed: {', '.join(f'{g:+.4f}' for g in gaps)}")
+overlap = []
+for i in range(len(record["seeds"])):
+    (lo_a, hi_a), (lo_b, hi_b) = (
+        wilson_interval(round(test_em[v][i] * n_test), n_test) for v in variants
+    )
+    overlap.append(lo_a <= hi_b and lo_b <= hi_a)
+print("the two intervals overlap, per seed:", ["yes" if o else "no" for o in overlap])
+assert overlap == [True, True, False]
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -408,13 +417,14 @@ assert all(at_step("causal cross-attention", s) < at_step("correct", s) for s in
 #   produce the last source digit, is right on at least 99.95 % of the test sequences in
 #   every seed. It reads the last digit through memory row 0, which the encoder has mixed.
 # - **The mistake costs a little, in every seed.** Test exact match is 0.9947 to 0.9991
-#   against 0.9967 to 1.0000 for the correct model: 0.0005 to 0.0044 lower (for seed 0 the
-#   two intervals overlap, for seeds 1 and 2 they do not).
+#   against 0.9967 to 1.0000 for the correct model: 0.0005 to 0.0044 lower (for seeds 0 and 1
+#   the two 95 % intervals overlap, for seed 2 they do not).
 # - **It learns more slowly.** At step 200 the validation exact match is 0.88 to 0.95 with
 #   the wrong mask, 0.98 to 0.99 without it (Figure 7.2, left).
 #
 # So on this task the bug is close to invisible in the final accuracy, which is exactly why it
 # needs a check rather than a glance at the results.
+#
 # A one-line guard catches it wherever $L_t = L_s$ hides it: the cross-attention mask must
 # have a query dimension of 1 and a key dimension of $L_s$. `helpers.Transformer` always
 # passes the `[B, 1, 1, Ls]` source mask.
@@ -699,11 +709,17 @@ assert n_params == 931_213
 # out to $U(-1/\sqrt{n_{in}},\ 1/\sqrt{n_{in}})$ and a standard deviation of
 # $1/\sqrt{3 n_{in}}$. Xavier (Glorot) uniform {cite}`glorot2010` draws from $U(-a, a)$ with
 # $a = \sqrt{6/(n_{in}+n_{out})}$: standard deviation $\sqrt{2/(n_{in}+n_{out})}$.
-# `nn.Transformer` applies `xavier_uniform_` to its weight matrices, and the model above does the
-# same for every `nn.Linear` (`helpers.xavier_init_linears`). For one 128x128 layer of the model,
-# measured against a fresh default `nn.Linear`:
+# `nn.Transformer` applies `xavier_uniform_` to its weight matrices (the cell prints the line
+# of its source that does it), and the model above does the same for every `nn.Linear`
+# (`helpers.xavier_init_linears`). For one 128x128 layer of the model, measured against a fresh
+# default `nn.Linear`:
 
 # %%
+reset_src = inspect.getsource(nn.Transformer._reset_parameters)
+print(
+    "nn.Transformer._reset_parameters:",
+    [ln.strip() for ln in reset_src.splitlines() if "xavier" in ln],
+)
 torch.manual_seed(0)
 lin_default = nn.Linear(128, 128)
 lin_xavier = model.encoder.layers[0].mha.W_q  # initialised by MyTransformer
@@ -715,8 +731,9 @@ for k in theory:
 print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
 
 # %% [markdown]
-# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$, and
-# Xavier keeps it near 1. An attention score is the product of *two* projections, $q \cdot k$,
+# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$ (the
+# ratio of the two standard deviations above is about $\sqrt 3 \approx 1.73$), and Xavier
+# keeps it near 1. An attention score is the product of *two* projections, $q \cdot k$,
 # so with the default it comes out about $(1/\sqrt 3)^2 = 1/3$ as large, and the softmax starts
 # out flatter. Measured on 64 unit-variance token vectors:
 

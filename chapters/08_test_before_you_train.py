@@ -266,7 +266,7 @@ assert results["triu(diagonal=1), correct"] and not results["no causal mask"]
 # Dropping the causal mask is caught, as expected. But `diagonal=0` and the missing `triu`
 # **pass**. Are they harmless? No: both block more than they should, and both create query rows in
 # which *every* key is blocked (position 0 with `diagonal=0`, every position without `triu`).
-# What happens next depends on how the attention treats such a row (chapter 07):
+# What happens next depends on how the attention treats such a row (chapters 03 and 07):
 #
 # - `helpers.MultiHeadAttention` and `F.scaled_dot_product_attention` return **zero** for a
 #   fully masked row. The query takes nothing from attention, nothing leaks, and the causality
@@ -415,7 +415,7 @@ assert (
 
 # %% [markdown]
 # Masking padded queries *as well as* keys is not wrong, but it creates fully masked rows (the
-# `<pad>` queries), which are safe only with an attention that handles them (chapter 07). Masking
+# `<pad>` queries), which are safe only with an attention that handles them (chapter 03). Masking
 # keys is what matters: it is the key that decides what information flows into a query.
 #
 # ## The same tests on every commit
