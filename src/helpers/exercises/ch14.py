@@ -42,10 +42,10 @@ def _kept_unsorted(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def check_top_p_filter(top_p_filter_fn) -> None:
-    """Exercise 14.2: top_p_filter_fn(logits [B, V], p) -> logits with -inf outside the nucleus.
+    """Exercise 14.3: top_p_filter_fn(logits [B, V], p) -> logits with -inf outside the nucleus.
 
-    The nucleus of a row is the smallest set of most likely tokens whose probabilities sum to
-    at least p. Compared with helpers.gpt.top_p_filter on five fixed inputs.
+    Used in chapter 14. The nucleus of a row is the smallest set of most likely tokens whose
+    probabilities sum to at least p. Compared with helpers.gpt.top_p_filter on five fixed inputs.
     """
     for where, logits, p in _cases():
         original = logits.clone()
