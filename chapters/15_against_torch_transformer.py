@@ -17,15 +17,16 @@
 # # 15. Checked against `torch.nn.Transformer`
 #
 # PyTorch {cite}`paszke2019` ships its own encoder-decoder, `torch.nn.Transformer`. It is written
-# and tested by other people, which makes it the best test our model can get: load **our**
+# and tested by other people, which makes it a strong, independent test of ours: load **our**
 # weights into it, feed it the same inputs, and every logit must agree to float precision. If
 # they do, our attention, our Pre-Norm wiring, our GELU feed-forward, our final LayerNorms and our
 # masks all compute what PyTorch computes. If one piece differed, the logits would move: the
 # chapter breaks one piece at a time and watches them (Figure 15.1 follows one such break through
 # the layers).
 #
-# Along the way we learn its interface, whose mask arguments are a frequent source of bugs, and
-# we end with an honest comparison: when to use it and when to write your own.
+# Along the way we learn its interface, whose mask arguments are easy to get wrong (section 4
+# gets them wrong on purpose), and we end with an honest comparison: when to use it and when to
+# write your own.
 #
 # What `nn.Transformer` is: the two **stacks** (encoder layers plus a final LayerNorm, decoder
 # layers plus a final LayerNorm). What it is not: it has no token embeddings, no positional
@@ -95,9 +96,10 @@ print(f"{len(differ)} of the {len(OPTIONS)} arguments differ from PyTorch's defa
 assert len(differ) == 8 and differ == [n for n in OPTIONS if n != "dropout"]
 
 # %% [markdown]
-# A wrong size is usually loud: a different `d_model` or `dim_feedforward` gives weights of other
+# A wrong size is loud: a different `d_model` or `dim_feedforward` gives weights of other
 # shapes, and the copy fails. Four arguments are quiet: with a wrong value every weight keeps its
-# shape, the copy succeeds, and only the outputs change (a later cell measures each one):
+# shape, the copy succeeds, and the mistake shows only when the model runs (a later cell, after
+# Figure 15.1, runs each one, and one wrong size):
 #
 # | argument | PyTorch default | ours | a wrong value ... |
 # | --- | --- | --- | --- |
@@ -229,16 +231,18 @@ torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
 # %% [markdown]
 # ### The check can fail
 #
-# A tight tolerance is only worth something if a small error trips it. We add random noise of
-# size 0.01 to a **single** entry of one weight matrix, deep in the second decoder layer, and run
-# the same assertion:
+# A tight tolerance is only worth something if a small error trips it. We add random noise
+# (0.01 times a standard normal draw) to a **single** entry of one weight matrix, deep in the
+# second decoder layer, and run the same assertion:
 
 # %%
 broken = copy.deepcopy(ref)
 g = torch.Generator().manual_seed(0)
+delta = 0.01 * torch.randn(1, generator=g).item()
 with torch.no_grad():
-    broken.decoder.layers[1].linear2.weight[5, 7] += 0.01 * torch.randn(1, generator=g).item()
+    broken.decoder.layers[1].linear2.weight[5, 7] += delta
     off = reference_logits(broken, src, tgt_in, **full_masks)
+print(f"decoder.layers[1].linear2.weight[5, 7] changed by {delta:+.4f}")
 try:
     torch.testing.assert_close(off, ours, rtol=1e-5, atol=1e-5)
     raise RuntimeError("the perturbed model passed: the check is too loose")
@@ -314,13 +318,15 @@ plt.show()
 
 # %% [markdown]
 # Each of the four quiet options matters as well. Build the reference with one of them left at
-# its default, copy the same weights, and the logits move far beyond the tolerance.
-# With `batch_first=False` our `[B, L, d]` tensors are read as `[L, B, d]`: here the source and
-# target "batch sizes" are then their lengths, 7 and 8, and the call fails. With equal lengths it
-# would run, and attend across the batch instead of along each sequence.
+# its default and copy the same weights: with `norm_first`, `activation` or `nhead` wrong, the
+# logits move far beyond the tolerance. With `batch_first=False` our `[B, L, d]` tensors are read
+# as `[L, B, d]`: here the source and target "batch sizes" are then their lengths, 7 and 8, and
+# the call fails. With equal lengths it runs, and attends across the batch instead of along each
+# sequence: the cell changes one sequence of a batch and measures how far another one moves. A
+# wrong size, by contrast, fails at the copy.
 
 # %%
-outcomes = {}
+errors = []
 for override in (
     dict(norm_first=False),
     dict(activation="relu"),
@@ -331,16 +337,37 @@ for override in (
     copy_into(other, model)
     try:
         with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore"
-            )  # Post-Norm's nested-tensor path warns that it is a prototype
+            warnings.simplefilter("ignore")  # Post-Norm's nested-tensor path warns
             diff = (reference_logits(other, src, tgt_in, **full_masks) - ours).abs().max().item()
-        outcomes[str(override)] = diff > 0.01
         print(f"{str(override):<28} max |logit diff| = {diff:.1f}")
+        assert diff > 0.01
     except RuntimeError as e:
-        outcomes[str(override)] = True
+        errors.append(override)
         print(f"{str(override):<28} {type(e).__name__}: {str(e).splitlines()[0]}")
-assert all(outcomes.values()) and len(outcomes) == 4
+assert errors == [dict(batch_first=False)]  # the only one that fails at the call
+
+# batch_first=False with equal lengths: it runs, and the sequences of a batch see each other
+seq_first, _ = build_reference(batch_first=False)
+copy_into(seq_first, model)
+g = torch.Generator().manual_seed(1)
+emb = torch.randn(3, 7, 128, generator=g)  # [B, L, d], no padding
+emb_changed = emb.clone()
+emb_changed[2] = torch.randn(7, 128, generator=g)  # change sequence 2 only
+moved = {}
+for label, r in (("batch_first=True", ref), ("batch_first=False", seq_first)):
+    with torch.no_grad():
+        moved[label] = (r(emb, emb)[0] - r(emb_changed, emb_changed)[0]).abs().max().item()
+    print(f"{label:<18} changing sequence 2 moves sequence 0's output by {moved[label]:.2f}")
+assert moved["batch_first=True"] < 1e-6 and moved["batch_first=False"] > 0.01
+
+# a wrong size fails at the copy
+wide, _ = build_reference(dim_feedforward=2048)
+try:
+    copy_into(wide, model)
+    raise AssertionError("expected a size mismatch")
+except RuntimeError as e:
+    mismatch = next(ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln)
+    print("dim_feedforward=2048, copy:", type(e).__name__, "|", mismatch)
 
 # %% [markdown]
 # ## 4. Its mask arguments, against ours
@@ -355,7 +382,8 @@ assert all(outcomes.values()) and len(outcomes) == 4
 # | decoder self | `make_causal_mask(Lt) \| make_padding_mask(tgt_in)`, `[B, 1, Lt, Lt]` | `tgt_mask` `[Lt, Lt]` **and** `tgt_key_padding_mask` `[B, Lt]` |
 # | cross | `make_padding_mask(src)`, `[B, 1, 1, Ls]` | `memory_key_padding_mask` `[B, Ls]` (and `memory_mask` `[Lt, Ls]`, unused) |
 #
-# Both use `True` = **blocked** for a bool mask (the opposite of `F.scaled_dot_product_attention`).
+# Both use `True` = **blocked** for a bool mask (the opposite of `F.scaled_dot_product_attention`,
+# chapter 03).
 # `nn.Transformer` also accepts a float mask that is **added** to the scores (a later cell uses
 # one); `helpers` accepts only bool masks. The cell checks the translation: ours, rebuilt from
 # its pieces by broadcasting, is exactly what `helpers` builds.
@@ -395,9 +423,9 @@ assert per_seq[0] < 1e-5 and (per_seq[1:] > 1e-3).all()
 # %% [markdown]
 # ### A float `tgt_mask`
 #
-# `nn.Transformer.generate_square_subsequent_mask(L)` returns the causal mask the way PyTorch's
-# examples use it: a **float** matrix with `-inf` above the diagonal and `0` elsewhere, added to the
-# scores. It computes the same function as the bool mask:
+# `nn.Transformer.generate_square_subsequent_mask(L)` returns the causal mask as a **float**
+# matrix, with `-inf` above the diagonal and `0` elsewhere, to be added to the scores. It computes
+# the same function as the bool mask (the next cell checks the logits):
 
 # %%
 float_causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
@@ -405,9 +433,9 @@ print(float_causal.dtype, "\n", float_causal[:4, :4])
 assert torch.equal(float_causal == float("-inf"), causal)
 
 # %% [markdown]
-# Pass it together with our bool `tgt_key_padding_mask` and PyTorch warns that mixing a float mask
-# with a bool padding mask is deprecated. Making the padding mask float as well (`-inf` at pads)
-# silences it; either way the logits are ours.
+# Pass it together with our bool `tgt_key_padding_mask` and PyTorch 2.13.0 warns that mixing a
+# float mask with a bool padding mask is deprecated. Making the padding mask float as well (`-inf`
+# at pads) silences it; either way the logits are ours.
 
 # %%
 with warnings.catch_warnings(record=True) as caught, torch.no_grad():
@@ -480,9 +508,9 @@ assert not any(nan_no_fastpath) and not any(nan_autograd)
 # %% [markdown]
 # ## 5. What `nn.Transformer` does not give you
 #
-# **Attention weights.** Its layers call `nn.MultiheadAttention` with `need_weights=False`, and the
-# stacks have no argument to ask for them. A forward hook on a cross-attention module shows what
-# comes back:
+# **Attention weights.** Its layers call `nn.MultiheadAttention` without asking for weights, and
+# `nn.Transformer.forward` has no argument to ask for them. A forward hook on a cross-attention
+# module shows what comes back:
 
 # %%
 captured = {}
@@ -493,7 +521,8 @@ with torch.no_grad():
 hook.remove()
 out, weights = captured["out"]
 print("cross-attention output", tuple(out.shape), "| weights:", weights)
-assert weights is None
+forward_args = list(inspect.signature(nn.Transformer.forward).parameters)
+assert weights is None and not any("weight" in a for a in forward_args)
 
 with torch.no_grad():
     _, our_cross = model.decode(tgt_in, *model.encode(src))
@@ -508,18 +537,26 @@ params = list(inspect.signature(nn.TransformerDecoder.forward).parameters)
 print(params)
 assert not any("cache" in p or "past" in p for p in params)
 
+# and the layer itself: these are all the choices its constructor offers
+layer_args = list(inspect.signature(nn.TransformerEncoderLayer.__init__).parameters)[1:]
+print("nn.TransformerEncoderLayer:", layer_args)
+assert layer_args == ["d_model", "nhead", "dim_feedforward", "dropout", "activation",
+                      "layer_norm_eps", "batch_first", "norm_first", "bias", "device",
+                      "dtype"]  # fmt: skip
+
 # %% [markdown]
 # **When to use which.** For a standard encoder or decoder block, `nn.Transformer` (or
-# `nn.TransformerEncoderLayer` alone) is the sensible default: it is tested, it is one line, and
-# at inference it has fused fast paths. Its limits are the ones shown above: no per-layer attention
+# `nn.TransformerEncoderLayer` alone) is the sensible default: it is tested, it is one line, and at
+# inference it has fused fast paths. Its limits are the ones shown above: no per-layer attention
 # weights (the heatmaps of the cross-attention chapter need them), no KV cache (greedy decoding
-# recomputes the whole prefix at every step; the KV cache chapter shows what a cache saves), and
-# the block is fixed: swapping in RoPE, RMSNorm, grouped-query attention or a different mask scheme
-# means writing your own layer anyway. Its masks, split by role and with the opposite polarity
-# from SDPA, are easy to get wrong, as the last cells show. Libraries such as Hugging Face
-# `transformers` write their own layers too (chapter 16). The value of a handwritten model is
-# that you know exactly what every line computes, and the value of `nn.Transformer` here is as an
-# independent reference to test it against.
+# recomputes the whole prefix at every step; the KV cache chapter shows what a cache saves), and the
+# block is fixed: the constructor's arguments, printed above, choose sizes, the activation and where
+# the LayerNorms go, but not another normalisation (RMSNorm), rotary positions (RoPE {cite}`su2021`)
+# or grouped-query attention {cite}`ainslie2023`; any of those means writing your own layer. Its
+# masks, split by role and with the opposite polarity from SDPA, are easy to get wrong, as the last
+# cells show. Libraries such as Hugging Face `transformers` write their own layers too (chapter 16).
+# The value of a handwritten model is that you know exactly what every line computes, and the value
+# of `nn.Transformer` here is as an independent reference to test it against.
 #
 # ## 6. Parameter count
 #
@@ -571,16 +608,17 @@ print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forwa
 #
 # - With our weights copied in, `nn.Transformer`'s two stacks between our embeddings and our
 #   output projection give our logits to within 1e-5, on a batch padded on both sides.
-# - The check is sharp: one weight moved by a few thousandths moves the logits beyond the
-#   tolerance, from the layer that holds it on (Figure 15.1), and each of the four quiet
-#   constructor options (`batch_first`, `norm_first`, `activation`, `nhead`) moves them too.
+# - The check is sharp: one weight moved by 0.015 moves the logits beyond the tolerance, from
+#   the layer that holds it on (Figure 15.1). Three quiet constructor options (`norm_first`,
+#   `activation`, `nhead`) move them too; `batch_first=False` fails at the call here and, with
+#   equal lengths, lets the sequences of a batch change each other's outputs.
 # - `nn.Transformer` splits each mask by role (`tgt_mask` `[Lt, Lt]`, `*_key_padding_mask`
 #   `[B, L]`) with our polarity (True = blocked); forgetting `memory_key_padding_mask` or
 #   reversing the polarity runs without an error and changes the logits.
 # - It returns no attention weights and has no KV cache; the parameter count of its stacks is
 #   ours exactly.
-# - The one thing to remember: an independent implementation is the cheapest strong test of a
-#   model, if the test can be shown to fail.
+# - The one thing to remember: an independent implementation makes a strong test of a model,
+#   if the test can be shown to fail.
 #
 # ## Exercises
 #
@@ -630,24 +668,28 @@ def torch_masks(src, tgt_in):
 check_torch_masks(torch_masks)
 
 # %% [markdown]
-# ### Exercise 15.3 (implement): map one attention module
+# ### Exercise 15.3 (implement): the map the other way
 #
-# Write `copy_attention(dst, src)` that copies one of our `MultiHeadAttention` modules (`src`) into
-# an `nn.MultiheadAttention` (`dst`), following the name map of section 2: the three input
-# projections stacked into `in_proj_weight` and `in_proj_bias`, and `W_o` into `out_proj`.
-# `check_copy_attention` runs it on two sizes, with random weights and biases on both sides, then
-# compares the two modules' outputs for self-attention and for cross-attention with key padding.
+# Section 2 copied our attention into `nn.MultiheadAttention`. Write the way back, which you need to
+# start from weights trained with PyTorch's layers: `load_attention(dst, src)` copies an
+# `nn.MultiheadAttention` (`src`, built with `batch_first=True`) into one of our
+# `MultiHeadAttention` modules (`dst`). Split `in_proj_weight` and `in_proj_bias` into the three
+# input projections, and copy `out_proj` into `W_o`. `check_load_attention` runs it on two sizes,
+# with random weights and biases on both sides, then compares the two modules' outputs for
+# self-attention and for cross-attention with key padding.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 15.3
-from helpers.exercises import check_copy_attention
+from helpers.exercises import check_load_attention
 
 
-def copy_attention_mine(dst, src):  # the checker calls it under torch.no_grad()
-    dst.in_proj_weight.copy_(torch.cat([src.W_q.weight, src.W_k.weight, src.W_v.weight]))
-    dst.in_proj_bias.copy_(torch.cat([src.W_q.bias, src.W_k.bias, src.W_v.bias]))
-    dst.out_proj.weight.copy_(src.W_o.weight)
-    dst.out_proj.bias.copy_(src.W_o.bias)
+def load_attention(dst, src):  # the checker calls it under torch.no_grad()
+    w_q, w_k, w_v = src.in_proj_weight.chunk(3)  # [3d, d] -> three [d, d]: Q, K, V in order
+    b_q, b_k, b_v = src.in_proj_bias.chunk(3)
+    for ours, w, b in ((dst.W_q, w_q, b_q), (dst.W_k, w_k, b_k), (dst.W_v, w_v, b_v)):
+        ours.weight.copy_(w)
+        ours.bias.copy_(b)
+    dst.W_o.load_state_dict(src.out_proj.state_dict())
 
 
-check_copy_attention(copy_attention_mine)
+check_load_attention(load_attention)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import make_causal_mask, make_padding_mask
-from helpers.exercises import ExerciseError, check_copy_attention, check_torch_masks
+from helpers.exercises import ExerciseError, check_load_attention, check_torch_masks
 from helpers.torch_reference import copy_attention, torch_mask_arguments
 
 
@@ -74,35 +74,67 @@ def test_target_padding_from_the_source_is_rejected():
         check_torch_masks(with_mask("tgt_key_padding_mask", lambda s, t: s == 0))
 
 
-def test_the_books_copy_passes(capsys):
-    check_copy_attention(copy_attention)
-    assert "check_copy_attention: all 4 checks passed" in capsys.readouterr().out
+def load_attention(dst, src):
+    """The book's solution to exercise 15.3: nn.MultiheadAttention -> our MultiHeadAttention."""
+    for lin, w, b in zip(
+        (dst.W_q, dst.W_k, dst.W_v), src.in_proj_weight.chunk(3), src.in_proj_bias.chunk(3)
+    ):
+        lin.weight.copy_(w)
+        lin.bias.copy_(b)
+    dst.W_o.load_state_dict(src.out_proj.state_dict())
+
+
+def test_the_books_load_passes(capsys):
+    check_load_attention(load_attention)
+    assert "check_load_attention: all 4 checks passed" in capsys.readouterr().out
 
 
 def test_k_q_v_order_is_rejected():
     def kqv(dst, src):
-        dst.in_proj_weight.copy_(torch.cat([src.W_k.weight, src.W_q.weight, src.W_v.weight]))
-        dst.in_proj_bias.copy_(torch.cat([src.W_k.bias, src.W_q.bias, src.W_v.bias]))
-        dst.out_proj.load_state_dict(src.W_o.state_dict())
+        load_attention(dst, src)
+        w_q, w_k, _ = src.in_proj_weight.chunk(3)
+        dst.W_q.weight.copy_(w_k)
+        dst.W_k.weight.copy_(w_q)
 
-    with pytest.raises(ExerciseError, match="in_proj_weight stacks K, Q, V: the order is Q, K, V"):
-        check_copy_attention(kqv)
+    with pytest.raises(ExerciseError, match="in_proj_weight stacks Q, K, V in that order"):
+        check_load_attention(kqv)
 
 
 def test_forgetting_the_biases_is_rejected():
     def weights_only(dst, src):
-        dst.in_proj_weight.copy_(torch.cat([src.W_q.weight, src.W_k.weight, src.W_v.weight]))
-        dst.out_proj.weight.copy_(src.W_o.weight)
+        for lin, w in zip((dst.W_q, dst.W_k, dst.W_v), src.in_proj_weight.chunk(3)):
+            lin.weight.copy_(w)
+        dst.W_o.load_state_dict(src.out_proj.state_dict())
 
     with pytest.raises(ExerciseError, match="copy the biases too"):
-        check_copy_attention(weights_only)
+        check_load_attention(weights_only)
 
 
 def test_transposed_weights_are_rejected():
     def transposed(dst, src):
-        dst.in_proj_weight.copy_(torch.cat([src.W_q.weight.T, src.W_k.weight.T, src.W_v.weight.T]))
-        dst.in_proj_bias.copy_(torch.cat([src.W_q.bias, src.W_k.bias, src.W_v.bias]))
-        dst.out_proj.load_state_dict(src.W_o.state_dict())
+        load_attention(dst, src)
+        for lin, w in zip((dst.W_q, dst.W_k, dst.W_v), src.in_proj_weight.chunk(3)):
+            lin.weight.copy_(w.T)
 
     with pytest.raises(ExerciseError, match="the weights are transposed"):
-        check_copy_attention(transposed)
+        check_load_attention(transposed)
+
+
+def test_forgetting_the_output_projection_is_rejected():
+    def no_out_proj(dst, src):
+        for lin, w, b in zip(
+            (dst.W_q, dst.W_k, dst.W_v), src.in_proj_weight.chunk(3), src.in_proj_bias.chunk(3)
+        ):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+
+    with pytest.raises(ExerciseError, match="out_proj \\(weight and bias\\) goes to W_o"):
+        check_load_attention(no_out_proj)
+
+
+def test_copying_the_wrong_way_is_rejected():
+    def wrong_way(dst, src):
+        copy_attention(src, dst)  # the chapter's direction: ours into nn.MultiheadAttention
+
+    with pytest.raises(ExerciseError, match="dst, our MultiHeadAttention, is unchanged"):
+        check_load_attention(wrong_way)

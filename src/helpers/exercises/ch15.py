@@ -14,7 +14,7 @@ from ..torch_reference import to_torch_transformer, torch_mask_arguments
 from ..vocab import VOCAB_SIZE
 from ._common import call, expect_close, expect_shape, fail, passed
 
-__all__ = ["check_copy_attention", "check_torch_masks"]
+__all__ = ["check_load_attention", "check_torch_masks"]
 
 MASK_NAMES = ("src_key_padding_mask", "tgt_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
 
@@ -57,8 +57,9 @@ def _as_blocked(name: str, mask, where: str) -> torch.Tensor:
 def check_torch_masks(torch_masks_fn) -> None:
     """Exercise 15.2: torch_masks_fn(src, tgt_in) -> dict of nn.Transformer's mask arguments.
 
-    Compared with helpers.torch_reference.torch_mask_arguments on three fixed batches, then
-    used to run our weights inside nn.Transformer: the logits must be our model's.
+    Used in chapter 15. Compared with helpers.torch_reference.torch_mask_arguments on three
+    fixed batches, then used to run our weights inside nn.Transformer: the logits must be our
+    model's.
     """
     for where, src, tgt_in in _mask_batches():
         got = call(torch_masks_fn, src.clone(), tgt_in.clone(), where=where)
@@ -146,50 +147,61 @@ def _attention_pair(d: int, h: int, seed: int):
     return ours, theirs
 
 
-def _diagnose_copy(theirs: nn.MultiheadAttention, ours: MultiHeadAttention) -> str:
-    W = {n: getattr(ours, f"W_{n}") for n in "qkvo"}
-    got_w, got_b = theirs.in_proj_weight.detach(), theirs.in_proj_bias.detach()
-    d = W["q"].weight.size(0)
-    want_w = torch.cat([W[n].weight for n in "qkv"])
-    if torch.equal(got_w, torch.cat([W[n].weight.T for n in "qkv"])):
+def _diagnose_load(ours: MultiHeadAttention, theirs: nn.MultiheadAttention, before: dict) -> str:
+    """What a wrong load_attention did, in words; '' when the weights are where they belong."""
+    d = ours.W_q.weight.size(0)
+    w, b = theirs.in_proj_weight.detach(), theirs.in_proj_bias.detach()
+    rows = {n: slice(i * d, (i + 1) * d) for i, n in enumerate("qkv")}
+    got_w = {n: getattr(ours, f"W_{n}").weight.detach() for n in "qkv"}
+    got_b = {n: getattr(ours, f"W_{n}").bias.detach() for n in "qkv"}
+    if all(torch.equal(v, before[k]) for k, v in ours.state_dict().items()):
         return (
-            "the weights are transposed: nn.Linear and in_proj_weight both store [out, in], "
-            "so copy W_q.weight as it is"
+            "dst, our MultiHeadAttention, is unchanged: copy from src (the nn.MultiheadAttention) "
+            "into dst (ours)"
         )
-    if not torch.equal(got_w, want_w):
-        blocks = {
-            n: next((m for m in "qkv" if torch.equal(got_w[i * d : (i + 1) * d], W[m].weight)), "?")
-            for i, n in enumerate("qkv")
+    if not all(torch.equal(got_w[n], w[rows[n]]) for n in "qkv"):
+        if all(torch.equal(got_w[n], w[rows[n]].T) for n in "qkv"):
+            return (
+                "the weights are transposed: nn.Linear and in_proj_weight both store [out, in], "
+                "so copy each block of rows as it is"
+            )
+        came_from = {
+            n: next((m for m in "qkv" if torch.equal(got_w[n], w[rows[m]])), "?") for n in "qkv"
         }
-        if sorted(blocks.values()) == ["k", "q", "v"]:
-            order = ", ".join(blocks[n].upper() for n in "qkv")
-            return f"in_proj_weight stacks {order}: the order is Q, K, V (rows 0:d, d:2d, 2d:3d)"
-        return "in_proj_weight must be torch.cat([W_q.weight, W_k.weight, W_v.weight])  [3d, d]"
-    if not torch.equal(got_b, torch.cat([W[n].bias for n in "qkv"])):
-        return "copy the biases too: in_proj_bias stacks W_q.bias, W_k.bias, W_v.bias"
+        if sorted(came_from.values()) == ["k", "q", "v"]:
+            got = ", ".join(f"W_{n} <- the {came_from[n].upper()} rows" for n in "qkv")
+            return (
+                f"{got}: in_proj_weight stacks Q, K, V in that order (rows 0:d, d:2d, 2d:3d), "
+                "e.g. in_proj_weight.chunk(3)"
+            )
+        return "W_q.weight is in_proj_weight[:d], W_k.weight [d:2d], W_v.weight [2d:3d]"
+    if not all(torch.equal(got_b[n], b[rows[n]]) for n in "qkv"):
+        return "copy the biases too: in_proj_bias stacks the biases of W_q, W_k, W_v, in that order"
     if not (
-        torch.equal(theirs.out_proj.weight, W["o"].weight)
-        and torch.equal(theirs.out_proj.bias, W["o"].bias)
+        torch.equal(ours.W_o.weight, theirs.out_proj.weight)
+        and torch.equal(ours.W_o.bias, theirs.out_proj.bias)
     ):
-        return "W_o (weight and bias) goes to out_proj"
+        return "out_proj (weight and bias) goes to W_o"
     return ""
 
 
-def check_copy_attention(copy_attention_fn) -> None:
-    """Exercise 15.3: copy_attention_fn(dst: nn.MultiheadAttention, src: MultiHeadAttention).
+def check_load_attention(load_attention_fn) -> None:
+    """Exercise 15.3: load_attention_fn(dst: MultiHeadAttention, src: nn.MultiheadAttention).
 
-    After the copy both modules must compute the same outputs, for self-attention with a
-    padding mask and for cross-attention; compared on two sizes.
+    Used in chapter 15. The reverse of the chapter's copy_attention: after the call our module
+    must compute what nn.MultiheadAttention computes, for self-attention and for cross-attention
+    with key padding; compared on two sizes.
     """
     checks = 0
     for d, h, seed in ((16, 4, 0), (24, 3, 1)):
         where = f"d_model={d}, {h} heads"
         ours, theirs = _attention_pair(d, h, seed)
+        before = {k: v.clone() for k, v in ours.state_dict().items()}
         with torch.no_grad():
-            call(copy_attention_fn, theirs, ours, where=where)
-        hint = _diagnose_copy(theirs, ours)
+            call(load_attention_fn, ours, theirs, where=where)
+        hint = _diagnose_load(ours, theirs, before)
         if hint:
-            fail("the copied weights differ from the book's map", where, hint)
+            fail("our module's weights differ from the book's map", where, hint)
         g = torch.Generator().manual_seed(seed + 10)
         x, mem = torch.randn(3, 5, d, generator=g), torch.randn(3, 7, d, generator=g)
         pad = torch.zeros(3, 7, dtype=torch.bool)
@@ -199,8 +211,8 @@ def check_copy_attention(copy_attention_fn) -> None:
                 "self-attention": (x, x, None),
                 "cross-attention with key padding": (x, mem, pad),
             }.items():
-                want, _ = ours(q, kv, kv, attn_mask=None if mask is None else mask[:, None, None])
-                got, _ = theirs(q, kv, kv, key_padding_mask=mask, need_weights=False)
-                expect_close(f"the {label} output", got, want, atol=1e-5, where=where)
+                got, _ = ours(q, kv, kv, attn_mask=None if mask is None else mask[:, None, None])
+                want, _ = theirs(q, kv, kv, key_padding_mask=mask, need_weights=False)
+                expect_close(f"our {label} output", got, want, atol=1e-5, where=where)
                 checks += 1
-    passed("check_copy_attention", checks, "self- and cross-attention, two sizes")
+    passed("check_load_attention", checks, "self- and cross-attention, two sizes")
