@@ -123,7 +123,8 @@ print("all", len(src_train) + len(src_val), "pairs pass")
 # ## Lengths and padding
 #
 # Lengths are uniform over 3..12, so each of the ten lengths should hold about a tenth of the
-# 20,000 training samples. The cell asserts that every length is within 10 % of 2,000.
+# 20,000 training samples. The cell asserts that every length is within 10 % of 2,000, and
+# Figure 9.1 draws the counts.
 
 # %%
 lengths_train = (src_train != PAD_ID).sum(1) - 1  # minus <eos>
@@ -132,12 +133,13 @@ print({L: int(c) for L, c in zip(range(MIN_LEN, MAX_LEN + 1), counts)})
 assert lengths_train.min() == MIN_LEN and lengths_train.max() == MAX_LEN
 assert ((counts - 2000).abs() < 200).all()
 
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, ax = plt.subplots(figsize=(6.5, 3))
 ax.bar(range(MIN_LEN, MAX_LEN + 1), counts.tolist(), color="tab:blue")
 ax.axhline(2000, color="k", lw=1, ls="--", label="uniform: 2,000 each")
 ax.set_xlabel("number of digits L")
 ax.set_ylabel("training samples")
-ax.set_title("Sequence lengths in the training set")
+ax.set_title("Figure 9.1: sequence lengths in the training set")
 ax.set_xticks(range(MIN_LEN, MAX_LEN + 1))
 ax.legend(loc="lower right")
 plt.show()
@@ -247,8 +249,8 @@ assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within samplin
 # other split uses (`helpers.TEST_SEED`). Ten times as many sequences make the interval around the
 # reported number about three times narrower (its width shrinks as $1/\sqrt{n}$): the cell prints
 # the 95 % interval of a score of 99.5 % on 1,000 and on 10,000 sequences (the Wilson interval
-# {cite}`wilson1927`, which chapter 10 explains). The same arithmetic as above predicts the test set's overlap with the training
-# set, and `helpers.train_test_overlap` counts it:
+# {cite}`wilson1927`, which chapter 10 explains). The same arithmetic as above predicts the test
+# set's overlap with the training set, and `helpers.train_test_overlap` counts it:
 
 # %%
 from helpers import TEST_SEED, TEST_SIZE, test_set, train_test_overlap, wilson_interval

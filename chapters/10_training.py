@@ -199,7 +199,8 @@ assert acc_counted > 0.25 and acc_real == 0
 #
 # Label smoothing {cite}`szegedy2016` with $\varepsilon$ replaces the one-hot label by
 # $1-\varepsilon$ on the true class plus $\varepsilon / V$ spread over all $V$ classes. Per
-# position the loss becomes $(1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \operatorname{mean}_c(-\log p_c)$: it keeps
+# position the loss becomes
+# $(1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \operatorname{mean}_c(-\log p_c)$: it keeps
 # punishing a model that puts (almost) all its probability on one class.
 #
 # Two facts to check, because both surprise people:
@@ -630,8 +631,7 @@ assert 0 <= fall <= 1
 
 # %%
 sweep = json.loads(Path("data/ch10_stability.json").read_text())
-recorded = {k: v for k, v in sweep["recipe"].items()}
-assert recorded == dataclasses.asdict(BOOK_RECIPE), "the recorded sweep is for another recipe"
+assert sweep["recipe"] == dataclasses.asdict(BOOK_RECIPE), "recorded for another recipe"
 falls, spikes, medians = {}, {}, {}
 print(f"recorded {sweep['date'][:10]} with torch {sweep['torch']}: {sweep['command']}")
 print(f"seeds {sweep['seeds']}; steps: to 99.5 % on validation (- : not within 500 steps)")
@@ -650,7 +650,7 @@ for scale in sweep["lr_scales"]:
         f"{' '.join(f'{f:.2f}' for f in falls[scale]):>16} | "
         + " ".join(f"{x:.2f}" for x in spikes[scale])
     )
-print(f"(the loss of a uniform guess, as at initialisation: ln 13 = {math.log(VOCAB_SIZE):.2f})")
+print(f"(the loss of a uniform guess over the 13 tokens: ln 13 = {math.log(VOCAB_SIZE):.2f})")
 book_runs = [r for r in sweep["runs"] if r["lr_scale"] == 1.0]
 print("validation exact match at each evaluation, the book's recipe (lr_scale 1):")
 for r in book_runs:
@@ -976,8 +976,9 @@ assert one_layer["seconds"] < 0.6 * book["seconds"]
 # within the range of the book's recipe, so neither makes a measurable difference at this size
 # (the checks cost a `.min()` and a `.max()` per forward pass); **sorting batches by length**
 # removes padding, but each batch then holds sequences of about the same length, and the model
-# did not reach the target within 500 steps for any seed; **`d_model` 64** pays more per step than it saves in steps;
-# **`torch.compile`** spends longer compiling than the whole training takes.
+# did not reach the target within 500 steps for any seed; **`d_model` 64** pays more per step
+# than it saves in steps; **`torch.compile`** spends longer compiling than the whole training
+# takes.
 #
 # Three *options* are faster and still left out, each for a reason worth knowing:
 #
