@@ -25,8 +25,7 @@
 #
 # A source map goes stale: `transformers` moves fast, and names in blog posts (including the ones
 # this book was written from) can be a few releases old. So the map is **checked, not claimed**.
-# The book pins one release of `transformers` in `requirements.txt` (a pure-Python package, plus
-# dependencies such as `tokenizers`, `safetensors` and `huggingface-hub`), and the cells below
+# The book pins one release of `transformers` in `requirements.txt`, and the cells below
 # import every name in the table from the installed package and assert that it is there. Nothing
 # is downloaded: every Hugging Face model in this chapter is built from a small config with random
 # weights.
@@ -58,10 +57,10 @@ print(
 assert modeling_bart.BartAttention is not None
 
 # %% [markdown]
-# Importing `transformers` costs a few seconds (the cell above measures it on this machine; the
-# number varies with load, so nbval does not compare it). The version the whole chapter refers to
-# is the one `requirements.txt` pins, and the next cell checks that the installed package is that
-# one:
+# Importing `transformers` takes noticeably longer than importing `torch` alone (the cell above
+# measures both on this machine; the numbers vary with load, so nbval does not compare them). The
+# version the whole chapter refers to is the one `requirements.txt` pins, and the next cell checks
+# that the installed package is that one:
 
 # %%
 import importlib
@@ -126,15 +125,16 @@ _ = torch.manual_seed(0)
 # | `greedy_decode` | `GenerationMixin.generate` -> `_sample` (greedy when `do_sample=False`) | `generation/utils.py` |
 # | the KV cache (`self_k`/`self_v`, `cross_k`/`cross_v` per layer) | `EncoderDecoderCache` of two `DynamicCache`s, with `is_updated` per layer | `cache_utils.py` |
 #
-# Older tutorials, written for 4.x releases, use names that the pinned release no longer has (a
-# cell below checks that each is gone):
-# - Generation: greedy decoding was the method `greedy_search`, later `_greedy_search`; here greedy
-#   decoding and sampling share `_sample`, which picks the argmax when `do_sample=False`.
-# - Masks: BART built its masks in methods of the model (`_update_causal_mask`,
-#   `_update_cross_attn_mask`) on top of helpers from `modeling_attn_mask_utils.py`, the home of
-#   the class `AttentionMaskConverter`. The pinned release builds every mask in
-#   `masking_utils.py`, and `modeling_attn_mask_utils.py` no longer exists.
-# - The cache argument of BART's attention and decoder is `cache` here; the old name,
+# Older tutorials and blog posts use names that the pinned release does not have (a cell below
+# checks that each is absent):
+# - Generation: they call greedy decoding `greedy_search` or `_greedy_search`; in the pinned
+#   release greedy decoding and sampling share `_sample`, which picks the argmax when
+#   `do_sample=False`.
+# - Masks: they build BART's masks in methods of the model (`_update_causal_mask`,
+#   `_update_cross_attn_mask`) with helpers from `modeling_attn_mask_utils.py` (the home of
+#   `AttentionMaskConverter`). In the pinned release BART's masks come from `masking_utils.py`, and
+#   `modeling_attn_mask_utils.py` does not exist.
+# - The cache argument of BART's attention and decoder is `cache` here; the name those posts use,
 #   `past_key_values`, is still accepted, through a deprecation decorator.
 #
 # The next cell makes every row of the table a check: it imports the module, looks the name up,
@@ -228,10 +228,12 @@ assert all(gone.values())
 
 # the cache argument: `cache`, and the old name mapped onto it by a decorator
 attn_args = list(inspect.signature(modeling_bart.BartAttention.forward).parameters)
+decoder_args = list(inspect.signature(Decoder.forward).parameters)
 print("BartAttention.forward arguments:", attn_args)
+print("BartDecoder.forward arguments:  ", decoder_args)
 renamed = inspect.getsource(modeling_bart).count('deprecate_kwarg("past_key_values"')
 print(f'deprecate_kwarg("past_key_values", ..., new_name="cache") in modeling_bart.py: {renamed}x')
-assert "cache" in attn_args and renamed > 0
+assert "cache" in attn_args and "cache" in decoder_args and renamed > 0
 
 # greedy decoding and sampling share one loop: the generation mode maps to the method name
 mapping = generation_utils.GENERATION_MODES_MAPPING
@@ -257,8 +259,9 @@ assert mapping[GenerationMode.GREEDY_SEARCH] == mapping[GenerationMode.SAMPLE] =
 registry = modeling_utils.ALL_ATTENTION_FUNCTIONS
 print("registered attention functions:", sorted(registry.keys()))
 forward_src = inspect.getsource(modeling_bart.BartAttention.forward)
-lookup = next(ln.strip() for ln in forward_src.splitlines() if "ALL_ATTENTION_FUNCTIONS" in ln)
-print("BartAttention.forward:", lookup, "...")
+src_lines = forward_src.splitlines()
+at = next(i for i, ln in enumerate(src_lines) if "ALL_ATTENTION_FUNCTIONS" in ln)
+print("BartAttention.forward:", " ".join(ln.strip() for ln in src_lines[at : at + 3]))
 assert "sdpa" in registry and "eager" not in registry
 assert "eager_attention_forward" in forward_src
 
@@ -443,9 +446,8 @@ def post_norm(layer, x, mask):  # the original paper, and BART
     return layer.ln2(x + layer.ffn(x))
 
 
-x_big = 3 * torch.randn(
-    B, Ls, d_model
-)  # a residual stream that has grown, as it does in deep stacks
+# an input of standard deviation 3: a residual stream that has grown beyond the LayerNorm's scale
+x_big = 3 * torch.randn(B, Ls, d_model)
 with torch.no_grad():
     out_bart = bart_layer(x_big, enc_hf)
     out_post, out_pre = (
@@ -474,11 +476,11 @@ assert sorted(bart_norms) == [
 ]
 
 # %% [markdown]
-# The last line is the practical difference. A Post-Norm layer's output is normalised (each row
-# has standard deviation about 1, whatever came in), so the residual stream is squashed at every
-# layer and gradients must pass through every LayerNorm; Xiong et al. {cite}`xiong2020` trace
-# Post-Norm's need for a learning-rate warmup to this. A Pre-Norm layer leaves the residual
-# stream alone and only normalises what each sublayer reads.
+# The line with the standard deviations is the practical difference. A Post-Norm layer's output is
+# normalised (each row has standard deviation about 1, here for an input of standard deviation 3),
+# so the residual stream is squashed at every layer and gradients must pass through every LayerNorm;
+# Xiong et al. {cite}`xiong2020` trace Post-Norm's need for a learning-rate warmup to this. A
+# Pre-Norm layer leaves the residual stream alone and only normalises what each sublayer reads.
 #
 # Figure 16.1 puts the names of a whole encoder side by side, ours (`helpers.Transformer`) and
 # BART's (`BartForConditionalGeneration`). The cell checks every pair: both names exist, and the
@@ -652,8 +654,9 @@ assert pos_rms / tok_rms > 30
 
 # %% [markdown]
 # So for Marian the two do not start at one scale: with its default config, the position signal
-# is about 36 times larger than the token signal at initialisation (the cell prints the ratio:
-# $\sqrt{1/2} / 0.02$, whatever the width). A
+# is about 36 times larger than the token signal at initialisation. That is close to
+# $\sqrt{1/2} / 0.02 \approx 35$: sines and cosines have an RMS of $\sqrt{1/2}$, and the tokens
+# start with standard deviation 0.02 (the printed ratio uses the measured RMS, 0.020 rounded). A
 # checkpoint's config can turn `scale_embedding` on; exercise 16.1 measures what that changes.
 # When you read or port such a model, check the two scales the way this cell does.
 
@@ -675,6 +678,7 @@ print("labels[0]           :", labels[0].tolist())
 print("decoder_input_ids[0]:", decoder_input_ids[0].tolist())
 print("tgt_in[0]           :", tgt_in[0].tolist())
 assert torch.equal(decoder_input_ids, tgt_in)
+assert nn.CrossEntropyLoss().ignore_index == -100  # PyTorch's default, which HF's labels rely on
 
 # %% [markdown]
 # The start symbol itself differs between models, and one choice looks like a bug from our side:
@@ -686,9 +690,8 @@ for name, cfg in [("BART", BartConfig()), ("Marian", MarianConfig())]:
         f"eos_token_id={cfg.eos_token_id:<3} decoder_start_token_id={cfg.decoder_start_token_id}"
     )
 assert BartConfig().decoder_start_token_id == BartConfig().eos_token_id  # BART starts with </s>
-assert (
-    MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
-)  # Marian starts with <pad>
+# Marian starts with <pad>
+assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 
 # %% [markdown]
 # BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
@@ -696,14 +699,21 @@ assert (
 # (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
 # (chapter 17 shows the damage). Marian gets away with it because its decoder does not derive the
 # padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
-# ones when not given. A tiny BART fed a decoder input that starts with PAD shows it: query 0
-# attends to key 0, the PAD, with weight 1.
+# ones when not given. A tiny Marian, with our PAD id as its PAD and its start symbol, fed a
+# decoder input that starts with PAD shows it: query 0 attends to key 0, the PAD, with weight 1.
 
 # %%
+tiny_marian = MarianConfig(vocab_size=VOCAB_SIZE, d_model=d_model, encoder_layers=1,
+                           decoder_layers=1, encoder_attention_heads=heads,
+                           decoder_attention_heads=heads, encoder_ffn_dim=4 * d_model,
+                           decoder_ffn_dim=4 * d_model, max_position_embeddings=16,
+                           pad_token_id=PAD_ID, decoder_start_token_id=PAD_ID,
+                           eos_token_id=EOS_ID, forced_eos_token_id=None)  # fmt: skip
+tiny_marian._attn_implementation = "eager"  # the eager path can return the attention weights
 pad_start = tgt_in.clone()
-pad_start[:, 0] = PAD_ID
+pad_start[:, 0] = tiny_marian.decoder_start_token_id  # PAD
 with torch.no_grad():
-    out = modeling_bart.BartModel(tiny_bart_config("eager")).eval()(
+    out = modeling_marian.MarianModel(tiny_marian).eval()(
         input_ids=src, attention_mask=to_hf_attention_mask(src), decoder_input_ids=pad_start,
         output_attentions=True)  # fmt: skip
 first_query = out.decoder_attentions[0][:, :, 0, 0]  # layer 0, every sequence and head: 0 -> 0
@@ -720,12 +730,13 @@ assert out.last_hidden_state.isfinite().all()
 #
 # `generate()` works out a *generation mode* from its arguments (`num_beams=1, do_sample=False` is
 # greedy search) and runs `_sample`, which takes the argmax at every step when sampling is off. It
-# keeps an `EncoderDecoderCache`: a `DynamicCache` for the self-attention keys and values (our
-# `self_k`/`self_v`) and one for cross-attention, with a per-layer `is_updated` flag (our
-# `cross_k`/`cross_v`, projected once). We run `generate` on a tiny random BART and compare it with a plain argmax loop
-# that re-runs the whole decoder every step without any cache: the tokens must be identical, the
-# same property our KV-cache chapter checks. A spy on `_sample` confirms which loop ran. Like our
-# `greedy_decode`, `generate` pads a sequence with PAD once it has produced EOS (id 2).
+# passes `_sample` an `EncoderDecoderCache`: a `DynamicCache` for the self-attention keys and
+# values (our `self_k`/`self_v`) and one for cross-attention, with a per-layer `is_updated` flag
+# (our `cross_k`/`cross_v`, projected once). We run `generate` on a tiny random BART and compare it
+# with a plain argmax loop that re-runs the whole decoder every step without any cache: the tokens
+# must be identical, the same property our KV-cache chapter checks. A spy on `_sample` records
+# which loop ran and the cache it was given. Like our `greedy_decode`, `generate` pads a sequence
+# with PAD once it has produced EOS (id 2).
 
 # %%
 torch.manual_seed(2)
@@ -735,12 +746,13 @@ gen_model = modeling_bart.BartForConditionalGeneration(
 ).eval()
 src_ids, src_keep = src, to_hf_attention_mask(src)
 
-calls = []
+calls, caches = [], []
 original_sample = generation_utils.GenerationMixin._sample
 
 
 def spy(self, *args, **kwargs):
     calls.append(type(self).__name__)
+    caches.append(kwargs.get("cache"))
     return original_sample(self, *args, **kwargs)
 
 
@@ -779,16 +791,15 @@ for row_hf, row_loop in zip(hf_tokens, out):
         assert (row_hf[n:] == PAD_ID).all()
 assert finished >= 1  # this seed produces at least one EOS, so the padding rule is exercised
 
-edc = cache_utils.EncoderDecoderCache(cache_utils.DynamicCache(), cache_utils.DynamicCache())
-print(
-    "EncoderDecoderCache parts:",
-    type(edc.self_attention_cache).__name__,
-    "+",
-    type(edc.cross_attention_cache).__name__,
-    "| is_updated:",
-    edc.is_updated,
-)
-assert hasattr(edc, "self_attention_cache") and hasattr(edc, "cross_attention_cache")
+edc = caches[0]  # the cache generate() handed to _sample, as it was left after the last step
+self_len, cross_len = edc.get_seq_length(), edc.cross_attention_cache.get_seq_length()
+print(f"cache: {type(edc).__name__} = {type(edc.self_attention_cache).__name__} (self, "
+      f"{self_len} positions) + {type(edc.cross_attention_cache).__name__} (cross, {cross_len} "
+      f"positions); is_updated: {edc.is_updated}")  # fmt: skip
+assert isinstance(edc, cache_utils.EncoderDecoderCache)
+assert isinstance(edc.self_attention_cache, cache_utils.DynamicCache)
+assert isinstance(edc.cross_attention_cache, cache_utils.DynamicCache)
+assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the source, projected once
 
 # %% [markdown]
 # ## Reading order
@@ -849,17 +860,41 @@ for overrides in (dict(scale_embedding=True), dict(scale_embedding=True, d_model
     )
 
 # %% [markdown]
-# ### Exercise 16.2 (implement): a decoder layer, name by name
+# ### Exercise 16.2 (predict, then run): where BART scales its scores
+#
+# Our attention divides the scores by $\sqrt{d_k}$. Predict the factor `BartAttention` applies in
+# the attention section (`bart_attn["eager"]`: `d_model` 32, 4 heads), and whether it divides the
+# scores or multiplies them. Then find it: search the source of its `__init__` and `forward` with
+# `inspect.getsource`, print the lines, and check the value on `bart_attn["eager"]`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 16.2
+for method in (modeling_bart.BartAttention.__init__, modeling_bart.BartAttention.forward):
+    for line in inspect.getsource(method).splitlines():
+        if "scaling" in line:
+            print(f"{method.__qualname__}: {line.strip()}")
+scaling = bart_attn["eager"].scaling
+print(
+    f"scaling = {scaling:.4f}; 1 / sqrt(d_k) = 1 / sqrt({d_model // heads}) = "
+    f"{1 / math.sqrt(d_model // heads):.4f}"
+)
+assert math.isclose(scaling, 1 / math.sqrt(d_model // heads))
+# eager_attention_forward multiplies the scores by it
+assert "* scaling" in inspect.getsource(modeling_bart.eager_attention_forward)
+
+# %% [markdown]
+# ### Exercise 16.3 (implement): a decoder layer, name by name
 #
 # Figure 16.1 maps an encoder layer. Write `bart_name(name)` for a decoder layer: it takes the name
 # of a parameter of our `DecoderLayer` (`"self_mha.W_q.weight"`, `"ln2.bias"`, ...) and returns
 # the name of the tensor that plays the same part in a `BartDecoderLayer`
 # (`"self_attn.q_proj.weight"`, ...). Match each LayerNorm by the sub-layer it belongs to. Find
-# BART's names with `modeling_bart.BartDecoderLayer(tiny_bart_config()).named_parameters()`.
+# BART's names with `modeling_bart.BartDecoderLayer(tiny_bart_config(), layer_idx=0)` and its
+# `named_parameters()`.
 # `check_bart_decoder_names` calls your function on all 26 parameter names of a `DecoderLayer`.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 16.2
+# Solution to exercise 16.3
 from helpers.exercises import check_bart_decoder_names
 
 DECODER_MAP = {"self_mha": "self_attn", "cross_mha": "encoder_attn", "W_q": "q_proj",
@@ -880,25 +915,3 @@ assert {bart_name(n): p.shape for n, p in ours_params.items()} == {
     n: p.shape for n, p in bart_params.items()
 }  # every BART name reached once, with our tensor's shape
 check_bart_decoder_names(bart_name)
-
-# %% [markdown]
-# ### Exercise 16.3 (modify): find where BART scales its scores
-#
-# Our attention divides the scores by $\sqrt{d_k}$. Find where `BartAttention` does it: search the
-# source of its `__init__` and `forward` with `inspect.getsource`, print the lines, and check the
-# value on the `BartAttention` built in the attention section (`bart_attn["eager"]`).
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 16.3
-for method in (modeling_bart.BartAttention.__init__, modeling_bart.BartAttention.forward):
-    for line in inspect.getsource(method).splitlines():
-        if "scaling" in line:
-            print(f"{method.__qualname__}: {line.strip()}")
-scaling = bart_attn["eager"].scaling
-print(
-    f"scaling = {scaling:.4f}; 1 / sqrt(d_k) = 1 / sqrt({d_model // heads}) = "
-    f"{1 / math.sqrt(d_model // heads):.4f}"
-)
-assert math.isclose(scaling, 1 / math.sqrt(d_model // heads))
-# eager_attention_forward multiplies the scores by it
-assert "* scaling" in inspect.getsource(modeling_bart.eager_attention_forward)

@@ -57,10 +57,11 @@ def _hint(name: str, got) -> str:
 
 
 def check_bart_decoder_names(bart_name_fn) -> None:
-    """Exercise 16.2: bart_name_fn(our_name) -> the name of that tensor in a BartDecoderLayer.
+    """Exercise 16.3: bart_name_fn(our_name) -> the name of that tensor in a BartDecoderLayer.
 
-    Called on every parameter name of a helpers.DecoderLayer ('self_mha.W_q.weight', ...) and
-    compared with the book's map; the map must also be one to one.
+    Used in chapter 16. Called on every parameter name of a helpers.DecoderLayer
+    ('self_mha.W_q.weight', ...) and compared with the book's map; the map must also be one to
+    one.
     """
     names = [n for n, _ in DecoderLayer(32, 4, 128, dropout=0.0).named_parameters()]
     seen = {}
