@@ -16,10 +16,11 @@
 # %% [markdown]
 # # 17. Pitfalls and debugging
 #
-# A Transformer has little code, and most of its bugs do not crash. A wrong mask or a wrong scale
-# gives a model that runs, trains, and quietly learns less (or cheats); a forgotten `eval()` gives
-# answers that change from one call to the next. This chapter is a checklist: sixteen pitfalls,
-# each **reproduced** (the wrong number or the error is printed and asserted) and then fixed. Several chapters already show one of them in depth; each
+# A Transformer has little code, and many of its bugs do not crash. A wrong mask or a wrong scale
+# gives a model that runs without an error (and may look into the future, or average where it
+# should choose); a forgotten `eval()` gives answers that change from one call to the next. This
+# chapter is a checklist: sixteen pitfalls, each **reproduced** (the wrong number or the error is
+# printed and asserted) and then fixed. Several chapters already show one of them in depth; each
 # entry names that chapter, and still reproduces the pitfall in a few lines so this page works on
 # its own.
 #
@@ -32,8 +33,8 @@
 # | # | pitfall | symptom | fix | in depth |
 # | --- | --- | --- | --- | --- |
 # | 1 | causal mask with `diagonal=0`, or `tril` for `triu` | NaN in row 0; or the decoder sees the future | `triu(..., diagonal=1)`, test causality | chapters 07, 08 |
-# | 2 | the causal mask passed to cross-attention | shape error if $L_s \ne L_t$, silently blind otherwise | source padding mask only | chapter 07 |
-# | 3 | a fully masked row | NaN that spreads to the loss and every gradient | no empty rows; guard the softmax | chapter 07 |
+# | 2 | the causal mask passed to cross-attention | shape error if $L_s \ne L_t$; otherwise runs, hiding later memory positions | source padding mask only | chapter 07 |
+# | 3 | a fully masked row | NaN in the outputs, the loss and the gradients | no empty rows; guard the softmax | chapter 07 |
 # | 4 | start symbol equal to PAD | the first query sees nothing; NaN or an untrainable start | BOS $\ne$ PAD | this chapter, 16 |
 # | 5 | `-1e9` under fp16 | overflow error, or `-inf` and NaN | `torch.finfo(dtype).min` | chapter 03 |
 # | 6 | `uint8` masks, `~` and `\|` | `masked_fill` error; everything or nothing blocked | convert to `bool` once | chapter 07 |
@@ -42,7 +43,7 @@
 # | 9 | `d_model % num_heads != 0` | `view` error far from the cause | check in `__init__` | chapter 03 |
 # | 10 | `view` after `transpose` | `RuntimeError`; or heads mixed across positions | `transpose` then `reshape` | chapter 03 |
 # | 11 | positional-encoding overflow | size mismatch, or silently wrong positions | length check with a clear error | chapter 02 |
-# | 12 | the default initialisation | token vectors drown the positions; slow learning | $\mathcal{N}(0, d^{-1/2})$ embeddings, Xavier | chapters 02, 12 |
+# | 12 | the default initialisation | token vectors drown the positions; slow learning | embeddings with std $d^{-1/2}$ | chapters 02, 12 |
 # | 13 | a list instead of `nn.ModuleList` | parameters invisible to the optimizer | `nn.ModuleList` | chapter 05 |
 # | 14 | forgetting `eval()` | random outputs at inference | `model.eval()` | chapter 11 |
 # | 15 | forgetting `ignore_index` | padding rewarded in loss and accuracy | `ignore_index=PAD_ID` | chapter 10 |
@@ -123,7 +124,7 @@ def textbook_attention():
 # ## 1. A causal mask with `diagonal=0`, or without `triu`
 #
 # The causal mask blocks every key *after* the query: `True` strictly above the diagonal, which is
-# `torch.triu(ones, diagonal=1)`. Two slips are common. `diagonal=0` also blocks the diagonal:
+# `torch.triu(ones, diagonal=1)`. Two slips are easy to make. `diagonal=0` also blocks the diagonal:
 # position $i$ may not see itself, and position 0 may see nothing at all. Writing the mask in the
 # "keep" polarity (`tril`, True on and below the diagonal) while the code expects "blocked" blocks
 # the past and opens the future.
@@ -290,10 +291,11 @@ assert start_grad["BOS"] > 0 and start_grad["PAD"] == 0
 #
 # ## 5. `-1e9` under fp16
 #
-# A large negative constant is a common way to mask. In float16 the largest finite magnitude is
-# 65,504: `-1e9` does not fit. `masked_fill` refuses it, and the additive form turns it into
-# $-\infty$, which brings back the NaN of pitfall 3 for any fully masked row. (bfloat16 has float32's
-# range, so `-1e9` fits there; the bug appears when the same code runs in fp16.)
+# A large negative constant is a simple way to mask (The Annotated Transformer {cite}`rush2018`
+# fills with `-1e9`). In float16 the largest finite magnitude is 65,504: `-1e9` does not fit.
+# `masked_fill` refuses it, and the additive form turns it into $-\infty$, which brings back the NaN
+# of pitfall 3 for any fully masked row. (bfloat16 has float32's range, so `-1e9` fits there; the
+# bug appears when the same code runs in fp16.)
 
 # %%
 scores16 = torch.randn(2, 4, dtype=torch.float16)
@@ -347,9 +349,8 @@ either = keep[:, None, :] | causal_keep  # the wrong operator for keep-masks
 print("query 0 may attend to keys (keep | causal_keep):", either[0, 0].tolist())
 assert either[0, 0, :4].all()  # query 0 sees the three real tokens after it
 
-blocked_ok = (keep == 0)[:, None, :] | make_causal_mask(6)[
-    0
-]  # bool, True = blocked: polarity explicit
+# bool, True = blocked: the polarity is explicit
+blocked_ok = (keep == 0)[:, None, :] | make_causal_mask(6)[0]
 print("fixed, query 0 may attend to keys:", (~blocked_ok)[0, 0].int().tolist())
 assert blocked_ok.dtype == torch.bool and (~blocked_ok)[0, 0].tolist() == [True] + [False] * 5
 
@@ -418,11 +419,11 @@ entropies = [stats[k][2] for k in ("1 (no scale)", "sqrt(d_k)", "sqrt(d_model)")
 assert entropies == sorted(entropies) and entropies[-1] > 0.97 * math.log(Lk)
 
 # %% [markdown]
-# Without scaling, one key takes most of the weight (a saturated softmax whose gradients vanish);
+# Without scaling, one key takes most of the weight (0.815 on average: a softmax near saturation);
 # with $\sqrt{d_{model}}$, every key gets nearly $1/32$ and the entropy is within a few percent of
 # uniform: the layer starts out averaging, and training would have to grow the scores
 # $\sqrt{8}$-fold to undo it. **Fix:** divide by `math.sqrt(d_k)` (Hugging Face's BART:
-# `scaling = head_dim ** -0.5`, exercise 16.3). Chapter 03 measures the variance argument.
+# `scaling = head_dim ** -0.5`, exercise 16.2). Chapter 03 measures the variance argument.
 #
 # ## 9. `d_model % num_heads != 0`
 #
@@ -542,8 +543,9 @@ for name, m in [("book init", new_model()), ("PyTorch defaults", apply_default_i
 assert ratios["book init"] < 2 and ratios["PyTorch defaults"] > 10
 
 # %% [markdown]
-# **Fix:** embeddings from $\mathcal{N}(0, d^{-1/2})$ (so scaled tokens have std 1) and Xavier for
-# the linear layers, as `helpers.Transformer` does (chapters 02 and 12).
+# **Fix:** embeddings with standard deviation $d^{-1/2}$ (so scaled tokens have std 1), as
+# `helpers.Transformer` does (chapter 02). Chapter 12 trains the 2 x 2 of this fix and Xavier
+# initialisation of the linear layers (seeds 0-2): there, this fix alone closes the gap.
 #
 # ## 13. A list instead of `nn.ModuleList`
 #
@@ -565,12 +567,14 @@ class Stack(nn.Module):
 
 
 for container in (list, nn.ModuleList):
-    stack = Stack(container).eval()
+    stack = Stack(container).eval().to(torch.float64)
     n_params = sum(p.numel() for p in stack.parameters())
     still_training = sum(layer.training for layer in stack.layers)
+    dtype = stack.layers[0][0].weight.dtype
     print(f"{container.__name__:<10} parameters {n_params:>3}, "
-          f"state_dict keys {len(stack.state_dict())}, "
-          f"layers still in training mode after .eval(): {still_training}")  # fmt: skip
+          f"state_dict keys {len(stack.state_dict())}, after .eval().to(float64): "
+          f"{still_training} layers still training, weights {dtype}")  # fmt: skip
+    assert (dtype == torch.float32) == (container is list)
     try:
         torch.optim.Adam(stack.parameters())
         print("           Adam: ok")
@@ -686,19 +690,21 @@ assert abs(by_hand_forgot - builtin) > 0.01
 # `helpers.check_model(model, batch)` runs this order on one batch and prints a short report. It
 # judges the model only by what it does: the masks the attention modules receive (seen through
 # forward hooks), the probes above, and the autograd graph of the loss. It leaves the model as it
-# found it (train/eval mode, no `.grad` written). First, the healthy model:
+# found it (train/eval mode, no `.grad` written; the cell checks both). First, the healthy model:
 
 # %%
 t0 = time.perf_counter()
 healthy = new_model()
 report = check_model(healthy, (src, tgt))
 assert report.ok and not report.failures
+assert healthy.training and all(p.grad is None for p in healthy.parameters())  # left as found
 
 # %% [markdown]
 # The healthy model's initial loss is 1.37 times $\ln V$, not $\ln V$. A model that knows nothing
 # is not a uniform guess: its logits are random, with some spread $s$ across the vocabulary at
-# each position, and for random logits of spread $s$ the expected cross entropy is about
-# $\ln V + s^2/2$ (the mean of $e^{z}$ over Gaussian $z$ is $e^{s^2/2}$). Xavier-initialised
+# each position, and for random logits of a small spread $s$ the expected cross entropy is about
+# $\ln V + s^2/2$ (the mean of $e^{z}$ over Gaussian $z$ is $e^{s^2/2}$; exercise 17.1 shows where
+# this breaks down). Xavier-initialised
 # output projections give $s$ a little above 1 here. `check_model` therefore flags the initial
 # loss only above `loss_ratio_limit` times $\ln V$, which it takes as "confidently wrong": the
 # cell reads the limit from its signature and says which spread it corresponds to.
@@ -869,16 +875,18 @@ print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 #   and passes the healthy model (Figure 17.1).
 # - The healthy model starts at 1.37 times $\ln V$, close to what random logits of its spread
 #   give ($\ln V + s^2/2$); `check_model` flags an initial loss only above 2 times $\ln V$.
-# - The one thing to remember: most Transformer bugs are silent, so reproduce a suspicion in a few
-#   lines and assert what the right answer must satisfy; the probes are cheap enough to run on
-#   every model before its first training step (chapter 08 makes the first two unit tests).
+# - The one thing to remember: most of these bugs are silent, so reproduce a suspicion in a few
+#   lines and assert what the right answer must satisfy. The probes run on an untrained model,
+#   before its first training step (chapter 08 turns causality and padding invariance into unit
+#   tests).
 #
 # ## Exercises
 #
 # ### Exercise 17.1 (predict, then run): an output layer ten times too loud
 #
 # Multiply the output projection's weights of a fresh model by 10. Which of `check_model`'s checks
-# fail? Predict from the formula $\ln V + s^2/2$ above, then run it.
+# fail? Predict the initial loss with the formula $\ln V + s^2/2$ above, then run it: does the
+# formula still hold at ten times the spread?
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 17.1
@@ -888,11 +896,40 @@ with torch.no_grad():
 loud_report = check_model(loud, (src, tgt), verbose=False)
 print("flagged:", loud_report.failed_checks)
 print(loud_report["initial loss"].message)
-# the spread grows tenfold, s^2/2 a hundredfold: far above 2 x ln V; nothing else is wrong
+with torch.no_grad():
+    z_loud = loud.eval()(src, tgt_in)[tgt_out != PAD_ID]
+y_real = tgt_out[tgt_out != PAD_ID]
+s_loud = z_loud.std(dim=-1).mean().item()
+loss_loud = F.cross_entropy(z_loud, y_real).item()
+max_minus_right = (z_loud.max(-1).values - z_loud.gather(1, y_real[:, None])[:, 0]).mean().item()
+print(f"spread s = {s_loud:.1f}: ln V + s^2/2 = {ln_v + s_loud**2 / 2:.1f}, measured loss "
+      f"{loss_loud:.1f}, mean (largest logit - right logit) = {max_minus_right:.1f}")  # fmt: skip
+# only the initial loss is flagged: nothing else is wrong
 assert loud_report.failed_checks == ["initial loss"]
+# the formula is a small-spread approximation: at s ~ 13 it overshoots several times. With 13
+# logits that far apart, the largest one dominates the softmax, and the loss is about the
+# largest logit minus the right one
+assert ln_v + s_loud**2 / 2 > 2 * loss_loud and abs(loss_loud - max_minus_right) < 0.5
 
 # %% [markdown]
-# ### Exercise 17.2 (implement): fix a broken model
+# ### Exercise 17.2 (predict, then run): an empty example
+#
+# Replace the fourth source sequence of the batch by padding only (an empty example, pitfall 3),
+# and run `check_model` on the healthy model. Which checks fail, and in which stages?
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 17.2
+empty_src = src.clone()
+empty_src[3] = PAD_ID
+empty_report = check_model(new_model(), (empty_src, tgt), verbose=False)
+for f in empty_report.failures:
+    print(f"{f.stage:<6} {f.check}: {f.message}")
+# the batch is wrong (data), and the masks it makes leave queries with nothing to see (masks)
+assert set(empty_report.failed_checks) == {"fully masked rows", "source rows"}
+
+
+# %% [markdown]
+# ### Exercise 17.3 (implement): fix a broken model
 #
 # `BuggyTransformer` below has two of this chapter's pitfalls. Run `check_model` on it to find
 # them, then write `FixedTransformer`, a subclass that overrides what is wrong.
@@ -922,7 +959,7 @@ print("flagged:", buggy_report.failed_checks)
 assert {"causality probe", "padding invariance"} <= set(buggy_report.failed_checks)
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 17.2
+# Solution to exercise 17.3
 from helpers.exercises import check_fixed_model
 
 
@@ -939,19 +976,3 @@ class FixedTransformer(BuggyTransformer):
 
 
 check_fixed_model(FixedTransformer)
-
-# %% [markdown]
-# ### Exercise 17.3 (predict, then run): an empty example
-#
-# Replace the fourth source sequence of the batch by padding only (an empty example, pitfall 3),
-# and run `check_model` on the healthy model. Which checks fail, and in which stages?
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 17.3
-empty_src = src.clone()
-empty_src[3] = PAD_ID
-empty_report = check_model(new_model(), (empty_src, tgt), verbose=False)
-for f in empty_report.failures:
-    print(f"{f.stage:<6} {f.check}: {f.message}")
-# the batch is wrong (data), and the masks it makes leave queries with nothing to see (masks)
-assert set(empty_report.failed_checks) == {"fully masked rows", "source rows"}

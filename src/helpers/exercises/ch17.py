@@ -28,10 +28,10 @@ _HINTS = {
 
 
 def check_fixed_model(model_cls) -> None:
-    """Exercise 17.2: model_cls(src_vocab, tgt_vocab, **sizes) fixes the chapter's broken model.
+    """Exercise 17.3: model_cls(src_vocab, tgt_vocab, **sizes) fixes the chapter's broken model.
 
-    The fixed model must pass every check of check_model on a fixed batch, and, holding the
-    same weights as a helpers.Transformer, compute the same logits.
+    Used in chapter 17. The fixed model must pass every check of check_model on a fixed batch,
+    and, holding the same weights as a helpers.Transformer, compute the same logits.
     """
     src, tgt = make_reversal_dataset(8, seed=17)
     torch.manual_seed(0)
