@@ -8,8 +8,9 @@
 - runs each notebook in a kernel of the Python running pytest (--nbval-current-env),
   so the notebook's stored kernelspec name never matters, unless
   --nbval-kernel-name is given;
-- starts kernels with PYTHONHASHSEED=0, as tools/execute_notebooks.py does, so that
-  outputs which depend on string hashing match the stored ones.
+- starts kernels with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1, as
+  tools/execute_notebooks.py does, so that outputs which depend on string hashing or on
+  the thread count (the order of float sums) match the stored ones.
 """
 
 import os
@@ -39,4 +40,7 @@ def pytest_configure(config):
         option.nbval_current_env = True
     # Inherited by the kernels nbval starts.
     os.environ["PYTHONHASHSEED"] = "0"
+    # One torch thread per kernel: `make test` runs two notebooks at a time on two cores, and
+    # the stored outputs were made with one thread (tools/execute_notebooks.py sets the same).
+    os.environ["OMP_NUM_THREADS"] = "1"
     os.environ.pop("MPLBACKEND", None)  # let ipykernel use its inline backend

@@ -2,11 +2,11 @@
 """Check that every chapter notebook keeps the book's conventions (part of `make test`).
 
 Usage:
-    python tools/check_notebooks.py                  # every chapters/NN_*.ipynb
+    python tools/check_notebooks.py                  # chapters/NN_*.ipynb, appendix/*.ipynb
     python tools/check_notebooks.py chapters/03_x.ipynb ...
 
 It reads the stored notebooks (it runs nothing, so it takes well under a second) and fails
-on what nbval cannot see:
+on what nbval cannot see (appendix pages: the first group only):
 
 - a code cell never executed, one with a stored error, execution counts not 1, 2, 3, ...,
   or a cell that nbval would skip (`nbval-skip`, `# NBVAL_SKIP`);
@@ -113,6 +113,9 @@ def check(path: Path) -> list[str]:
     elif counts != list(range(1, len(counts) + 1)):
         problem("execution counts are not 1, 2, 3, ...: re-execute it in a fresh kernel")
 
+    if not path.name[:2].isdigit():
+        return problems  # an appendix page: no chapter number, summary, exercises or figure
+
     # title
     number = int(path.name[:2])
     first = source(cells[0]).lstrip().splitlines()[0] if cells and source(cells[0]).strip() else ""
@@ -179,7 +182,9 @@ def check(path: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    paths = [Path(a).resolve() for a in argv] or sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+    paths = [Path(a).resolve() for a in argv] or (
+        sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
+    )
     problems = [p for path in paths for p in check(path)]
     for p in problems:
         print(p)

@@ -13,8 +13,8 @@ For each notebook this script
 - formats the code cells with ruff (pyproject.toml's settings), so the stored notebook
   passes `make lint`;
 - runs every cell, top to bottom, in a fresh ``python3`` kernel of *this* Python
-  environment, in the notebook's own folder, with PYTHONHASHSEED=0 (as nbval does via
-  the top-level conftest.py); execution counts come out 1, 2, 3, ...;
+  environment, in the notebook's own folder, with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1
+  (as nbval does via the top-level conftest.py); execution counts come out 1, 2, 3, ...;
 - records no timing metadata and drops any volatile cell metadata left by editors;
 - sets the pairing metadata ``jupytext: {formats: "ipynb,py:percent"}`` and a standard
   ``python3`` kernelspec, then writes the notebook and its ``.py`` twin.
@@ -48,6 +48,7 @@ VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "papermill")
 # The kernel inherits this process's environment: fix string hashing (set iteration
 # order), and let ipykernel choose its inline matplotlib backend.
 os.environ["PYTHONHASHSEED"] = "0"
+os.environ["OMP_NUM_THREADS"] = "1"  # one torch thread, as under `make test` (see conftest.py)
 os.environ.pop("MPLBACKEND", None)
 
 import jupytext  # noqa: E402
