@@ -57,7 +57,7 @@ def _variants(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[tuple[str, t
 
 
 def check_rms_norm(cls) -> None:
-    """Exercise 5.2: cls(d_model, eps=1e-6) is an nn.Module with a learnable `weight` [d_model]
+    """Exercise 5.3: cls(d_model, eps=1e-6) is an nn.Module with a learnable `weight` [d_model]
     (initialised to ones) whose forward returns x / sqrt(mean(x**2 over the last dim) + eps)
     * weight. Compared with torch.nn.RMSNorm(d_model, eps=1e-6) with the same weight, on three
     inputs. Used in chapter 5.
