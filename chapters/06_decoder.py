@@ -57,7 +57,8 @@ _ = torch.manual_seed(0)
 #
 # Three reversal pairs. The encoder (chapter 05; here the finished `helpers.Encoder`,
 # untrained) turns the sources into `memory` `[B, Ls, d]`. The decoder's input is the
-# target without its last column (`<bos>` followed by the reversed digits): at every
+# target without its last column (`<bos>`, the reversed digits, then `<eos>` and padding
+# in every sequence shorter than the longest, as the printed one is): at every
 # position it must predict the *next* target token, which is why training feeds it the
 # target shifted by one ("teacher forcing" {cite}`williams1989`, chapter 10). So here the
 # target length is $L_t = 13$ and the source length $L_s = 14$: the two need not match.
@@ -520,43 +521,14 @@ with torch.no_grad():
 # Only the last dimension of the cross-attention weights follows the memory's length;
 # the output always has the decoder's shape.
 #
-# ### Exercise 6.2 (implement): the decoder layer's forward pass
-#
-# Write `decoder_layer_forward(layer, x, memory, self_mask, cross_mask)` that computes
-# what `layer(x, memory, self_mask, cross_mask)` returns, `(output, cross-attention
-# weights)`, for a `helpers.DecoderLayer` in eval mode, using only its sub-modules:
-# `layer.ln1`, `layer.ln2`, `layer.ln3`, `layer.self_mha`, `layer.cross_mha` and
-# `layer.ffn` (each `MultiHeadAttention` returns `(output, weights)`). Check it with
-# `check_decoder_layer_forward(decoder_layer_forward)`, which runs it on two inputs with
-# $L_t \ne L_s$ and names the mistake when it recognises one (keys from the decoder, the
-# memory normalised again, a missing mask or LayerNorm, the Post-Norm order).
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 6.2
-from helpers.exercises import check_decoder_layer_forward
-
-
-def decoder_layer_forward(layer, x, memory, self_mask, cross_mask):
-    h = layer.ln1(x)
-    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask)
-    x = x + a
-    h = layer.ln2(x)
-    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
-    x = x + a
-    return x + layer.ffn(layer.ln3(x)), cross_w
-
-
-check_decoder_layer_forward(decoder_layer_forward)
-
-# %% [markdown]
-# ### Exercise 6.3 (predict, then run): which outputs move?
+# ### Exercise 6.2 (predict, then run): which outputs move?
 #
 # Take the hand-built `layer` of this chapter and sequence 0 of the batch. First change
 # source digit 2 (re-encoding the memory); then, separately, change target token 2.
 # Which of the 13 target positions of the layer's output change in each case?
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 6.3
+# Solution to exercise 6.2
 src_alt, tgt_alt = src[:1].clone(), tgt_in[:1].clone()
 src_alt[0, 2] = 3 + (src_alt[0, 2] - 3 + 1) % 10  # another digit
 tgt_alt[0, 2] = 3 + (tgt_alt[0, 2] - 3 + 1) % 10
@@ -575,3 +547,31 @@ assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 # %% [markdown]
 # A source token reaches every target position (through the encoder's self-attention and
 # then cross-attention); a target token reaches only its own and later positions.
+#
+# ### Exercise 6.3 (implement): the decoder layer's forward pass
+#
+# Write `decoder_layer_forward(layer, x, memory, self_mask, cross_mask)` that computes
+# what `layer(x, memory, self_mask, cross_mask)` returns, `(output, cross-attention
+# weights)`, for a `helpers.DecoderLayer` in eval mode, using only its sub-modules:
+# `layer.ln1`, `layer.ln2`, `layer.ln3`, `layer.self_mha`, `layer.cross_mha` and
+# `layer.ffn` (each `MultiHeadAttention` returns `(output, weights)`). Check it with
+# `check_decoder_layer_forward(decoder_layer_forward)`, which runs it on two inputs with
+# $L_t \ne L_s$ and names the mistake when it recognises one (keys from the decoder, the
+# memory normalised again, a missing mask or LayerNorm, the Post-Norm order).
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 6.3
+from helpers.exercises import check_decoder_layer_forward
+
+
+def decoder_layer_forward(layer, x, memory, self_mask, cross_mask):
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask)
+    x = x + a
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+check_decoder_layer_forward(decoder_layer_forward)

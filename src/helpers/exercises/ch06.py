@@ -82,7 +82,7 @@ _HINTS = {
 
 
 def check_decoder_layer_forward(fn) -> None:
-    """Exercise 6.2: fn(layer, x, memory, self_mask, cross_mask) -> (x_out, cross_weights), the
+    """Exercise 6.3: fn(layer, x, memory, self_mask, cross_mask) -> (x_out, cross_weights), the
     forward pass of a helpers.DecoderLayer written with the layer's own sub-modules (ln1, ln2,
     ln3, self_mha, cross_mha, ffn). Compared with layer(...) in eval mode on two inputs with
     L_t != L_s. Used in chapter 6.
