@@ -176,10 +176,10 @@ for name, m in [("right", right), ("tril", keep_polarity)]:
 #
 # Cross-attention's keys are the *source* tokens, so its mask is the source padding mask,
 # `[B, 1, 1, Ls]`. Handing it the decoder's causal mask `[1, 1, Lt, Lt]` fails loudly when the
-# lengths differ, and silently when they happen to be equal: target position $i$ then sees only
-# memory positions $0..i$. (Those come out of a bidirectional encoder, so each still carries
-# information about the whole source: what the wrong mask costs a trained model is a question for
-# an experiment, not for a glance at the mask.)
+# lengths differ (`helpers` checks the mask against the scores' shape and names both), and
+# silently when they happen to be equal: target position $i$ then sees only memory positions
+# $0..i$. Those come out of a bidirectional encoder, so each still carries information about the
+# whole source; chapter 07 measures what the wrong mask costs a trained model.
 
 # %%
 dec = torch.randn(1, 4, 16)
@@ -187,7 +187,7 @@ memory = torch.randn(1, 6, 16)
 try:
     mha(dec, memory, memory, attn_mask=make_causal_mask(4))
     raise AssertionError("expected an error")
-except RuntimeError as e:
+except ValueError as e:
     print("Lt=4, Ls=6:", type(e).__name__, "|", e)
 
 memory6, dec6 = torch.randn(1, 6, 16), torch.randn(1, 6, 16)

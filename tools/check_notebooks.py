@@ -54,13 +54,11 @@ def source(cell) -> str:
 
 
 def output_text(out) -> str:
-    text = out.get("text", "")
-    if isinstance(text, list):
-        text = "".join(text)
-    plain = out.get("data", {}).get("text/plain", "")
-    if isinstance(plain, list):
-        plain = "".join(plain)
-    return text + "\n" + plain
+    """A stream's text, or a display's text/plain."""
+    text = out.get("text") if out.get("output_type") == "stream" else None
+    if text is None:
+        text = out.get("data", {}).get("text/plain", "")
+    return "".join(text) if isinstance(text, list) else text
 
 
 def hidden(cell) -> bool:
@@ -91,10 +89,15 @@ def check(path: Path) -> list[str]:
                 "its output cannot be stable"
             )
         counts.append(cell.get("execution_count"))
+        texts = []  # consecutive stream writes joined (print(a, b) may write twice)
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 problem(f"cell {i} has a stored error: {out.get('ename')}: {out.get('evalue')}")
-            text = output_text(out)
+            elif out.get("output_type") == "stream" and texts and texts[-1][0] == out.get("name"):
+                texts[-1] = (out.get("name"), texts[-1][1] + output_text(out))
+            else:
+                texts.append((out.get("name"), output_text(out)))
+        for _, text in texts:
             match = ADDRESS.search(text)
             if match:
                 problem(f"cell {i} stores a repr with a memory address: {match.group(0)}")

@@ -79,7 +79,7 @@ class MultiHeadAttention(nn.Module):
         """q [B, Lq, d_model] (not yet projected) against already projected K, V [B, h, Lk, d_k]."""
         Q = self.split_heads(self.W_q(q))
         if attn_mask is not None:
-            check_mask("attn_mask", attn_mask, Q)
+            check_mask("attn_mask", attn_mask, Q, K.size(2))
         if need_weights:
             out, weights = self._attention_by_hand(Q, K, V, attn_mask)
         else:

@@ -224,7 +224,7 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     """Nucleus filtering (Holtzman et al. 2020): in each row, keep the smallest set of most
     likely tokens whose probabilities sum to at least p; set the other logits to -inf.
 
-    Built in chapter 14 (exercise 14.2). The most likely token is always kept; p = 1 keeps
+    Built in chapter 14 (exercise 14.3). The most likely token is always kept; p = 1 keeps
     every token of non-zero probability. Softmax of the result is the renormalised nucleus.
     """
     if not 0 < p <= 1:
