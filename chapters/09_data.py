@@ -22,10 +22,11 @@
 #
 # - **Data is free and exact.** A few lines of NumPy generate as many pairs as we want, and every
 #   answer is known, so "98 % exact match" means exactly what it says.
-# - **It needs attention.** Output position $i$ must copy input position $L-1-i$, where $L$ is
-#   the length of this particular input: information has to move between positions, and where
-#   it comes from depends on the input, which is what attention computes.
-# - **It trains in seconds on a CPU**, which makes every later experiment cheap.
+# - **It exercises attention.** Output position $i$ must copy input position $L-1-i$, where $L$
+#   is the length of this particular input: information has to move between positions, and
+#   where it comes from depends on the input, which is what attention computes.
+# - **It trains on a CPU** in a few hundred steps of a small model (chapter 10), which keeps
+#   every later experiment cheap.
 #
 # This chapter builds the data set by hand, looks at it from a few angles (one sample, the lengths,
 # the padding), and splits it three ways: a **training** set to learn from, a **validation** set
@@ -228,7 +229,7 @@ for L in range(MIN_LEN, 8):
         f"  (p_L = {p_seen(L):.1%})"
     )
 assert int(in_train[lengths_val >= 7].sum()) == 0
-assert 0.07 < in_train.float().mean() < 0.14  # about one in ten
+assert 0.07 < in_train.float().mean() < 0.14  # about one in nine
 assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within sampling noise
 
 # %% [markdown]
@@ -247,17 +248,22 @@ assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within samplin
 # The accuracy the book reports comes from a third split that neither training nor stopping ever
 # looks at: `helpers.test_set()`, 10,000 sequences drawn by the same generator with a seed no
 # other split uses (`helpers.TEST_SEED`). Ten times as many sequences make the interval around the
-# reported number about three times narrower (its width shrinks as $1/\sqrt{n}$): the cell prints
-# the 95 % interval of a score of 99.5 % on 1,000 and on 10,000 sequences (the Wilson interval
-# {cite}`wilson1927`, which chapter 10 explains). The same arithmetic as above predicts the test
+# reported number about three times narrower (its width shrinks roughly as $1/\sqrt{n}$, and
+# $\sqrt{10} \approx 3.2$): the cell prints the 95 % interval of a score of 99.5 % on 1,000 and on
+# 10,000 sequences, and the ratio of their widths (the Wilson interval {cite}`wilson1927`, which
+# chapter 10 explains). The same arithmetic as above predicts the test
 # set's overlap with the training set, and `helpers.train_test_overlap` counts it:
 
 # %%
 from helpers import TEST_SEED, TEST_SIZE, test_set, train_test_overlap, wilson_interval
 
+widths = []
 for n in (1000, 10_000):
     low, high = wilson_interval(round(0.995 * n), n)
+    widths.append(high - low)
     print(f"99.5 % of {n:>6,}: 95 % interval {low:.2%} to {high:.2%} (width {high - low:.2%})")
+print(f"ten times the sequences: an interval {widths[0] / widths[1]:.1f} times narrower")
+assert 2.5 < widths[0] / widths[1] < 4
 src_test, tgt_test = test_set()
 check_pairs(src_test, tgt_test)
 test_in_train = train_test_overlap(src_test, src_train)
@@ -357,13 +363,18 @@ assert abs(counted - predicted) < 3 * predicted**0.5
 # ### Exercise 9.2 (implement): cut the padding off a batch
 #
 # Chapter 10's training loop takes batches of 128 sequences, all 14 columns wide. When every row
-# of a batch is short, its last columns are `<pad>` in every row and only cost time. Write
+# of a batch is short, its last columns are `<pad>` in every row: the masks keep them from
+# changing any real position's output, so they only add work (the solution checks that the
+# loss of a small model is the same with and without them). Write
 # `trim_padding(src, tgt)` that returns `src` and `tgt` with those columns cut off: each tensor
 # keeps exactly as many columns as its longest row has real tokens (padding trails, so these are
 # the first columns). `check_trim_padding` runs it on three batches and compares.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 9.2
+import torch.nn.functional as F
+
+from helpers import Transformer
 from helpers.exercises import check_trim_padding
 
 
@@ -375,3 +386,21 @@ def trim_padding(src, tgt):
 
 
 check_trim_padding(trim_padding)
+
+# the cut columns changed nothing: the same untrained model, the same loss on both widths
+_ = torch.manual_seed(0)
+tiny = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=16, num_heads=2, dff=32, max_len=WIDTH).eval()
+short = lengths_train <= 5
+s_full, t_full = src_train[short][:32], tgt_train[short][:32]
+s_cut, t_cut = trim_padding(s_full, t_full)
+with torch.no_grad():
+    losses = [
+        F.cross_entropy(
+            tiny(s, t[:, :-1]).reshape(-1, VOCAB_SIZE), t[:, 1:].reshape(-1), ignore_index=PAD_ID
+        )
+        for s, t in ((s_full, t_full), (s_cut, t_cut))
+    ]
+print(f"32 rows of <= 5 digits: src {s_full.size(1)} -> {s_cut.size(1)} columns, ", end="")
+print(f"tgt {t_full.size(1)} -> {t_cut.size(1)}")
+print(f"loss of an untrained model: {losses[0]:.5f} on 14 columns, {losses[1]:.5f} cut")
+assert s_cut.size(1) < WIDTH and abs(losses[0] - losses[1]) < 1e-5
