@@ -34,9 +34,10 @@
 # without a learning-rate warmup. This chapter builds a Pre-Norm
 # layer by hand and a Post-Norm layer beside it, measures what each does to the residual
 # stream through a deep stack (and why that makes Pre-Norm need one extra LayerNorm at the
-# very end), reproduces a bug that raises no error (layers kept in a plain Python list), compares the
-# two orders in training without warmup over several seeds and learning rates (a recorded
-# sweep, Figure 5.3), and ends by checking the hand-built encoder against `helpers.Encoder`.
+# very end), reproduces a bug that raises no error (layers kept in a plain Python list),
+# compares the two orders in training without warmup over several seeds and learning rates (a
+# recorded sweep, Figure 5.3), and ends by checking the hand-built encoder against
+# `helpers.Encoder`.
 
 # %%
 import copy
@@ -824,9 +825,10 @@ plt.show()
 #   plateau, rises by 0.03 to 0.28 at those rates.
 #
 # In all 15 pairs Pre-Norm's held-out loss is less than half of Post-Norm's (asserted
-# below), five seeds per learning rate. That is one task, one depth and one budget: whether Post-Norm leaves the plateau at
-# smaller learning rates given more steps, or with the learning-rate warmup of the original
-# paper (which chapter 10 uses), this sweep does not measure.
+# below), five seeds per learning rate. That is one task, one depth and one budget: whether
+# Post-Norm leaves the plateau at smaller learning rates given more steps, or with the
+# learning-rate warmup of the original paper (which chapter 10 uses), this sweep does not
+# measure.
 
 # %%
 pairs = [(lr, seed) for lr in cfg["lrs"] for seed in cfg["seeds"]]

@@ -28,9 +28,10 @@
 # book a mask is a `bool` tensor in which **True means blocked**, broadcastable to the attention
 # scores `[B, h, Lq, Lk]` (chapter 03 built the masked attention itself). Most of the mask bugs
 # in this chapter do not crash: the model still runs, so each pitfall is reproduced, with the
-# wrong numbers (or the error) first and the fix after. One of them, a causal mask on cross-attention, is
-# trained on a fixed budget and measured on the test set (Figure 7.2). Figure 7.1 shows the
-# decoder's masks as grids, Figure 7.3 the three conventions libraries use for the same mask.
+# wrong numbers (or the error) first and the fix after. One of them, a causal mask on
+# cross-attention, is trained on a fixed budget and measured on the test set (Figure 7.2).
+# Figure 7.1 shows the decoder's masks as grids, Figure 7.3 the three conventions libraries use
+# for the same mask.
 #
 # At the end we assemble the whole model with its initialisation and check that
 # `helpers.Transformer` builds exactly the masks and logits we built here.
