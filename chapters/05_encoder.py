@@ -31,13 +31,12 @@
 # the LayerNorm to the input of each sub-layer. Wang et al. {cite}`wang2019` and Liu et al.
 # {cite}`liu2020` report that Pre-Norm trains deep stacks more stably than Post-Norm; Nguyen and
 # Salazar {cite}`nguyen2019` and Xiong et al. {cite}`xiong2020` train Pre-Norm Transformers
-# without a learning-rate warmup. This chapter builds a Pre-Norm
-# layer by hand and a Post-Norm layer beside it, measures what each does to the residual
-# stream through a deep stack (and why that makes Pre-Norm need one extra LayerNorm at the
-# very end), reproduces a bug that raises no error (layers kept in a plain Python list),
-# compares the two orders in training without warmup over several seeds and learning rates (a
-# recorded sweep, Figure 5.3), and ends by checking the hand-built encoder against
-# `helpers.Encoder`.
+# without a learning-rate warmup. This chapter builds a Pre-Norm layer by hand and a
+# Post-Norm layer beside it, measures what each does to the residual stream through a deep
+# stack (and why that makes Pre-Norm need one extra LayerNorm at the very end), reproduces a
+# bug that raises no error (layers kept in a plain Python list), compares the two orders in
+# training without warmup over several seeds and learning rates (a recorded sweep, Figure
+# 5.3), and ends by checking the hand-built encoder against `helpers.Encoder`.
 
 # %%
 import copy
@@ -332,8 +331,8 @@ assert grad_gap["Pre-Norm"] == 0 and grad_gap["Post-Norm"] > 0.1
 # In a deep Post-Norm stack, the gradient that reaches an early layer has passed through
 # two LayerNorm Jacobians per layer above it; in a Pre-Norm stack there is always a
 # direct path of plain additions from the top of the stack to every layer. Xiong et al.
-# {cite}`xiong2020` use this to explain why Post-Norm needs a learning-rate warmup and
-# Pre-Norm can do without; the experiment at the end of this chapter measures how the two
+# {cite}`xiong2020` analyse the gradients of the two orders at initialisation to explain why
+# Post-Norm needs a learning-rate warmup and Pre-Norm can do without; the experiment at the end of this chapter measures how the two
 # fare without warmup on our task. Pre-Norm pays for its clean path elsewhere, as the next
 # section measures.
 #
@@ -349,7 +348,7 @@ assert grad_gap["Pre-Norm"] == 0 and grad_gap["Post-Norm"] > 0.1
 # - **Pre-Norm + final LayerNorm**: what the stack would output if it ended at that
 #   depth with one LayerNorm, as `helpers.Encoder` does.
 #
-# For both, the cell also measures how much each layer changes the stream relative to
+# For both orders, the cell also measures how much each layer changes the stream relative to
 # its size:
 # $\operatorname{RMS}(x_{\text{out}} - x_{\text{in}}) / \operatorname{RMS}(x_{\text{in}})$.
 
@@ -534,8 +533,10 @@ assert not any(k.startswith("layers.") for k in buggy.state_dict())
 #    given them. The model still trains its embedding and final LayerNorm, so the loss
 #    may even go down a little, which makes the bug easy to miss.
 # 2. **`.to()` does not move them.** On a GPU machine `model.to("cuda")` would leave the
-#    layers on the CPU; the CPU stand-in here is `.to(torch.float64)`, which converts the
-#    embedding but not the layers, and the forward pass fails.
+#    layers on the CPU. With no GPU here, the cell moves the model to PyTorch's `meta`
+#    device instead (chapter 02 uses it the same way): the embedding goes, the layers stay
+#    on the CPU. `.to(torch.float64)` converts the embedding but not the layers, and the
+#    forward pass fails.
 # 3. **`state_dict()` does not save them**: a checkpoint silently lacks the layers, and
 #    loading it restores only the embedding and final LayerNorm.
 # 4. **`.eval()` does not reach them**: their dropout stays on at evaluation time, so the
@@ -569,9 +570,17 @@ for name, model in (("nn.ModuleList", good), ("Python list", buggy)):
     assert ln_moved > 0 and (layer_moved == 0 if name == "Python list" else layer_moved > 0)
 
 # %%
+on_meta = copy.deepcopy(buggy).to("meta")
+print(
+    '2. after .to("meta"): embedding on',
+    on_meta.embed.emb.weight.device,
+    "| layer 0 on",
+    on_meta.layers[0].ffn.net[0].weight.device,
+)
+assert on_meta.embed.emb.weight.is_meta and not on_meta.layers[0].ffn.net[0].weight.is_meta
 b64 = copy.deepcopy(buggy).eval().to(torch.float64)
 print(
-    "2. after .to(float64): embedding",
+    "   after .to(float64): embedding",
     b64.embed.emb.weight.dtype,
     "| layer 0",
     b64.layers[0].ffn.net[0].weight.dtype,
@@ -615,8 +624,10 @@ good.eval()
 with torch.no_grad():
     e1, e2 = good(batch_src, batch_mask), good(batch_src, batch_mask)
 gap = (restored.layers[0].ffn.net[0].weight - good.layers[0].ffn.net[0].weight).abs().max()
+good_meta = copy.deepcopy(good).to("meta")
+print('2. after .to("meta"): layer 0 on', good_meta.layers[0].ffn.net[0].weight.device)
 print(
-    "2. after .to(float64): layer 0", g64.layers[0].ffn.net[0].weight.dtype, "| output", y64.dtype
+    "   after .to(float64): layer 0", g64.layers[0].ffn.net[0].weight.dtype, "| output", y64.dtype
 )
 print(f"3. after a checkpoint round trip, layer 0 differs by up to {gap.item()}")
 print(
@@ -624,7 +635,7 @@ print(
     good.layers[0].training,
     f"| two calls differ by up to {(e1 - e2).abs().max().item()}",
 )
-assert y64.dtype == torch.float64
+assert y64.dtype == torch.float64 and good_meta.layers[0].ffn.net[0].weight.is_meta
 assert torch.equal(restored.layers[0].ffn.net[0].weight, good.layers[0].ffn.net[0].weight)
 assert not good.layers[0].training and torch.equal(e1, e2)
 
