@@ -70,7 +70,8 @@ _ = torch.manual_seed(0)
 # ## A small padded batch
 #
 # Two reversal examples of different lengths. The source is the digits, then `<eos>`, then padding;
-# the decoder input (`tgt_in`) is `<bos>` followed by the reversed digits, and it is padded too.
+# the decoder input (`tgt_in`) is `<bos>` followed by the reversed digits (and `<eos>` where
+# there is room), and it is padded too.
 # The source is one column wider than the target here, so that $L_s \ne L_t$ (as in the
 # full-width tensors of `make_reversal_dataset`: $L_s = 14$, $L_t = 13$).
 
