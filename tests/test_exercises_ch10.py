@@ -12,7 +12,7 @@ from helpers.exercises import (
 
 
 def smoothed_cross_entropy(logits, labels, eps, ignore_index):
-    """The book's solution to exercise 10.2."""
+    """The book's solution to exercise 10.3."""
     logp = logits.log_softmax(-1)
     real = labels != ignore_index
     safe = labels.masked_fill(~real, 0)
@@ -22,7 +22,7 @@ def smoothed_cross_entropy(logits, labels, eps, ignore_index):
 
 
 def teacher_forcing_loss(model, src, tgt):
-    """The book's solution to exercise 10.3."""
+    """The book's solution to exercise 10.2."""
     logits = model(src, tgt[:, :-1])
     return F.cross_entropy(
         logits.reshape(-1, VOCAB_SIZE), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID

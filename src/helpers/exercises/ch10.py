@@ -1,9 +1,9 @@
 """Checkers for the exercises of chapter 10 (training).
 
 check_smoothed_cross_entropy(fn)   fn(logits [N, V], labels [N], eps, ignore_index) -> loss:
-                                   cross-entropy with label smoothing, by hand (exercise 10.2);
+                                   cross-entropy with label smoothing, by hand (exercise 10.3);
 check_teacher_forcing_loss(fn)     fn(model, src, tgt) -> loss: the training loss of one batch,
-                                   with the one-position shift and padding ignored (exercise 10.3).
+                                   with the one-position shift and padding ignored (exercise 10.2).
 
 Both compare the reader's number with PyTorch's F.cross_entropy on fixed inputs. When the number
 differs, they compute the usual wrong variants (smoothing spread over V - 1 classes, padding
@@ -42,7 +42,7 @@ def _match(got: float, variants: dict[str, torch.Tensor]) -> str:
     return ""
 
 
-# ---------------------------------------------------------------- exercise 10.2
+# ---------------------------------------------------------------- exercise 10.3
 
 
 def _smoothing_inputs():
@@ -92,7 +92,7 @@ def _smoothing_variants(logits, labels, eps, ignore_index) -> dict[str, torch.Te
 
 
 def check_smoothed_cross_entropy(fn) -> None:
-    """Exercise 10.2: fn(logits, labels, eps, ignore_index) equals F.cross_entropy with
+    """Exercise 10.3: fn(logits, labels, eps, ignore_index) equals F.cross_entropy with
     label_smoothing=eps and ignore_index, on four fixed inputs."""
     for where, logits, labels, eps, ignore_index in _smoothing_inputs():
         got = call(fn, logits.clone(), labels.clone(), eps, ignore_index, where=where)
@@ -106,7 +106,7 @@ def check_smoothed_cross_entropy(fn) -> None:
     passed("check_smoothed_cross_entropy", 4, "equal to F.cross_entropy(label_smoothing=...)")
 
 
-# ---------------------------------------------------------------- exercise 10.3
+# ---------------------------------------------------------------- exercise 10.2
 
 
 def _tf_model() -> Transformer:
@@ -139,7 +139,7 @@ def _tf_variants(model, src, tgt) -> dict[str, torch.Tensor]:
 
 
 def check_teacher_forcing_loss(fn) -> None:
-    """Exercise 10.3: fn(model, src, tgt) is the teacher-forced cross-entropy of the batch,
+    """Exercise 10.2: fn(model, src, tgt) is the teacher-forced cross-entropy of the batch,
     padding ignored, returned as a tensor that backward() can use."""
     model = _tf_model()
     src, tgt = make_reversal_dataset(16, seed=102)
