@@ -95,7 +95,7 @@ def _hint(fn, got, Q, K, V, mask, block_size, want) -> str:
 
 
 def check_blocked_attention(fn) -> None:
-    """Check exercise 19.2: fn(Q, K, V, mask=None, block_size=64) -> [B, h, Lq, d_v].
+    """Check exercise 19.3: fn(Q, K, V, mask=None, block_size=64) -> [B, h, Lq, d_v].
 
     Q [B, h, Lq, d_k], K [B, h, Lk, d_k], V [B, h, Lk, d_v]; mask: bool, True = blocked,
     broadcastable to [B, h, Lq, Lk]; block_size: keys per block. Used in chapter 19.
