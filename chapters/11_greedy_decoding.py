@@ -25,7 +25,7 @@
 # This chapter writes that loop by hand on one example, printing the output as it grows; then
 # makes it work on a batch whose rows finish at different steps; defines exact match and reports
 # it on the 10,000 test sequences of chapter 09, with greedy decoding; and shows what happens
-# when the model is left in training mode, a common inference bug.
+# when the model is left in training mode, an inference bug that raises no error.
 
 # %%
 import dataclasses
@@ -126,8 +126,8 @@ plt.show()
 # %% [markdown]
 # The logits grow by one row per step: the loop above re-runs the decoder over the whole prefix
 # every time, recomputing keys and values it already computed at the previous step. That is the
-# textbook loop and the easiest to get right; the KV cache (chapter 13) removes the
-# recomputation and must produce the same tokens.
+# simplest loop; the KV cache (chapter 13) removes the recomputation and must produce the same
+# tokens.
 
 # %% [markdown]
 # ## A batch whose rows finish at different times
@@ -159,11 +159,12 @@ assert all((t != PAD_ID).all() for t in after_eos)  # junk, never padding
 
 # %% [markdown]
 # The short rows keep generating after their `<eos>`: whatever the model likes to produce there
-# (the printout shows what this one does), but never `<pad>`. Positions after `<eos>` are
-# padding in every training target, and the loss ignores them (chapter 10), so the model was never
-# taught what to put there; and since `<pad>` is never a target, training only ever pushed its
-# logit down. The fix is two lines: keep a `finished` flag per row, overwrite the next token of
-# a finished row with `<pad>`, and stop as soon as every row is finished.
+# (the printout shows what this one does), and in these rows not once `<pad>`. That is no
+# surprise: positions after `<eos>` are padding in every training target, and the loss ignores
+# them (chapter 10), so the model was never taught what to put there; and since `<pad>` is never
+# a target, the gradient of the cross-entropy lowered its logit at every position it scored. The
+# fix takes a few lines: keep a `finished` flag per row, overwrite the next token of a finished
+# row with `<pad>`, and stop as soon as every row is finished.
 
 # %%
 @torch.no_grad()
@@ -195,10 +196,10 @@ for row, digits in zip(pred, ("123", "480265", "9081726354")):
 # %% [markdown]
 # ## Exact match
 #
-# Token accuracy is forgiving: a 12-digit answer with one wrong digit is still 92 % right. The
-# task's real metric is **exact match**: the fraction of sequences whose output equals the target
-# at every position up to and including `<eos>` (what comes after `<eos>` is padding and does not
-# count). One wrong digit, a missing `<eos>`, or an extra digit all make the sequence wrong.
+# Token accuracy is forgiving: a 12-digit answer with one wrong digit is still 92 % right
+# (12 of its 13 tokens, counting `<eos>`). The task's real metric is **exact match**: the
+# fraction of sequences whose output equals the target at every position up to and including
+# `<eos>` (what comes after `<eos>` is padding and does not count). One wrong digit, a missing `<eos>`, or an extra digit all make the sequence wrong.
 
 # %% tags=["nbval-ignore-output"]
 def my_exact_match(pred, tgt):
@@ -213,6 +214,7 @@ src_val, tgt_val = make_reversal_dataset(1000, seed=1)  # the validation set of 
 ours = greedy(model, src_val)
 em = my_exact_match(ours, tgt_val)
 print(f"exact match on the 1,000 validation sequences: {em:.3f}")
+print(f"(one wrong digit of 12: token accuracy {12 / 13:.0%}, exact match 0)")
 assert em >= 0.995  # training stopped once greedy decoding got there
 
 # %% [markdown]
@@ -257,7 +259,7 @@ assert int(right.sum()) == teacher_forced.correct and teacher_forced.low > 0.99
 
 # %% [markdown]
 # Which test sequences does the model still get wrong? The cell counts the errors per source
-# length and shows a few of them.
+# length and shows a few of them. For this model, most errors have ten or more digits.
 
 # %% tags=["nbval-ignore-output"]
 lengths = (src_test != PAD_ID).sum(1) - 1
@@ -267,22 +269,26 @@ for L in range(3, 13):
 for i in torch.nonzero(~right).flatten()[:3].tolist():
     print(f"  src {describe(src_test[i][src_test[i] != PAD_ID])}")
     print(f"  got {describe(pred_test[i][pred_test[i] != PAD_ID])}")
-assert int((~right).sum()) == teacher_forced.n - teacher_forced.correct
+long_errors = int((~right[lengths >= 10]).sum())
+print(f"errors with 10 or more digits: {long_errors} of {int((~right).sum())}")
+assert long_errors > int((~right).sum()) / 2
 
 # %% [markdown]
 # ## The pitfall: forgetting `model.eval()`
 #
 # Dropout zeroes a random subset of activations **in training mode** and does nothing in
 # evaluation mode. A model left in training mode at inference is therefore a random function:
-# the same input gives different outputs on every call. Nothing fails: the outputs look
-# plausible, only worse and not reproducible. `torch.no_grad()` does not
-# help either: it turns off gradient tracking, not dropout.
+# the same input gives different outputs on every call. Nothing raises an error: the outputs
+# still have the shape of an answer, only they are wrong far more often and not reproducible
+# (the decoding cell below counts both). `torch.no_grad()` does not help either: it turns off
+# gradient tracking, not dropout.
 #
 # (The exact numbers below depend on the trained weights, which differ in their low bits from one
 # CPU to another; the asserts state what holds everywhere.)
 #
-# The book's model was trained without dropout (chapter 10 measures why), so its dropout layers
-# have probability 0 and the bug would be invisible here. To see it, we load the same weights
+# The book's model was trained without dropout (chapter 10's ablation: without it, the runs
+# needed fewer steps), so its dropout layers have probability 0 and the bug is invisible here:
+# the cell checks that two calls in training mode agree. To see the bug, we load the same weights
 # into a model built with dropout 0.1, as in {ref}`the reference chapter <reference-chapter>`.
 # Dropout has no weights, so the state dict fits as is.
 
@@ -290,6 +296,14 @@ assert int((~right).sum()) == teacher_forced.n - teacher_forced.correct
 leaky = Transformer.from_config(dataclasses.replace(model.config, dropout=0.1))
 leaky.load_state_dict(model.state_dict())
 x, y = src_val[:200], tgt_val[:200]
+
+model.train()  # the book's model, dropout 0: training mode changes nothing
+with torch.no_grad():
+    a, b = model(x, y[:, :-1]), model(x, y[:, :-1])
+model.eval()
+print(f"book's model (dropout {model.config.dropout}), train mode: max |difference| ", end="")
+print(f"{(a - b).abs().max().item():.2f}")
+assert model.config.dropout == 0 and torch.equal(a, b)
 
 leaky.eval()
 with torch.no_grad():
@@ -334,10 +348,15 @@ em_train_mode = my_exact_match(first, y)
 leaky.eval()
 eval_pred = greedy_keeps_mode(leaky, x)
 em_eval_mode = my_exact_match(eval_pred, y)
+shaped = sum(  # <bos>, then only digits up to an <eos>
+    EOS_ID in row and all(t > EOS_ID for t in row[1 : row.index(EOS_ID)]) for row in first.tolist()
+)
 print(f"train mode: {n_diff} of {len(x)} outputs differ between two runs")
+print(f"train mode: {shaped} of {len(x)} outputs are digits followed by <eos>")
+print(f"  e.g. {describe(x[0][x[0] != PAD_ID])} -> {describe(first[0][first[0] != PAD_ID])}")
 print(f"train mode: exact match {em_train_mode:.3f}")
 print(f"eval mode : exact match {em_eval_mode:.3f}")
-assert n_diff > 0 and em_train_mode < em_eval_mode
+assert n_diff > 0 and em_train_mode < em_eval_mode and shaped > len(x) / 2
 assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout off: the trained model
 
 # %% [markdown]
@@ -400,7 +419,36 @@ print("one source of 12 digits    :", one_long)
 assert three == {"encode": 1, "decode": 11} and one_long == {"encode": 1, "decode": 13}
 
 # %% [markdown]
-# ### Exercise 11.2 (implement): beam search
+# ### Exercise 11.2 (implement): the interval around the test score
+#
+# The test score above comes with a 95 % Wilson interval {cite}`wilson1927`. For `correct` of `n`
+# sequences right, the measured share is $\hat p = \text{correct}/n$, and the interval holds
+# every $p$ for which $|\hat p - p| \le z\sqrt{p(1-p)/n}$, with $z$ the standard normal quantile
+# at $(1 + \text{confidence})/2$ (`statistics.NormalDist().inv_cdf`). Squaring gives a quadratic
+# in $p$; write `wilson(correct, n, confidence)` that returns its two roots `(low, high)`. The
+# checker compares with `helpers.wilson_interval` and recognises the textbook Wald interval
+# $\hat p \pm z\sqrt{\hat p(1-\hat p)/n}$ and a one-sided $z$.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 11.2
+import math
+from statistics import NormalDist
+
+from helpers.exercises import check_wilson_interval
+
+
+def wilson(correct, n, confidence):
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+check_wilson_interval(wilson)
+
+# %% [markdown]
+# ### Exercise 11.3 (implement): beam search
 #
 # Greedy decoding keeps one hypothesis. Beam search {cite}`sutskever2014` keeps the `k` most
 # probable partial sequences: at every step each live hypothesis is extended by its `k` best next
@@ -408,12 +456,15 @@ assert three == {"encode": 1, "decode": 11} and one_long == {"encode": 1, "decod
 # `k` survive; a hypothesis that has produced `<eos>` is finished and keeps competing with its
 # score. Write `beam_search(model, src, k)` for one source `src [1, Ls]` that returns the best
 # sequence as `[1, L]` (starting with `<bos>`, at most `model.max_len` tokens). With `k = 1` it
-# must be greedy decoding, token for token; with `k > 1` its result must be at least as probable
-# as greedy's. The checker runs it on small random models, whose flat distributions make greedy
-# miss the most probable sequence on some sources.
+# must be greedy decoding, token for token. With `k > 1` the checker compares the
+# log-probability of your result with that of the book's beam search on the same source, and
+# says so when yours is below greedy's. (Beam search does not promise to beat greedy decoding:
+# greedy's prefix can drop out of the beam when `k` other prefixes score higher, and nothing
+# keeps their completions ahead.) The checker runs it on small random models, whose flat
+# distributions make greedy miss the most probable sequence on some sources.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 11.2
+# Solution to exercise 11.3
 from helpers.exercises import check_beam_search
 
 
@@ -439,32 +490,3 @@ def beam_search(model, src, k):
 
 
 check_beam_search(beam_search)
-
-# %% [markdown]
-# ### Exercise 11.3 (implement): the interval around the test score
-#
-# The test score above comes with a 95 % Wilson interval {cite}`wilson1927`. For `correct` of `n`
-# sequences right, the measured share is $\hat p = \text{correct}/n$, and the interval holds
-# every $p$ for which $|\hat p - p| \le z\sqrt{p(1-p)/n}$, with $z$ the standard normal quantile
-# at $(1 + \text{confidence})/2$ (`statistics.NormalDist().inv_cdf`). Squaring gives a quadratic
-# in $p$; write `wilson(correct, n, confidence)` that returns its two roots `(low, high)`. The
-# checker compares with `helpers.wilson_interval` and recognises the textbook Wald interval
-# $\hat p \pm z\sqrt{\hat p(1-\hat p)/n}$ and a one-sided $z$.
-
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 11.3
-import math
-from statistics import NormalDist
-
-from helpers.exercises import check_wilson_interval
-
-
-def wilson(correct, n, confidence):
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return centre - half, centre + half
-
-
-check_wilson_interval(wilson)

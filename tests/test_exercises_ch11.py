@@ -12,7 +12,7 @@ from helpers.exercises import ExerciseError, check_beam_search, check_wilson_int
 
 @torch.no_grad()
 def beam_search(model, src, k, score_last_only=False):
-    """The book's solution to exercise 11.2 (with a switch for a classic mistake)."""
+    """The book's solution to exercise 11.3 (with a switch for a common mistake)."""
     memory, src_mask = model.encode(src)
     beams = [([BOS_ID], 0.0)]
     for _ in range(model.max_len - 1):
@@ -65,7 +65,7 @@ def test_junk_after_eos_is_rejected():
 
 
 def wilson(correct, n, confidence):
-    """The book's solution to exercise 11.3."""
+    """The book's solution to exercise 11.2."""
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     p = correct / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)

@@ -1,15 +1,16 @@
 """Checkers for the exercises of chapter 11 (greedy decoding).
 
-check_beam_search(fn)       fn(model, src [1, Ls], k) -> int64 [1, L]: beam search of width k
-                            (exercise 11.2);
 check_wilson_interval(fn)   fn(correct, n, confidence) -> (low, high): the Wilson score
-                            interval of an exact-match count (exercise 11.3).
+                            interval of an exact-match count (exercise 11.2);
+check_beam_search(fn)       fn(model, src [1, Ls], k) -> int64 [1, L]: beam search of width k
+                            (exercise 11.3).
 
 Beam search is checked on small random models, whose next-token distributions are flat enough
 that greedy decoding often misses the most probable sequence: with k = 1 the answer must be
 greedy decoding token for token (helpers.greedy_decode); with k > 1 it must be a well-formed
-sequence at least as probable as greedy's, and more probable wherever the book's beam search
-finds a better one.
+sequence at least as probable as the book's beam search finds. (Beam search in general does not
+promise to beat greedy decoding, since greedy's prefix can drop out of the beam; on these inputs
+the book's result never falls below greedy's, and a reader's that does gets a specific hint.)
 """
 
 from __future__ import annotations
@@ -123,12 +124,11 @@ def _well_formed(got, model, where: str) -> list[int]:
 
 
 def check_beam_search(fn) -> None:
-    """Exercise 11.2: fn(model, src, k) is beam search of width k: greedy decoding at k = 1,
-    never less probable than greedy at k > 1, and as good as the book's where that beats greedy.
-    """
+    """Exercise 11.3: fn(model, src, k) is beam search of width k: greedy decoding at k = 1,
+    and at k > 1 a sequence at least as probable as the book's beam search finds."""
     with _one_thread():
         checks = _check_beam_search(fn)
-    passed("check_beam_search", checks, "k=1 equals greedy; k=2, 3 at least as probable")
+    passed("check_beam_search", checks, "k=1 equals greedy; k=2, 3 as probable as the book's")
 
 
 def _check_beam_search(fn) -> int:
@@ -155,23 +155,25 @@ def _check_beam_search(fn) -> int:
                 lp = _log_prob(model, src, got)
                 book = _book_beam_search(model, src, k)
                 book_lp = _log_prob(model, src, book)
+                if lp >= book_lp - 1e-4:
+                    checks += 1
+                    continue
                 if lp < greedy_lp - 1e-4:
                     fail(
                         f"your sequence {got} has log-probability {lp:.4f}, greedy decoding's "
-                        f"{greedy} {greedy_lp:.4f}: beam search found a less probable sequence",
+                        f"{greedy} {greedy_lp:.4f}, beam search of width {k} {book_lp:.4f}: "
+                        "yours found a less probable sequence than both",
                         w,
                         "rank hypotheses by the SUM of their tokens' log-probabilities (not by "
                         "the last token's), and keep a finished hypothesis with its score",
                     )
-                if book_lp > greedy_lp + 1e-3 and lp < book_lp - 1e-4:
-                    fail(
-                        f"your sequence {got} has log-probability {lp:.4f}; beam search of "
-                        f"width {k} finds {book} with {book_lp:.4f} (greedy: {greedy_lp:.4f})",
-                        w,
-                        f"keep the {k} best partial sequences at every step, each extended by "
-                        "its best next tokens, and rank them all together",
-                    )
-                checks += 1
+                fail(
+                    f"your sequence {got} has log-probability {lp:.4f}; beam search of "
+                    f"width {k} finds {book} with {book_lp:.4f} (greedy: {greedy_lp:.4f})",
+                    w,
+                    f"keep the {k} best partial sequences at every step, each extended by "
+                    "its best next tokens, and rank them all together",
+                )
     return checks
 
 
@@ -211,7 +213,7 @@ def _wilson_hint(correct: int, n: int, conf: float, got: tuple[float, float]) ->
 
 
 def check_wilson_interval(fn) -> None:
-    """Exercise 11.3: fn(correct, n, confidence) is the Wilson score interval (low, high)."""
+    """Exercise 11.2: fn(correct, n, confidence) is the Wilson score interval (low, high)."""
     cases = [(50, 100, 0.95), (0, 20, 0.95), (9_950, 10_000, 0.95), (37, 120, 0.9), (20, 20, 0.99)]
     for correct, n, conf in cases:
         where = f"{correct} correct of {n}, confidence {conf}"
