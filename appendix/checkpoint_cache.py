@@ -16,9 +16,10 @@
 # %% [markdown]
 # # The checkpoint cache
 #
-# Chapter 10 trains the reversal model, and chapters 11-18 use it. Training takes seconds to
-# minutes on a CPU, and `make test` runs every chapter, so each chapter asks
-# `helpers.load_or_train(cfg)` for its model: the first call trains and stores the weights under
+# Chapter 10 trains the reversal model, and later chapters use it or variants of it trained by
+# the same code (the first cell lists them). Training takes seconds to minutes on a CPU, and
+# `make test` runs every chapter, so each chapter asks `helpers.load_or_train(cfg)` for its
+# model: the first call trains and stores the weights under
 # `.cache/checkpoints/`, every later call loads them. This page shows the four properties that make
 # that safe, each with a cell that checks it:
 #
@@ -26,16 +27,18 @@
 #    of a format number), so the same config finds the same file and any change trains anew.
 # 2. **No half-written checkpoints.** A file is written under a temporary name and renamed into
 #    place; a file that does not load anyway (cut short, corrupted) is reported and retrained.
-# 3. **Loading runs no code.** `torch.load(weights_only=True)` accepts tensors and plain
-#    containers only.
+# 3. **Loading runs no code.** `torch.load(weights_only=True)` accepts tensors, plain containers
+#    and a short list of allowed types, and refuses any other object.
 # 4. **Parallel notebooks train once.** `make test` runs the notebooks on two workers; when both
 #    ask for the same untrained config, one trains and the other waits for its file.
 #
 # Every cell works on a tiny config (a model of a few thousand parameters, a few training steps)
-# in a temporary folder, so the page runs in seconds and leaves the real cache alone.
+# in a temporary folder, so the page trains only tiny models and leaves the real cache alone.
 
 # %%
+import contextlib
 import dataclasses
+import io
 import re
 import shutil
 import tempfile
@@ -44,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from helpers import BOOK_RECIPE, TrainConfig, load_or_train
+from helpers import BOOK_RECIPE, TrainConfig, load_or_train, recipes
 from helpers.checkpoints import checkpoint_path, load_checkpoint, save_checkpoint
 from helpers.recipes import CHECKPOINT_FORMAT
 
@@ -68,13 +71,21 @@ name = checkpoint_path(BOOK_RECIPE).name
 print("the book's model is stored as", re.sub("[0-9a-f]{16}", "<16 hex digits>", name))
 assert re.fullmatch("reversal-[0-9a-f]{16}.pt", name)
 assert checkpoint_path(tiny, cache).parent == cache
+users = sorted(
+    c.name[:2]
+    for c in Path("../chapters").glob("[0-9][0-9]_*.py")
+    if re.search(r"load_or_train\(|trained_\w+_model\(", c.read_text())
+)
+print("chapters that ask the cache for a trained model:", ", ".join(users))
+assert users[0] == "10"
 
 # %% [markdown]
 # ## One file per config
 #
 # `TrainConfig.key()` hashes the config's fields, as JSON with sorted keys, together with
 # `CHECKPOINT_FORMAT`, a number that is raised whenever the training code changes what a config
-# produces. The cell changes each field in turn and checks that every change gives another name.
+# produces. The cell changes each field in turn, and then the format number, and checks that
+# every change gives another name.
 
 # %%
 def changed(value):
@@ -91,6 +102,13 @@ fields = dataclasses.fields(TrainConfig)
 keys = {dataclasses.replace(tiny, **{f.name: changed(getattr(tiny, f.name))}).key() for f in fields}
 print("each field of TrainConfig changed on its own gives a name of its own")
 assert len(keys) == len(fields) and tiny.key() not in keys
+recipes.CHECKPOINT_FORMAT += 1  # as the next change to the training code would
+try:
+    bumped = tiny.key()
+finally:
+    recipes.CHECKPOINT_FORMAT -= 1
+print(f"format {CHECKPOINT_FORMAT + 1} instead of {CHECKPOINT_FORMAT}: another name as well")
+assert bumped != tiny.key() and bumped not in keys
 
 # %% [markdown]
 # The first call trains and writes the file; the second finds it and loads the same weights.
@@ -124,8 +142,8 @@ assert names == ["reversal-<key>.pt", "reversal-<key>.pt.lock"]
 
 # %% [markdown]
 # A file can still be damaged after it was written (a full disk, a copy cut short). The cell cuts
-# the checkpoint in half and asks for the model again: loading fails, the cache says why, and
-# trains anew.
+# the checkpoint in half and asks for the model again: loading fails, the cache says why (its
+# first line of output, printed without the error's details), and trains anew.
 
 # %%
 path = checkpoint_path(tiny, cache)
@@ -135,8 +153,13 @@ try:
     raise AssertionError("half a checkpoint loaded")
 except Exception as exc:  # which error torch raises depends on where the cut falls
     print("torch.load on half a file raises", type(exc).__name__)
-retrained = load_or_train(tiny, cache_dir=cache, progress=False, verbose=False)
+report = io.StringIO()
+with contextlib.redirect_stdout(report):
+    retrained = load_or_train(tiny, cache_dir=cache, progress=False)
+said = report.getvalue().splitlines()[0].replace(tiny.key(), "<key>")
+print("load_or_train says:", re.sub(r"\((\w+): .*\)", r"(\1: ...)", said))
 print(f"load_or_train afterwards: from the cache {retrained.from_cache}")
+assert "is unusable" in said and said.endswith("retraining")
 assert not retrained.from_cache and load_checkpoint(path, tiny).from_cache
 
 # %% [markdown]
@@ -155,9 +178,11 @@ except ValueError as exc:
 # ## Loading runs no code
 #
 # A `.pt` file is a zip of pickles, and unpickling can call any function the file names. With
-# `weights_only=True`, which `load_checkpoint` passes, `torch.load` accepts tensors and plain
-# containers only. The cell stores an object of a class of its own next to the weights, as a
-# tampered file could, and the load is refused before anything is built:
+# `weights_only=True`, which `load_checkpoint` passes, `torch.load` accepts tensors, plain
+# containers and a short list of allowed types. The cell stores an object of a class of its own
+# next to the weights, as a tampered file could. Its unpickling calls `print`, a harmless
+# stand-in for any function: `torch.load(weights_only=False)` runs it, and `load_checkpoint`
+# refuses the file before anything is built (torch 2.13.0):
 
 # %%
 class Payload:
@@ -171,8 +196,11 @@ try:
     load_checkpoint(tampered, tiny)
     raise AssertionError("a file with an arbitrary object loaded")
 except Exception as exc:
-    print(f"refused: {type(exc).__name__}")
+    print(f"load_checkpoint refused it: {type(exc).__name__}")
     assert "weights only" in str(exc).lower().replace("_", " ")
+print("torch.load(weights_only=False) on the same file:")
+unsafe = torch.load(tampered, weights_only=False)  # prints: code from the file ran
+assert unsafe["payload"] is None  # what print returned
 
 # %% [markdown]
 # ## Parallel notebooks train once
@@ -180,8 +208,8 @@ except Exception as exc:
 # `load_or_train` holds an exclusive lock on `<checkpoint>.lock` (`fcntl.flock`) while it looks
 # for the file and, if needed, trains and writes it. A second caller for the same config waits
 # for the lock, then finds the finished file and loads it. (On Windows, which has no `fcntl`,
-# there is no lock: both would train, which is slower but still correct.) The cell starts two
-# threads that ask for a config nobody has trained yet, at the same time:
+# there is no lock, and both callers may train the same model; that case is not tested here.)
+# The cell starts two threads that ask for a config nobody has trained yet, at the same time:
 
 # %%
 fresh = dataclasses.replace(tiny, seed=2)
@@ -203,7 +231,7 @@ assert len(results) == 2 and trained == 1
 
 # %% [markdown]
 # Where the cache lives: `.cache/checkpoints/` at the repository root, or the folder named by the
-# environment variable `TRANSFORMER_BOOK_CACHE`. Deleting the folder is always safe: the next
+# environment variable `TRANSFORMER_BOOK_CACHE`. Deleting the folder costs only time: the next
 # run trains again.
 
 # %%
