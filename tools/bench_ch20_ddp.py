@@ -57,6 +57,7 @@ def child(args) -> None:
         "steps": h["step"][-1],
         "exact_match": h["exact_match"][-1],
         "ms_per_step": round(1000 * res.step_seconds, 2),
+        "train_seconds": round(res.seconds, 3),
         "startup_seconds": round(time.perf_counter() - t_start - res.seconds, 3),
     }
     (Path(args.out) / "result.json").write_text(json.dumps([rank]) + "\n")
@@ -86,6 +87,8 @@ def run_config(name: str, seed: int) -> dict:
         "seconds": round(wall, 2),
         "steps": ranks[0]["steps"],
         "ms_per_step": ranks[0]["ms_per_step"],
+        # everything but train_reversal_ddp itself: interpreter, imports, torchrun, the group
+        "outside_training_seconds": round(wall - ranks[0]["train_seconds"], 2),
         "validation_exact_match": ranks[0]["exact_match"],
         "test_exact_match": test,
         "load_average": os.getloadavg()[0],
@@ -127,8 +130,9 @@ def main(args) -> None:
             row = run_config(name, seed)
             record["runs"].append(row)
             print(row, flush=True)
-    record["load_average_after"] = list(os.getloadavg())
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
+        # after every seed, so that a long recording interrupted keeps its complete seeds
+        record["load_average_after"] = list(os.getloadavg())
+        OUT.write_text(json.dumps(record, indent=1) + "\n")
     for name in CONFIGS:
         rows = [r for r in record["runs"] if r["config"] == name]
         secs = statistics.median(r["seconds"] for r in rows)

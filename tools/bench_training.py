@@ -304,7 +304,7 @@ def ablation_rows():
             dataclasses.replace(B, compile=True),
         ),
         ("rejected", "- the token-id checks in every forward pass", B),
-        ("rejected", FUSED_ADAM, B),
+        ("option", FUSED_ADAM, B),
     ]
 
 

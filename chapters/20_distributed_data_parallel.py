@@ -1,0 +1,589 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 20. Distributed data parallel: one model, two processes
+#
+# Chapter 10 trains the reversal model in one process with one thread (`BOOK_RECIPE.threads`,
+# printed below), on one of this machine's two cores. Larger models outgrow one process, and
+# then one machine.
+# PyTorch's answer is `torch.distributed` with `DistributedDataParallel` (DDP), started by
+# `torchrun`: the same script runs as two CPU processes here (the `gloo` backend), and is
+# written to run as eight processes on eight GPUs (`nccl`) or across machines (the commands
+# are at the end; they are not run here, this machine has no GPU).
+#
+# This chapter builds DDP training for the book's own model and proves it correct:
+#
+# 1. what DDP does: replicas, a gradient all-reduce in buckets during the backward pass, the
+#    same optimizer step everywhere;
+# 2. how the data is split: `DistributedSampler`, `set_epoch`, which seeds must agree across
+#    processes;
+# 3. a training script, `tools/train_ddp.py` (its logic is in `helpers.distributed`), started
+#    by `torchrun` from a cell; after one step it holds the same weights as one process that
+#    saw the whole batch;
+# 4. what two processes buy on this 2-core machine, against one process with one or two
+#    threads, start-up included;
+# 5. the commands for several GPUs and several machines.
+
+# %%
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from torch.utils.data.distributed import DistributedSampler
+
+from helpers import BOOK_RECIPE, PAD_ID, make_reversal_dataset
+from helpers.distributed import (
+    TORCHRUN_VARS,
+    one_step_single,
+    rank_batches,
+    shell,
+    torchrun_command,
+)
+from helpers.evaluation import exact_match_with_interval, test_set
+from helpers.recipes import TrainConfig
+from helpers.train import build_model, lr_factor
+
+ROOT = Path.cwd().parent  # the notebook runs in chapters/
+SCRIPT = ROOT / "tools" / "train_ddp.py"
+DATA = Path("data")
+print(f"torch {torch.__version__}; the book's recipe trains with {BOOK_RECIPE.threads} thread")
+assert torch.distributed.is_available() and torch.distributed.is_gloo_available()
+
+# %% [markdown]
+# ## What DDP does
+#
+# DDP {cite}`li2020` runs one process per device. Every process holds a full **replica** of
+# the model, starts from the same weights (DDP's constructor broadcasts rank 0's weights to
+# the others) and trains on its own share of each batch. The forward and backward passes
+# run independently. As the backward pass produces gradients, DDP sums them across the
+# processes and divides by their number, an **all-reduce**, so that every replica ends the
+# backward pass holding the same averaged gradient. Every process then takes the same
+# optimizer step, and the replicas stay identical (the proof below checks it after a step)
+# without sending weights again.
+#
+# DDP does not wait for the whole backward pass: it groups the gradients into **buckets** (25
+# MiB by default) in roughly the order backward produces them, last layer first, and starts a
+# bucket's all-reduce as soon as all its gradients are ready, while backward still works on
+# the earlier layers (measured below). Figure 20.1 shows one step on two processes.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, ax = plt.subplots(figsize=(9, 4.2))
+ax.set_xlim(0, 10)
+ax.set_ylim(0, 6.2)
+ax.axis("off")
+
+
+def box(x, y, w, h, text, color):
+    ax.add_patch(plt.Rectangle((x, y), w, h, facecolor=color, edgecolor="0.3"))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9)
+
+
+def arrow(x0, y0, x1, y1):
+    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color="0.3"))
+
+
+for r, x in enumerate((0.3, 5.7)):
+    box(x, 5.1, 4.0, 0.7, f"rank {r}: rows {64 * r}-{64 * r + 63} of the global batch", "#dbe9f6")
+    box(x, 3.9, 4.0, 0.7, "replica of the model (same weights)", "#f2f2f2")
+    box(x, 2.7, 4.0, 0.7, "forward, then backward: own gradients", "#f2f2f2")
+    box(x, 0.3, 4.0, 0.7, "Adam step with the averaged gradient", "#e3f1e0")
+    for y0, y1 in ((5.1, 4.6), (3.9, 3.4), (2.7, 2.2), (1.5, 1.0)):
+        arrow(x + 2.0, y0, x + 2.0, y1)
+reduce_text = "all-reduce, bucket by bucket during backward: g = (g0 + g1) / 2"
+box(1.3, 1.5, 7.4, 0.7, reduce_text, "#fde2c8")
+ax.set_title("Figure 20.1: one DDP step on two processes")
+plt.show()
+
+# %% [markdown]
+# ## Sharding the data: `DistributedSampler`
+#
+# Each process must see a different share of every batch, and the shares together must be the
+# whole batch. `torch.utils.data.distributed.DistributedSampler` does this: every rank draws the
+# same random permutation of the dataset (from `seed + epoch`) and takes every
+# `world_size`-th index of it, starting at its own rank. `helpers.rank_batches` cuts a rank's
+# indices into batches of `batch_size // world_size`. The global batch of 128 is then split
+# in two halves of 64, and together they are exactly the batch one process would draw:
+
+# %%
+one = rank_batches(20000, 128, world_size=1, rank=0, seed=0, epoch=0)
+two = [rank_batches(20000, 128, world_size=2, rank=r, seed=0, epoch=0) for r in range(2)]
+print(f"one process: {len(one)} batches of {len(one[0])}")
+print(f"two processes: {len(two[0])} batches of {len(two[0][0])} on each rank")
+print("global batch 0, first indices:   ", one[0][:6].tolist())
+print("rank 0's half of it, first ones: ", two[0][0][:3].tolist())
+print("rank 1's half of it, first ones: ", two[1][0][:3].tolist())
+same = all(
+    sorted(torch.cat([two[0][k], two[1][k]]).tolist()) == sorted(one[k].tolist())
+    for k in range(len(one))
+)
+overlap = len(set(torch.cat(two[0]).tolist()) & set(torch.cat(two[1]).tolist()))
+print(f"indices both ranks train on in this epoch: {overlap}")
+assert same and overlap == 0
+
+# %% [markdown]
+# Two details decide whether the shards stay right over many epochs.
+#
+# **`set_epoch`.** The sampler's permutation depends on `seed + epoch`, and the epoch is
+# whatever the training loop last told it with `sampler.set_epoch(epoch)`. A loop that never
+# calls it trains every epoch in the same order:
+
+# %%
+sampler = DistributedSampler(range(12), num_replicas=2, rank=0, shuffle=True, seed=0)
+epoch0, again = list(sampler), list(sampler)  # no set_epoch between the two epochs
+sampler.set_epoch(1)
+epoch1 = list(sampler)
+print("epoch 0:              ", epoch0)
+print("epoch 1 without set_epoch:", again)
+print("epoch 1 with set_epoch:   ", epoch1)
+assert again == epoch0 and epoch1 != epoch0
+
+# %% [markdown]
+# **Seeds per rank.** The sampler's seed must be the *same* on every rank: the ranks must
+# agree on the permutation they split. With a different seed on each rank (for example
+# `seed + rank`) the shards overlap, and some sequences are never seen in an epoch. The
+# weights' seed can be the same too (DDP broadcasts rank 0's weights anyway). What should
+# differ per rank is randomness *inside* each rank's batch, such
+# as dropout masks: with one seed for all, both ranks would draw the same masks for different
+# sequences.
+
+# %%
+n = 20000
+shards = [
+    set(DistributedSampler(range(n), num_replicas=2, rank=r, seed=r, drop_last=True))
+    for r in range(2)
+]
+print(
+    f"sampler seeded with seed + rank: the two shards share {len(shards[0] & shards[1]):,} "
+    f"indices; {n - len(shards[0] | shards[1]):,} of {n:,} are never drawn"
+)
+masks = []
+for rank in range(2):
+    torch.manual_seed(0 + rank)  # seed + rank: each rank's own dropout stream
+    masks.append(torch.nn.functional.dropout(torch.ones(8), p=0.5))
+print("dropout masks of rank 0 and rank 1:", masks[0].tolist(), masks[1].tolist())
+assert len(shards[0] & shards[1]) > 0 and not torch.equal(masks[0], masks[1])
+
+# %% [markdown]
+# ## One loss for the whole global batch
+#
+# One process computes the mean cross-entropy over the real (non-padding) target tokens of its
+# batch. Two ranks that each take the mean over their *own* tokens, and then have DDP average
+# their gradients, compute the mean of two means. That is the mean over the whole batch only
+# if both halves hold the same number of tokens, and the sequences here have 3 to 12 digits:
+
+# %%
+src, tgt = make_reversal_dataset(64, seed=BOOK_RECIPE.data_seed)  # the batch of the proof below
+tokens = [int((tgt[r * 32 : (r + 1) * 32, 1:] != PAD_ID).sum()) for r in range(2)]
+print(f"real target tokens: rank 0 {tokens[0]}, rank 1 {tokens[1]}, together {sum(tokens)}")
+print(
+    f"weight of one token of rank 0: mean of means 1/(2*{tokens[0]}) = "
+    f"{1 / (2 * tokens[0]):.6f}, whole-batch mean 1/{sum(tokens)} = {1 / sum(tokens):.6f}"
+)
+assert tokens[0] != tokens[1]
+
+# %% [markdown]
+# So each rank in `helpers.distributed` sums its token losses, and one small all-reduce per
+# step adds up the token counts of all ranks. A rank backpropagates
+# `loss_sum * world_size / global_tokens`; DDP's average over the ranks then divides by
+# `world_size` again, and what is left is the gradient of the whole batch's mean token loss.
+# The same all-reduce carries the numbers every rank needs to take the same decisions: the
+# batch's exactly-right sequences (the gate of the cheap evaluation, chapter 10) and each
+# rank's own loss (for rank 0's log). The validation set is scored in shards too, and the
+# counts are summed, so that every rank sees the same exact match and stops at the same step.
+#
+# ## The script, launched by `torchrun`
+#
+# `tools/train_ddp.py` is what every process runs. It calls `helpers.init_distributed()`,
+# which reads the variables `torchrun` sets for each process (`RANK`, `WORLD_SIZE`,
+# `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), joins the process group with the `gloo`
+# backend, and stops with one clear line when the launch is wrong: no `torchrun`, a single
+# process, or a port another program holds (`tests/test_distributed.py` checks all three).
+# Rank 0 alone prints the log and writes the checkpoint; the other ranks wait for it at a
+# barrier. `--standalone` lets `torchrun` pick a free port on this machine, and
+# `sys.executable -m torch.distributed.run` is `torchrun` of this notebook's Python.
+#
+# Started as a plain Python script, without `torchrun`, it says what is missing:
+
+# %%
+env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}  # no torchrun
+bad = subprocess.run(
+    [sys.executable, "tools/train_ddp.py", "--out", "/tmp/unused"],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    env=env,
+)
+print(f"exit status {bad.returncode}: {bad.stderr.strip()}")
+assert bad.returncode == 2 and "start this script with torchrun" in bad.stderr
+
+# %% [markdown]
+# The first real run is the proof: one step on a fixed batch of 64 sequences, 32 per rank,
+# from the book's initial weights (`--one-step`; small buckets of 0.05 MiB, for the next
+# section):
+
+# %% tags=["nbval-ignore-output"]
+proof_dir = Path(tempfile.mkdtemp())
+cmd = torchrun_command(SCRIPT, 2, "--out", proof_dir, "--one-step", "--bucket-cap-mb", "0.05")
+print(shell(cmd).replace(sys.executable, "python").replace(str(ROOT) + "/", ""))
+run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+print(run.stdout)
+assert run.returncode == 0, run.stderr
+
+# %%
+ranks = json.loads((proof_dir / "result.json").read_text())
+for r in ranks:
+    print(
+        f"rank {r['rank']} of {r['world_size']}: {r['rows']} rows, global mean loss "
+        f"{r['loss']:.4f}, wrote the checkpoint: {'yes' if r['wrote_checkpoint'] else 'no'}"
+    )
+print(
+    f"largest weight difference between the replicas after the step: "
+    f"{max(r['replicas_max_diff'] for r in ranks)}"
+)
+assert [r["wrote_checkpoint"] for r in ranks] == [True, False]
+assert ranks[0]["loss"] == ranks[1]["loss"]
+assert max(r["replicas_max_diff"] for r in ranks) == 0.0
+
+# %% [markdown]
+# Both ranks report the same global loss, only rank 0 wrote the checkpoint, and the two
+# replicas hold bit-for-bit the same weights after the step: both applied the same averaged
+# gradient. Now the comparison that matters: one process takes one step on all 64 rows, with
+# `F.cross_entropy`'s mean over the batch, as `helpers.train_reversal` does.
+
+# %% tags=["nbval-ignore-output"]
+model, grads, loss = one_step_single(BOOK_RECIPE, src, tgt)
+ddp = torch.load(proof_dir / "grads.pt")
+ddp_weights = torch.load(proof_dir / "model.pt")["state_dict"]
+g_diff = max((ddp["grads"][k] - g).abs().max().item() for k, g in grads.items())
+g_max = max(g.abs().max().item() for g in grads.values())
+w_diff = {k: (ddp_weights[k] - w).abs().max().item() for k, w in model.state_dict().items()}
+key_bias = [k for k in w_diff if k.endswith("W_k.bias")]
+rest = max(d for k, d in w_diff.items() if k not in key_bias)
+print(f"loss: one process {loss:.6f}, DDP {ddp['loss']:.6f}")
+print(
+    f"gradients: largest |difference| {g_diff:.1e} (largest gradient {g_max:.2f}); tolerance 1e-7"
+)
+print(
+    f"weights after the step, all but the key biases: largest |difference| {rest:.1e}; "
+    "tolerance 1e-7"
+)
+lr = BOOK_RECIPE.lr_scale * lr_factor(BOOK_RECIPE)(0)  # the first step's learning rate
+print(
+    f"the {len(key_bias)} key biases W_k.bias: largest |gradient| "
+    f"{max(grads[k].abs().max().item() for k in key_bias):.0e}, largest |difference| "
+    f"after the step {max(w_diff[k] for k in key_bias):.0e} (learning rate {lr:.1e})"
+)
+assert abs(loss - ddp["loss"]) < 1e-6 and g_diff < 1e-7 and rest < 1e-7
+assert max(grads[k].abs().max().item() for k in key_bias) < 1e-6 * g_max
+
+# %% [markdown]
+# The gradients agree to within float rounding, and so does every weight but one kind: the
+# key biases. Their gradient is exactly zero in exact arithmetic (adding $q \cdot b_k$ to
+# every score of a query's row shifts the whole row, and the softmax ignores a shift), so in
+# floats it is rounding noise, less than a millionth of the largest gradient. Adam's first
+# step divides a gradient by its own size (plus $\epsilon = 10^{-9}$), which turns that noise
+# into a move of a few percent of the learning rate, in a direction set by the rounding. Both
+# runs are right; they disagree only where the gradient carries no information.
+#
+# ## Gradients travel in buckets during backward
+#
+# The proof run also recorded, with a DDP communication hook
+# (`DistributedDataParallel.register_comm_hook`), when each bucket's all-reduce started, and
+# how many of the 92 parameter gradients backward had not yet produced at that moment. With
+# buckets of at most 0.05 MiB (about 13,100 float32 values):
+
+# %%
+passes = ranks[0]["buckets"]
+for i, buckets in enumerate(passes):
+    print(f"backward pass {i + 1}: {len(buckets)} bucket(s)")
+    for b in buckets:
+        print(
+            f"  {len(b['params']):2d} tensors, {b['params'][0]} ... {b['params'][-1]}: "
+            f"started with {b['grads_still_to_come']} gradients still to come"
+        )
+cap_mib = torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB  # DDP's default in torch 2.13
+n_params = sum(p.numel() for p in model.parameters())
+print(
+    f"{n_params:,} parameters: {4 * n_params / 1e6:.2f} MB of float32 gradients; DDP's default "
+    f"bucket: {cap_mib} MiB; a billion parameters would fill {4e9 / (cap_mib * 2**20):.0f}"
+)
+assert len(passes[0]) == 1 and len(passes[1]) > 1
+assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == "out_proj.bias"
+
+# %% [markdown]
+# In the first backward pass, torch 2.13 puts every gradient in one bucket (its source says
+# why: it does not yet know the order in which backward produces them). After that pass it
+# rebuilds the buckets in the observed order, and from the second pass on the first bucket
+# (from the output projection back into the last decoder layer) starts its all-reduce while
+# most gradients are still to be computed: communication overlaps computation. At the default
+# 25 MiB this model's 0.24 MB of gradients fit in a single bucket, so there is nothing to
+# overlap; a model of a billion parameters fills about 150.
+#
+# ## Training to the target on two processes
+#
+# The same script without `--one-step` trains the book's recipe (`helpers.BOOK_RECIPE`:
+# global batch 128, so 64 per rank) until the validation exact match reaches 99.5 %. Rank 0
+# logs every 100 steps, with each rank's own mean loss on its half of the batch:
+
+# %% tags=["nbval-ignore-output"]
+train_dir = Path(tempfile.mkdtemp())
+cmd = torchrun_command(SCRIPT, 2, "--out", train_dir, "--log-every", "100")
+run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+print(run.stdout)
+assert run.returncode == 0, run.stderr
+ranks = json.loads((train_dir / "result.json").read_text())
+assert [r["wrote_checkpoint"] for r in ranks] == [True, False]
+assert ranks[0]["steps"] == ranks[1]["steps"] and ranks[0]["exact_match"] >= 0.995
+assert ranks[0]["exact_match"] == ranks[1]["exact_match"]
+
+# %% [markdown]
+# Both ranks stopped at the same step, with the same validation exact match, and the two
+# ranks' losses in the log differ because each is the mean over a different half of the batch.
+# The number the book reports comes from the test set (chapter 09: 10,000 sequences that
+# neither training nor stopping saw), scored on the checkpoint rank 0 wrote:
+
+# %% tags=["nbval-ignore-output"]
+ckpt = torch.load(train_dir / "model.pt")
+ddp_model = build_model(TrainConfig(**ckpt["config"]))
+ddp_model.load_state_dict(ckpt["state_dict"])
+test_src, test_tgt = test_set()
+ddp_test = exact_match_with_interval(ddp_model.eval(), test_src, test_tgt)
+print(f"2 processes, seed 0: {ranks[0]['steps']} steps, test exact match {ddp_test}")
+assert ddp_test.exact_match >= 0.99
+
+# %% [markdown]
+# ## What two processes buy here
+#
+# `tools/bench_ch20_ddp.py` trains the recipe to the target with three configurations of this
+# machine's two cores, for several seeds, each run a fresh command timed from its start to its
+# exit: start-up (Python, torch, and for DDP `torchrun` and the process group), data, training
+# and evaluations all count. All three run the same loop (`helpers.train_reversal_ddp`; one
+# process runs it without a process group) on the same global batches, so for one seed they
+# differ only in the rounding of the sums. It recorded:
+
+# %%
+rec = json.loads((DATA / "ch20_ddp_timing.json").read_text())
+configs = list(dict.fromkeys(r["config"] for r in rec["runs"]))
+seeds = sorted({r["seed"] for r in rec["runs"]})
+print(
+    f"recorded {rec['date'][:10]} by `{rec['command']}`, torch {rec['torch']}, "
+    f"{rec['cpu_count']} cores, load average {rec['load_average_before'][0]:.1f} before"
+)
+print(
+    f"{'':24s} {'seconds':>8s} {'ms per':>7s} {'outside':>8s} {'steps':>11s} "
+    f"{'test exact match':>17s}"
+)
+print(f"{'configuration':24s} {'(median)':>8s} {'step':>7s} {'training':>8s}")
+summary = {}
+for c in configs:
+    rows = [r for r in rec["runs"] if r["config"] == c]
+    steps = [r["steps"] for r in rows]
+    tests = [r["test_exact_match"] for r in rows]
+    summary[c] = {
+        k: statistics.median(r[k] for r in rows)
+        for k in ("seconds", "ms_per_step", "outside_training_seconds")
+    }
+    summary[c]["rows"] = rows
+    print(
+        f"{c:24s} {summary[c]['seconds']:8.1f} {summary[c]['ms_per_step']:7.1f} "
+        f"{summary[c]['outside_training_seconds']:8.1f} {min(steps):4d} to {max(steps):3d} "
+        f"{min(tests):8.2%} to {max(tests):.2%}"
+    )
+by_seed = {s: {r["config"]: r["steps"] for r in rec["runs"] if r["seed"] == s} for s in seeds}
+same_steps = sum(len(v) == len(configs) and len(set(v.values())) == 1 for v in by_seed.values())
+print(
+    f"seeds {seeds}: the three configurations stopped at the same step for {same_steps} "
+    f"of {len(seeds)} seeds"
+)
+one, threads2, ddp2 = (summary[c] for c in configs)
+assert all(r["validation_exact_match"] >= 0.995 for r in rec["runs"])
+assert all(r["test_exact_match"] >= 0.99 for r in rec["runs"])
+assert ddp2["ms_per_step"] < one["ms_per_step"]
+assert threads2["ms_per_step"] > 2 * max(one["ms_per_step"], ddp2["ms_per_step"])
+
+# %% [markdown]
+# Figure 20.2 shows the medians, and each seed's run as a dot.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+for ax, key, label in (
+    (axes[0], "seconds", "seconds to 99.5 % (start-up included)"),
+    (axes[1], "ms_per_step", "milliseconds per training step"),
+):
+    for i, c in enumerate(configs):
+        vals = [r[key] for r in summary[c]["rows"]]
+        ax.barh(i, statistics.median(vals), color="#9ecae1")
+        ax.plot(vals, [i] * len(vals), "k.", alpha=0.6)
+    ax.set_yticks(range(len(configs)), configs)
+    ax.set_xscale("log")
+    ax.set_xlabel(label + " (log scale)")
+    ax.invert_yaxis()
+fig.suptitle(f"Figure 20.2: the book's recipe on {rec['cpu_count']} cores, seeds {seeds}")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# In the medians, a training step of two processes with 64 sequences each took less time than
+# one of a single process with 128 sequences and one thread (the "ms per step" column, asserted
+# above): each process does half of the arithmetic, plus the all-reduces of the gradients
+# (0.24 MB) and of the step's statistics. The middle row splits each step between two threads
+# of one process instead; every parallelised operation then waits for both threads, and in
+# this recording, on a busy machine, it was by far the slowest (asserted; chapter 10's
+# ablation measures the same configuration with one core kept busy). The "outside training"
+# column is the rest of each command's time: the interpreter and the imports, and for two
+# processes also `torchrun`'s own process and the rendezvous; the "seconds" column counts it.
+# The three configurations add the gradients' terms in different orders, so their weights
+# differ in the low bits and a seed need not stop at the same step in all three (the line
+# under the table counts how often it did); every run reached the target, and every trained
+# model scored at least 99 % on the test set.
+#
+# A load average above the number of cores (both printed above the table) means the machine
+# was running other jobs during the recording: the timings then show the method and the
+# orders of magnitude, not this CPU's best. `python tools/bench_ch20_ddp.py --seeds 0,1,2,3,4`
+# records them again.
+#
+# ## Several GPUs, several machines
+#
+# The script does not change; the launch and the device do. On one machine with 8 GPUs:
+#
+# ```bash
+# TRANSFORMER_BOOK_DEVICE=cuda python -m torch.distributed.run --standalone \
+#     --nproc_per_node=8 tools/train_ddp.py --out runs/ddp8
+# ```
+#
+# `torchrun` starts 8 processes and gives each a `LOCAL_RANK` from 0 to 7, its index on this
+# machine. `helpers.init_distributed` then picks the `nccl` backend (collectives run on the
+# GPUs) and places each process on its own GPU, `cuda:LOCAL_RANK`, with
+# `torch.cuda.set_device`; `DistributedDataParallel(model, device_ids=[LOCAL_RANK])` wraps
+# the model there, and every batch is moved to that device. On two machines with 8 GPUs
+# each, the same command runs on both, with the number of machines and one rendezvous
+# endpoint (a host and port of the first machine that both can reach) instead of
+# `--standalone`:
+#
+# ```bash
+# # on both machines (the first one's address is 10.0.0.1):
+# TRANSFORMER_BOOK_DEVICE=cuda python -m torch.distributed.run --nnodes=2 \
+#     --nproc_per_node=8 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:29400 \
+#     --rdzv-id=reversal-1 tools/train_ddp.py --out runs/ddp16
+# ```
+#
+# `RANK` then runs from 0 to 15 across both machines while `LOCAL_RANK` stays 0 to 7 on each;
+# rank 0 (on one machine) alone writes the checkpoint. The recipe's global batch of 128 would
+# be split 16 ways, 8 sequences per GPU; to keep every GPU busy one would raise the global
+# batch instead, and a larger batch needs its own learning-rate care {cite}`goyal2017`. These
+# commands are shown, not run: this machine has no GPU.
+#
+# DDP keeps a full copy of the weights, the gradients and Adam's two moments on every device.
+# A model whose copy does not fit on one device needs them split across the devices instead:
+# ZeRO {cite}`rajbhandari2020` shards the optimizer state, then the gradients, then the
+# weights, and PyTorch's Fully Sharded Data Parallel (FSDP) {cite}`zhao2023` implements that
+# idea, gathering each layer's weights only while the layer runs.
+#
+# ## Summary
+#
+# - DDP runs one replica per process; the backward pass all-reduces the gradients in buckets
+#   (in torch 2.13, one bucket for the first pass, then buckets rebuilt in the order backward
+#   produced the gradients, overlapping communication with computation), and every replica
+#   takes the same optimizer step. After one step, the two replicas here were identical to
+#   the bit.
+# - `DistributedSampler` gives each rank every `world_size`-th index of one shared
+#   permutation; it needs `set_epoch` each epoch and the same seed on every rank.
+# - With sequences of different lengths, the per-rank loss must be normalised by the global
+#   token count; then two processes with 32 rows each computed the gradient of one process
+#   with 64 rows to within 1e-7.
+# - `tools/train_ddp.py`, started by `torchrun`, trained the book's recipe to the target on
+#   two processes; rank 0 alone logged and wrote the checkpoint.
+# - Two processes split each step's arithmetic and pay a fixed start-up (two interpreters,
+#   `torchrun`, the rendezvous); `tools/bench_ch20_ddp.py` measures both against one process
+#   with one or two threads, start-up included.
+#
+# ## Exercises
+#
+# ### Exercise 20.1 (predict, then run): a dataset that does not split evenly
+#
+# `DistributedSampler` with its default `drop_last=False` gives every rank the same number of
+# indices. With 10 samples and 3 ranks, how many indices does each rank get, and how many of
+# the 10 samples are seen twice in one epoch? Predict, then run the solution.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 20.1
+per_rank = [list(DistributedSampler(range(10), num_replicas=3, rank=r, seed=0)) for r in range(3)]
+drawn = [i for part in per_rank for i in part]
+twice = sorted({i for i in drawn if drawn.count(i) > 1})
+print("indices per rank:", [len(p) for p in per_rank])
+print(f"{len(drawn)} draws for 10 samples; seen twice: {twice}")
+assert [len(p) for p in per_rank] == [math.ceil(10 / 3)] * 3 and len(twice) == 2
+
+# %% [markdown]
+# Each rank gets $\lceil 10/3 \rceil = 4$ indices; the sampler pads the permutation to 12
+# by repeating its first two indices, so two samples count twice in that epoch. An
+# evaluation sharded this way would score those two sequences twice; that is why
+# `helpers.distributed.sharded_exact_match` slices `src[rank::world_size]` instead: the
+# shards may differ by one sequence, and every sequence counts once.
+#
+# ### Exercise 20.2 (implement): shard the indices like `DistributedSampler`
+#
+# Write `shard_indices(n, world_size, rank, seed, epoch)` returning the list of indices that
+# `DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)`
+# gives after `set_epoch(epoch)`: a permutation from `torch.randperm(n, generator=g)` with
+# `g = torch.Generator().manual_seed(seed + epoch)`, padded to a multiple of `world_size` by
+# repeating its first indices, then every `world_size`-th index from position `rank`. Check
+# it with `check_shard_indices(shard_indices)`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 20.2
+from helpers.exercises import check_shard_indices
+
+
+def shard_indices(n, world_size, rank, seed, epoch):
+    g = torch.Generator().manual_seed(seed + epoch)
+    perm = torch.randperm(n, generator=g).tolist()
+    total = math.ceil(n / world_size) * world_size
+    while len(perm) < total:  # pad by repeating the first indices (maybe several times)
+        perm += perm[: total - len(perm)]
+    return perm[rank:total:world_size]
+
+
+check_shard_indices(shard_indices)
+
+# %% [markdown]
+# ### Exercise 20.3 (implement): the loss each rank backpropagates
+#
+# Write `rank_loss(loss_sum, rank_tokens, global_tokens, world_size)`: `loss_sum` is a rank's
+# cross-entropy summed over its `rank_tokens` real target tokens, `global_tokens` the sum of
+# the ranks' token counts. Return the scalar tensor the rank should call `.backward()` on so
+# that DDP's average of the ranks' gradients equals the gradient of the mean token loss over
+# the whole batch. `check_rank_loss(rank_loss)` simulates 2, 3 and 4 ranks in this process
+# and compares with one process on all rows.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 20.3
+from helpers.exercises import check_rank_loss
+
+
+def rank_loss(loss_sum, rank_tokens, global_tokens, world_size):
+    # DDP divides the summed gradients by world_size: multiply by it once here
+    return loss_sum * world_size / global_tokens
+
+
+check_rank_loss(rank_loss)
