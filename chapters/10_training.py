@@ -26,8 +26,9 @@
 #
 # Training stops at the first evaluation at which the 1,000 validation sequences of chapter 09
 # are at least 99.5 % exactly right. Because that number decided when to stop, the chapter then
-# reports the model's accuracy once, on the 10,000 test sequences that took no part in training
-# or stopping, with a 95 % interval.
+# reports the model's accuracy once, on the 10,000 test sequences of chapter 09, which stopping
+# never looked at, with a 95 % interval; about one in nine of them also occurs in the training
+# set, so the chapter also reports the score on the rest.
 #
 # Then comes the speed question. {ref}`The reference chapter <reference-chapter>` trains its model
 # for 10 epochs in 17 s on an RTX 4090 and reports 99.6 % exact match after epoch 8, at 14 s. The
@@ -538,15 +539,16 @@ assert tf == greedy
 #
 # ## The test set: the number the book reports
 #
-# Chapter 09 set aside 10,000 test sequences with their own seed; training never saw them and
-# stopping never looked at them. `helpers.exact_match_with_interval` scores the model on them
+# Chapter 09 drew 10,000 test sequences with their own seed. Stopping never looked at them, and
+# training used only its own split, which repeats some of them (below).
+# `helpers.exact_match_with_interval` scores the model on them
 # (teacher-forced, the same count as greedy decoding) and adds a 95 % interval for the share of
 # all such sequences the model would get right: the Wilson score interval {cite}`wilson1927`,
 # every share $p$ within 1.96 standard errors $\sqrt{p(1-p)/n}$ of the measured one. Unlike the
 # familiar "measured share $\pm$ 1.96 standard errors" (the Wald interval), it stays inside
 # [0, 1] and does not shrink to a point when every sequence is right; the first cell shows both
-# on three made-up counts. As chapter 09 counted, about one test sequence
-# in nine also occurs in the training set, so the cell reports the unseen ones separately. (The
+# on three made-up counts. As chapter 09 counted, about one test sequence in nine also occurs in
+# the training set, so the second cell reports the unseen ones separately. (The
 # trained weights differ in their last bits from one CPU to another, and with them possibly a
 # sequence or two; the cell asserts what must hold everywhere.)
 
@@ -1084,8 +1086,9 @@ assert one_layer["seconds"] < 0.6 * book["seconds"]
 # - Built: the training step (teacher forcing, cross-entropy with `ignore_index`, Adam with the
 #   Noam schedule and a linear cooldown) and `helpers.train_reversal`, which trains until the
 #   validation set is 99.5 % exactly right.
-# - Measured: the model's exact match on 10,000 test sequences it never saw, with a 95 % Wilson
-#   interval, on all of them and on the ones that do not occur in the training set.
+# - Measured: the model's exact match on the 10,000 test sequences, which stopping never looked
+#   at, with a 95 % Wilson interval, on all of them and on the ones that do not occur in the
+#   training set (about one in nine do).
 # - Measured from recorded data: which changes make the book's recipe faster than the reference
 #   recipe on a CPU (a smaller model, larger batches with a short warmup, no dropout, a cooldown,
 #   cheap frequent evaluation), and which do not (bf16, length bucketing, `torch.compile`).
