@@ -239,8 +239,9 @@ assert exact_match(model, src_val, tgt_val) == em
 # %% [markdown]
 # ## The test set
 #
-# The number to report comes from the 10,000 test sequences of chapter 09, which neither training
-# nor stopping saw. The cell decodes all of them greedily (with the KV cache, in batches of
+# The number to report comes from the 10,000 test sequences of chapter 09, which stopping never
+# looked at (about one in nine of them also occurs in the training set; chapter 10 reports the
+# others apart). The cell decodes all of them greedily (with the KV cache, in batches of
 # 1,000) and prints the exact match with its 95 % Wilson interval {cite}`wilson1927`. It also
 # checks the claim chapter 10 relies on during training: the teacher-forced count, one forward
 # pass per batch, is the same number. (Retrained on another CPU, the model may get a sequence or
