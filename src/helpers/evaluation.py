@@ -1,7 +1,9 @@
 """The test set and the one accuracy number the book reports. Built in chapters 09 and 10.
 
 Validation (seed 1, 1,000 sequences) decides when training stops; the number a chapter
-reports comes from a separate test set that neither training nor stopping ever saw:
+reports comes from a separate test split, drawn with its own seed, that stopping never looks at
+(independent draws repeat short inputs: about one test sequence in nine also occurs in the
+training set, and chapter 09 counts them):
 
 TEST_SEED, TEST_SIZE     the test split: 10,000 sequences drawn with a seed no other split uses;
 test_set(n)              its (src, tgt);
