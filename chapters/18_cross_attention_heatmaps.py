@@ -14,230 +14,498 @@
 # ---
 
 # %% [markdown]
-# # Cross-attention heatmaps: watching the model read backwards
+# # 18. Cross-attention heatmaps: watching the model read backwards
 #
 # To reverse `7 3 0 9 5 1 8`, the decoder must, at every step, find the one source position
-# that holds the next output digit: the last digit first, then the one before it, and
-# finally notice that every digit has been written and emit `<eos>`. Nobody told the model
-# to do this; the loss only rewarded correct outputs. Cross-attention is where the model
-# decides where to look, and its weights are a matrix we can plot: one row per decoder step
-# (the query), one column per source token (the key), each row summing to 1.
+# that holds the next output digit: the last digit first, then the one before it, and finally
+# notice that every digit has been written and emit `<eos>`. Nobody tells the model to do this;
+# the loss only rewards correct outputs. Cross-attention is where the model decides where to
+# look: its weights form a matrix with one row per decoder step (the query) and one column per
+# source token (the key), each row summing to 1. Bahdanau et al. introduced such weights as a
+# learned soft *alignment* between output and input {cite}`bahdanau2015`; the Transformer's
+# encoder-decoder attention computes them with scaled dot products {cite}`vaswani2017`.
 #
-# If the model learned to reverse, the rows should light up along the anti-diagonal. This
-# chapter checks that claim with asserts, compares the trained model with the badly
-# initialised one of chapter 12 (same architecture, default initialisation), draws every
-# layer and head, and ends with an interactive explorer.
+# For a model that reverses, the perfect alignment is the anti-diagonal. The heatmap in
+# {ref}`the reference chapter <reference-chapter>` (last decoder layer, mean of its four heads,
+# input `7 3 0 9 5 1 8`) comes close: at least 0.94 on the mirrored source token in every row
+# and 1.00 on `<eos>` in the last row. This chapter
+#
+# 1. measures how sharp the book's own model of chapter 10 is;
+# 2. shows, from recorded training runs, which changes to the recipe make the alignment sharp;
+# 3. trains a small model that is sharp and checks it over 200 held-out sequences;
+# 4. measures its twin trained with PyTorch's default initialisation (chapter 12) the same way;
+# 5. draws every layer and head, and ends with an interactive explorer.
 
 # %%
+import dataclasses
+import json
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from IPython.display import display
 
 from helpers import (
+    BOOK_RECIPE,
     MEAN_OF_HEADS,
+    SHARP_ATTENTION_RECIPE,
     AttentionExplorer,
+    alignment_stats,
     attention_sharpness,
+    count_parameters,
     cross_attention,
     decode_digits,
     encode_digits,
+    exact_match_with_interval,
     greedy_decode,
+    load_or_train,
     make_reversal_dataset,
     mirrored_columns,
     plot_attention,
     plot_attention_grid,
+    test_set,
     token_name,
-    trained_default_init_model,
     trained_reversal_model,
 )
-from helpers.visualize import mirror_weight_batch
+from helpers.exercises import check_mirror_weight, check_row_entropy
 
 _ = torch.manual_seed(0)
 
 # %% [markdown]
-# ## 1. The trained model on one input
+# ## 1. What "sharp" means, measured
 #
-# `trained_reversal_model()` returns the book's model, trained in chapter 10 (it loads the
-# cached checkpoint, or trains it on the first call in a fresh clone). The source is the
-# digits followed by `<eos>`; greedy decoding (chapter 11) produces `<bos>`, the reversed
-# digits and `<eos>`.
+# Take one source of $n$ digits followed by `<eos>`. Under teacher forcing the decoder input is
+# `<bos>` and the $n$ reversed digits, so the map has $n + 1$ rows and $n + 1$ columns. Row $i$
+# (for $i < n$) predicts output digit $i$, which is source digit $n - 1 - i$; the last row
+# predicts `<eos>` and should read the source's `<eos>`, column $n$. `mirrored_columns(n)`
+# lists these columns. Three numbers say how sharp a layer is, each averaged over its heads
+# (`helpers.alignment_stats`):
+#
+# - **mirror**: the mean weight on the mirrored column, over every row of every sequence
+#   (1.0 = a perfect anti-diagonal);
+# - **`<eos>` peak**: the share of sequences whose last row has its maximum on `<eos>`;
+# - **neighbours**: the mean weight on the two columns beside the mirrored one.
+#
+# They are measured on 200 sequences drawn with their own seed (7), under teacher forcing, so
+# every model is asked the same questions. For the 4-digit source `7 3 0 9`:
 
 # %%
-model = trained_reversal_model(progress=False, verbose=False)
+print("mirrored columns for n = 4:", mirrored_columns(4).tolist())
+src_p, tgt_p = make_reversal_dataset(200, seed=7)  # the probe set
+n_p = (src_p != 0).sum(dim=1) - 1  # digits per sequence
+uniform = (1.0 / (n_p + 1).float()).mean().item()
+print(f"probe: {len(n_p)} sequences of {n_p.min()} to {n_p.max()} digits")
+print(f"a map with uniform rows would score mirror = {uniform:.2f}")
+assert mirrored_columns(4).tolist() == [3, 2, 1, 0, 4]
+
+
+def report(name, stats):
+    for layer, (m, e, nb) in enumerate(
+        zip(*(stats[k] for k in ("mirror", "eos_peak", "neighbours")))
+    ):
+        print(
+            f"{name:>14}, layer {layer}: mirror {m:.2f}, <eos> peak {e:4.0%}, neighbours {nb:.2f}"
+        )
+
+
+# %% [markdown]
+# The book's model of chapter 10 (`BOOK_RECIPE`: $d_{model} = 32$, four heads of $d_k = 8$, no
+# dropout) stops training at the first evaluation with 99.5 % validation exact match. It is
+# accurate; is it sharp? (Its exact numbers depend on the low-order bits of the CPU it was
+# trained on, so the cell asserts bounds.)
+
+# %% tags=["nbval-ignore-output"]
+book_model = trained_reversal_model(progress=False, verbose=False)
+book = alignment_stats(book_model, src_p, tgt_p)
+report("book model", book)
+assert book["mirror"].max() < 0.7 and book["eos_peak"][-1] < 0.5
+assert book["mirror"].min() > uniform
+
+# %% [markdown]
+# Above the uniform spread, far from the reference chapter's map: no layer puts even 0.7 on
+# the mirrored position, and the last layer's `<eos>` row peaks on `<eos>` in fewer than half
+# of the sequences. Yet this model reverses correctly (chapter 10 measured it on the test set):
+# accuracy does not require a sharp alignment.
+#
+# ## 2. What makes the alignment sharp: recorded runs
+#
+# Training a candidate recipe and measuring it every 100 steps takes minutes, so the runs were
+# recorded once by a script and the chapter reads the data:
+#
+# ```bash
+# nice -n 10 .venv/bin/python tools/explore_ch18_sharpness.py NAME --set FIELD=VALUE ... --seed S
+# ```
+#
+# It trains a `TrainConfig` exactly as `train_reversal` does (same data, batches and random
+# streams) for a fixed number of steps with the cooldown ending at the last step, and records
+# the three numbers per layer, the validation exact match and the training loss into
+# `chapters/data/ch18_sharpness.json`. Every run starts from `BOOK_RECIPE` and changes a few
+# fields; the table lists each run's last point.
+
+# %%
+data = json.loads(Path("data/ch18_sharpness.json").read_text())
+runs = {(r["name"], r["seed"]): r for r in data["runs"]}
+
+
+def changes(config):
+    skip = {"seed", "target_exact_match", "eval_every", "eval_gate", "max_steps", "cooldown"}
+    return ", ".join(
+        f"{k}={v}" for k, v in config.items() if k not in skip and getattr(BOOK_RECIPE, k) != v
+    )
+
+
+print(
+    f"{'run':>16} {'seed':>4} {'params':>7} {'steps':>5}  mirror L0 L1  <eos> L0  L1  val   changes"
+)
+for (name, seed), r in runs.items():
+    p = r["points"][-1]
+    mirror = " ".join(f"{v:.2f}" for v in p["mirror"]).ljust(9)
+    eos = " ".join(f"{v:4.0%}" for v in p["eos_peak"]).ljust(9)
+    print(
+        f"{name:>16} {seed:>4} {r['parameters']:>7,} {p['step']:>5}  {mirror}    {eos} "
+        f"{p['val_exact']:.3f} {changes(r['config'])}"
+    )
+
+# %% [markdown]
+# Figure 18.1 follows the sharpness during training for the runs that tell the story: the
+# book's architecture trained three times longer than the book does, then one change at a time
+# towards the recipe this chapter uses (three seeds), and that recipe with PyTorch's default
+# initialisation.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+story = [
+    ("d32h4", "book architecture (4 heads of d_k 8), no dropout", "0.6"),
+    ("d32h1", "1 head of d_k 32", "tab:gray"),
+    ("d32h1drop", "1 head, dropout 0.1", "tab:olive"),
+    ("d64h1drop", "d_model 64, 1 head, dropout 0.1", "tab:cyan"),
+    ("d64h2drop", "d_model 64, 2 heads of d_k 32, dropout 0.1", "tab:blue"),
+    ("sharp1000d15", "... 2x learning rate, dropout 0.15, 1000 steps (this chapter)", "tab:red"),
+    ("sharp1000d15default", "the same with PyTorch's default init", "tab:purple"),
+]
+fig, axes = plt.subplots(1, 3, figsize=(13, 5.0), sharex=True)
+panels = [
+    ("mirror", 0, "layer 0: weight on the mirrored position"),
+    ("mirror", -1, "last layer: weight on the mirrored position"),
+    ("eos_peak", -1, "last layer: <eos> row peaks on <eos>"),
+]
+for ax, (key, layer, title) in zip(axes, panels):
+    for name, label, color in story:
+        for (run_name, seed), r in runs.items():
+            if run_name != name:
+                continue
+            steps = [p["step"] for p in r["points"]]
+            values = [p[key][layer] for p in r["points"]]
+            ax.plot(
+                steps,
+                values,
+                color=color,
+                lw=1.6 if seed == 0 else 0.8,
+                label=label if seed == 0 else None,
+            )
+    ax.axhline(0.9, color="k", ls=":", lw=0.8)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("training step")
+    ax.set_ylim(0, 1.02)
+axes[0].set_ylabel("mean over 200 held-out sequences")
+fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+fig.suptitle(
+    "Figure 18.1: cross-attention sharpness during training (mean of heads; "
+    "dotted: the 0.90 target; thin lines: seeds 1 and 2)",
+    fontsize=11,
+)
+fig.tight_layout(rect=(0, 0.1, 1, 1))
+plt.show()
+
+# %% [markdown]
+# The next cell sets the runs side by side, one change at a time (the runs before and after
+# differ only in the fields named; one seed each, so only large differences count: section 3
+# shows how much three seeds of one recipe differ).
+
+
+# %%
+def final(name, key="mirror", layer=-1, seed=0):
+    return runs[(name, seed)]["points"][-1][key][layer]
+
+
+levers = [  # (change, run before, run after, what is compared, layer)
+    ("one head of d_k 32 instead of four of 8", "d32h4", "d32h1", "mirror", -1),
+    ("dropout 0.1, four heads", "d32h4", "d32h4drop", "mirror", -1),
+    ("dropout 0.1, one head", "d32h1", "d32h1drop", "mirror", 0),
+    ("dropout 0.2 instead of 0.1, one head", "d32h1drop", "d32h1drop2", "val_exact", None),
+    ("label smoothing 0.1", "d32h1drop", "d32h1dropls", "mirror", 0),
+    ("one layer per stack instead of two", "d32h1drop", "d32h1dropL1", "mirror", 0),
+    ("2x learning rate, d_model 32", "d32h1drop", "d32h1droplr2", "mirror", 0),
+    ("d_model 64 (1 head of 64); 1000 not 1500 steps", "d32h1drop", "d64h1drop", "mirror", 0),
+    ("2 heads of 32, not 1 of 64; 1200 not 1000 steps", "d64h1drop", "d64h2drop", "mirror", -1),
+    ("2x learning rate, d_model 64", "d64h2drop", "d64h2droplr2", "mirror", -1),
+    ("2x learning rate, d_model 64", "d64h2drop", "d64h2droplr2", "eos_peak", -1),
+    ("length bucketing, 1200 steps", "d64h2droplr2", "sharp1200bucket", "mirror", -1),
+    ("dropout 0.15 instead of 0.1, 1000 steps", "sharp1000", "sharp1000d15", "eos_peak", -1),
+]
+delta = {}
+for change, a, b, key, layer in levers:
+    va = runs[(a, 0)]["points"][-1][key] if layer is None else final(a, key, layer)
+    vb = runs[(b, 0)]["points"][-1][key] if layer is None else final(b, key, layer)
+    where = {None: "", -1: ", last layer"}.get(layer, f", layer {layer}")
+    print(f"{change:>47}: {key}{where} {va:.2f} -> {vb:.2f}  ({a} -> {b})")
+    delta[(b, key)] = vb - va
+assert delta[("d32h1", "mirror")] > 0.1 and delta[("d32h4drop", "mirror")] > 0.1
+assert delta[("d32h1drop", "mirror")] > 0.3
+assert delta[("d32h1drop2", "val_exact")] < -0.1  # too much dropout: it no longer learns
+assert abs(delta[("d32h1dropls", "mirror")]) < 0.02 and delta[("d32h1dropL1", "mirror")] < -0.05
+assert delta[("d64h2drop", "mirror")] > 0.1 and delta[("sharp1200bucket", "mirror")] < -0.05
+assert final("d32h4") < 0.65  # the book's architecture, three times the book's budget
+
+# %% [markdown]
+# What these runs show (seed 0 each):
+#
+# - **Training longer alone does not do it.** The book's architecture trained for 1500 steps,
+#   three times the book's budget, to a validation exact match of 1.000, still puts less than
+#   0.65 on the mirrored position in its last layer.
+# - **Dropout is the largest single lever.** 0.1 lifted layer 0 of the one-head model by more
+#   than 0.3 and the last layer of the four-head model by more than 0.1. Too much of it (0.2)
+#   cost the small model its accuracy.
+# - **Fewer, wider heads.** The map that is measured is the mean of the heads, and four heads of
+#   $d_k = 8$ were blurrier than one head of $d_k = 32$. At $d_{model} = 64$, two heads of 32
+#   made the *last* layer sharp where one head of 64 had made the first layer sharp (these two
+#   runs also differ in budget: 1000 and 1200 steps).
+# - **Smaller levers.** Twice the learning rate and dropout 0.15 instead of 0.1 raised the last
+#   layer's `<eos>` peak in these single-seed runs; label smoothing changed nothing measurable;
+#   one layer per stack and length bucketing (batches of similar length, chapter 10) were less
+#   sharp.
+
+# %% [markdown]
+# ## 3. A sharp model
+#
+# `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the last recipe of Figure 18.1: the book's
+# recipe with $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, twice the
+# learning rate, and a fixed budget of 1000 steps whose cooldown ends at the last step (no early
+# stop). It has about four times the book model's parameters. `load_or_train` loads it from the
+# checkpoint cache, or trains it on the first call.
+
+# %%
+SHOWN = -1  # the layer this chapter shows, as the reference chapter does: the last one
+result = load_or_train(SHARP_ATTENTION_RECIPE, progress=False, verbose=False)
+model = result.model
+diff = {
+    f.name: getattr(SHARP_ATTENTION_RECIPE, f.name)
+    for f in dataclasses.fields(BOOK_RECIPE)
+    if getattr(SHARP_ATTENTION_RECIPE, f.name) != getattr(BOOK_RECIPE, f.name)
+}
+print("changes from BOOK_RECIPE:", diff)
+print(f"parameters: {count_parameters(model):,} (book model: {count_parameters(book_model):,})")
+print(f"trained for {result.history['step'][-1]} steps of {SHARP_ATTENTION_RECIPE.batch_size}")
+n_layers, n_heads = len(model.decoder.layers), model.decoder.layers[0].cross_mha.h
+assert result.history["step"][-1] == SHARP_ATTENTION_RECIPE.max_steps
+
+# %% [markdown]
+# Its accuracy first, on the 10,000 test sequences of chapter 09 that neither training nor any
+# choice in this chapter looked at (teacher-forced exact match, which counts the same sequences
+# as greedy decoding; Wilson 95 % interval, chapter 10):
+
+# %% tags=["nbval-ignore-output"]
+test_result = exact_match_with_interval(model, *test_set())
+print(f"test exact match: {test_result}")
+assert test_result.exact_match > 0.999 and test_result.low > 0.99
+
+# %% [markdown]
+# Now the sharpness, per layer, on the 200 probe sequences. The chapter's targets for the layer
+# it shows: mirror at least 0.90, and the `<eos>` row peaking on `<eos>` in at least 90 % of
+# sequences.
+
+# %% tags=["nbval-ignore-output"]
+sharp = alignment_stats(model, src_p, tgt_p)
+report("sharp model", sharp)
+assert sharp["mirror"][SHOWN] >= 0.90 and sharp["eos_peak"][SHOWN] >= 0.90
+recorded = runs[("sharp1000d15", 0)]["points"][-1]
+print(
+    f"recorded run (same recipe, seed 0): mirror {recorded['mirror']}, <eos> peak "
+    f"{recorded['eos_peak']}"
+)
+assert abs(sharp["mirror"][SHOWN] - recorded["mirror"][SHOWN]) < 0.03
+
+# %% [markdown]
+# This model (seed 0) meets both targets. Is that the recipe or the seed? Over three seeds
+# (0, 1, 2: different initial weights and batch order, recorded by the same script):
+
+# %%
+seeds = [r["points"][-1] for (name, _), r in runs.items() if name == "sharp1000d15"]
+for seed, p in enumerate(seeds):
+    print(
+        f"seed {seed}: last layer mirror {p['mirror'][-1]:.3f}, <eos> peak {p['eos_peak'][-1]:.1%}"
+    )
+for key, label in (("mirror", "mirror"), ("eos_peak", "<eos> peak")):
+    for layer in range(n_layers):
+        v = np.array([p[key][layer] for p in seeds])
+        print(
+            f"{label:>10}, layer {layer}: mean {v.mean():.3f}, min {v.min():.3f}, max {v.max():.3f}"
+            f" over {len(v)} seeds"
+        )
+last_mirror = np.array([p["mirror"][-1] for p in seeds])
+last_eos = np.array([p["eos_peak"][-1] for p in seeds])
+assert len(seeds) == 3 and last_mirror.min() >= 0.85 and last_eos.min() >= 0.85
+assert last_mirror.mean() >= 0.90 and last_eos.mean() >= 0.90
+assert ((last_mirror >= 0.90) & (last_eos >= 0.90)).sum() == 1  # seed 0 only
+assert last_mirror.min() > 0.88 and (last_eos < 0.90).sum() == 1
+assert final("d64h2droplr2") > last_mirror.max()
+
+# %% [markdown]
+# On average over the three seeds the last layer meets both targets, but only seed 0 clears
+# both: seeds 1 and 2 fall just short of 0.90 on the mirror weight (both above 0.88), and seed 2
+# also of 90 % on the `<eos>` peak (the cell prints each).
+# This recipe sits at the edge of what its 1000 steps buy. The recorded 1200-step run with
+# dropout 0.1 and twice the learning rate (`d64h2droplr2` in the table) went further with seed
+# 0, at 1.2 times the training steps (one seed only); the book keeps 1000 steps so that a fresh
+# clone trains the model quickly.
+
+# %% [markdown]
+# Figure 18.2 is the map the reference chapter shows, for this model: last layer, mean of
+# heads, input `7 3 0 9 5 1 8`, with the weights written in the cells.
+
+# %%
 digits = [7, 3, 0, 9, 5, 1, 8]
 src = encode_digits(digits)
 pred = greedy_decode(model, src)
-n_layers, n_heads = len(model.decoder.layers), model.decoder.layers[0].cross_mha.h
-print(f"model: {n_layers} decoder layers x {n_heads} cross-attention heads, max_len={model.max_len}")
 print("src :", tuple(src.shape), [token_name(t) for t in src[0]])
 print("pred:", tuple(pred.shape), [token_name(t) for t in pred[0]])
 assert decode_digits(pred[0]) == digits[::-1]
 
 # %% [markdown]
-# To get the weights, run the decoder once more on its own output, minus the final `<eos>`
-# (that is the decoder *input* at each step: `<bos>` to predict the first digit, ..., the last
-# digit to predict `<eos>`). `decode` returns the logits and one cross-attention tensor per
-# layer, `[B, h, L_t, L_s]`: batch, heads, decoder positions, source positions.
+# To get the weights, run the decoder once more on its own output minus the final `<eos>`
+# (the decoder *input* at each step: `<bos>` to predict the first digit, ..., the last digit to
+# predict `<eos>`). `decode` returns the logits and one cross-attention tensor per layer,
+# `[B, h, L_t, L_s]`: batch, heads, decoder positions, source positions.
 
 # %%
 with torch.no_grad():
     memory, src_mask = model.encode(src)
     logits, cross = model.decode(pred[:, :-1], memory, src_mask)
 print("decoder input:", tuple(pred[:, :-1].shape), " logits:", tuple(logits.shape))
-print("cross-attention:", len(cross), "layers of", tuple(cross[-1].shape))
-w = cross[-1][0].mean(dim=0)  # last layer, mean over heads -> [L_t, L_s]
-print("last layer, mean of heads:", tuple(w.shape))
+print("cross-attention:", len(cross), "layers of", tuple(cross[SHOWN].shape))
+w = cross[SHOWN][0].mean(dim=0)  # the shown layer, mean over heads -> [L_t, L_s]
 torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
-
-# %% [markdown]
-# The matrix, rows labelled with the decoder input and columns with the source token. The
-# exact values depend on the trained weights (and on the low-order bits of this CPU), so the
-# cell below only prints them; the cells after it assert what must hold.
-
-# %% tags=["nbval-ignore-output"]
-rows = [token_name(t) for t in pred[0, :-1]]
-cols = [str(d) for d in digits] + ["<eos>"]
-print("        " + "".join(f"{c:>6}" for c in cols))
-for label, row in zip(rows, w.numpy()):
-    print(f"{label:>7} " + "".join(f"{v:6.2f}" for v in row))
-
-# %% [markdown]
-# Row $i$ predicts output digit $i$, which is source digit $n-1-i$: the first row (`<bos>`)
-# should look at the last source digit, the second at the one before it, and so on, the
-# focus sweeping from right to left along the anti-diagonal. `mirrored_columns(n)` lists
-# these columns; its last entry is $n$, the source's `<eos>`, for the final row, which
-# predicts `<eos>`. For the digit rows we assert the shape of the sweep: the first row
-# peaks on the last digit, the peaks never move back to the right, and most of them sit
-# exactly on the mirrored column.
-
-# %%
 n = len(digits)
-expected = mirrored_columns(n)
-argmax = w.argmax(dim=-1).numpy()
-digit_peaks = argmax[:n]
-print("mirrored column of each digit row:", expected[:n].tolist())
-assert digit_peaks[0] == n - 1  # <bos>: the last source digit comes out first
-assert (np.diff(digit_peaks) <= 0).all()  # then right to left, never back
-assert (digit_peaks == expected[:n]).mean() >= 0.5
-misses = digit_peaks != expected[:n]  # a row that misses peaks one column to the right (see below)
-assert (digit_peaks[misses] == expected[:n][misses] + 1).all()
+on_mirror = w[torch.arange(n + 1), torch.as_tensor(mirrored_columns(n))]
+print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mirror.tolist()])
+assert (w.argmax(dim=-1).numpy() == mirrored_columns(n)).all()
 
-# %% tags=["nbval-ignore-output"]
-print("column of each row's maximum     :", argmax.tolist())
-print(f"digit rows peaking exactly on the mirrored digit: {(digit_peaks == expected[:n]).sum()} of {n}")
-print(f"final row: maximum on {cols[argmax[-1]]!r} ({w[-1].max():.2f}); weight on <eos>: {w[-1, -1]:.2f}")
-
-# %% [markdown]
-# Where a row does not peak exactly on its mirrored digit, it usually peaks one column to
-# the right: on the source position of the token the decoder has just written (its input).
-# Knowing "where am I" and moving one step left is another way to reverse.
-#
-# The final row is the one to watch. To predict `<eos>` the model must notice that every
-# source digit has been written. The source's `<eos>` token is one place to read that, but
-# not the only one: the first source digit, just copied, says the same. The reference
-# chapter's model put this row on `<eos>`; whether ours does depends on the training run
-# (the cell above prints where it peaks), and the decoder has more than one layer to do it
-# in. Over 200 held-out sequences (teacher forcing: the decoder gets the correct prefix),
-# per layer and averaged over heads: how often does the final row peak on `<eos>`, and how
-# often do the digit rows peak on their mirrored digit?
-
-# %% tags=["nbval-ignore-output"]
-src_v, tgt_v = make_reversal_dataset(200, seed=7)
-with torch.no_grad():
-    mem_v, mask_v = model.encode(src_v)
-    _, cross_v = model.decode(tgt_v[:, :-1], mem_v, mask_v)
-n_v = (src_v != 0).sum(dim=1) - 1  # digits per sequence
-for layer, wv in enumerate(cross_v):
-    peaks = wv.mean(dim=1).argmax(dim=-1)  # [200, L_t]
-    final = (peaks[torch.arange(len(n_v)), n_v] == n_v).float().mean().item()
-    digit_hits = [(peaks[b, :k] == torch.arange(k - 1, -1, -1)).float().mean().item()
-                  for b, k in enumerate(n_v.tolist())]
-    print(f"layer {layer}: digit rows on the mirrored digit {np.mean(digit_hits):.1%}, "
-          f"final row on <eos> {final:.1%}")
-
-# %% [markdown]
-# ## 2. The badly initialised model: the blur
-#
-# Chapter 12 trained the same architecture with PyTorch's default initialisation: token
-# embeddings several times louder than the positions, so "which position am I" is hard to
-# hear. `trained_default_init_model()` is that model, trained with the book's recipe apart
-# from the initialisation (chapter 12 compares the two training runs). Its heatmaps on the
-# same input, below the trained model's, one column per decoder layer:
-
-# %%
-weak = trained_default_init_model(progress=False, verbose=False)
-fig, axes = plt.subplots(2, n_layers, figsize=(4.6 * n_layers, 7.6), squeeze=False)
-for r, (name, m) in enumerate((("fixed init", model), ("default init", weak))):
-    for layer in range(n_layers):
-        plot_attention(cross_attention(m, digits, layer=layer), ax=axes[r, layer], annotate=True)
-        axes[r, layer].set_title(f"{name}: layer {layer}, mean of heads", fontsize=10)
-fig.suptitle("cross-attention on 7 3 0 9 5 1 8: the book's model (top), default initialisation (bottom)",
-             fontsize=11)
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, ax = plt.subplots(figsize=(5.6, 4.6))
+plot_attention(cross_attention(model, digits, layer=SHOWN), ax=ax, annotate=True)
+ax.set_title("Figure 18.2: the sharp model, last layer, mean of heads", fontsize=10)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Whether the weak model gets this particular input right depends on its training run, so
-# the next cell's output is not compared. It also prints how sharp each last-layer map above
-# is: the mean weight on the mirrored position (1.0 would be a perfect one-hot alignment),
-# the share of rows whose maximum is there, and the mean row entropy in bits (0 for one-hot
-# rows, $\log_2 8 = 3$ for rows spread evenly over the eight source tokens).
-
-# %% tags=["nbval-ignore-output"]
-good_map, weak_map = cross_attention(model, digits), cross_attention(weak, digits)
-for name, amap in (("fixed init", good_map), ("default init", weak_map)):
-    s = attention_sharpness(amap)
-    print(f"{name:>12}: output {amap.output} ({'correct' if amap.correct else 'wrong'}); last layer: "
-          f"on mirror {s['on_mirror']:.2f}, argmax hits {s['argmax_hits']:.2f}, "
-          f"entropy {s['entropy_bits']:.2f} bits")
+# Every row peaks on its mirrored column, the anti-diagonal, and the last row on `<eos>`. The
+# reference chapter's map had at least 0.94 in every row; the cell before the figure prints
+# this model's weight on the mirrored column row by row, and the 200-sequence average above is
+# the number the targets are about.
 
 # %% [markdown]
-# One input is an anecdote. Over the 200 held-out sequences (teacher forcing, so both models
-# are asked the same questions): the mean weight each layer and head puts on the mirrored
-# position, compared with what a uniform spread over the source would give.
-
-# %%
-good_lh = mirror_weight_batch(model, src_v, tgt_v)  # [layers, heads]
-weak_lh = mirror_weight_batch(weak, src_v, tgt_v)
-uniform = (1.0 / (n_v + 1).float()).mean().item()
-print("shape:", tuple(good_lh.shape), "(layers, heads)")
-assert good_lh[-1].mean() > weak_lh[-1].mean()  # the trained model's last layer is sharper
-assert good_lh.mean() > weak_lh.mean()  # and so is the model as a whole
-assert good_lh[-1].mean() > 2.5 * uniform  # and far from an even spread
-
-# %% tags=["nbval-ignore-output"]
-torch.set_printoptions(precision=2)
-print("fixed init  , weight on the mirrored position per layer x head:\n", good_lh)
-print("default init, weight on the mirrored position per layer x head:\n", weak_lh)
-print(f"last layer, mean of heads: fixed init {good_lh[-1].mean():.2f}, "
-      f"default init {weak_lh[-1].mean():.2f}, uniform spread {uniform:.2f}")
-
-# %% [markdown]
-# The trained model concentrates its weight on the right source position; the badly
-# initialised one spreads it over neighbours: it roughly knows *where* to look but cannot
-# tell adjacent positions apart, which is what drowned positional signals predict.
-
-# %% [markdown]
-# ## 3. Every layer and every head
+# ## 4. The default-init twin
 #
-# The mean of heads hides how the work is shared. The grid below shows each head of each
-# decoder layer on the same input (rows: decoder input, columns: source). This static figure
-# is what the HTML version of the book shows; the explorer in section 4 lets you pick one.
+# Chapter 12 showed what PyTorch's default initialisation does to this model: its token
+# embeddings, drawn from $\mathcal{N}(0, 1)$ and multiplied by $\sqrt{d_{model}}$, are several
+# times louder relative to the positional encodings than with the book's initialisation, and
+# the model learns more slowly. The twin below is trained with
+# `SHARP_ATTENTION_RECIPE` except `init="default"`: same data, seed, schedule and budget. It is
+# measured exactly as the sharp model was.
+
+# %% tags=["nbval-ignore-output"]
+twin_recipe = dataclasses.replace(SHARP_ATTENTION_RECIPE, init="default")
+twin = load_or_train(twin_recipe, progress=False, verbose=False).model
+twin_stats = alignment_stats(twin, src_p, tgt_p)
+report("sharp model", sharp)
+report("default init", twin_stats)
+twin_test = exact_match_with_interval(twin, *test_set())
+print(f"default init, test exact match: {twin_test}")
+
+
+# uniform rows, for comparison: the share of the off-mirror weight that lands on the neighbours
+def uniform_neighbours(k):  # k digits: mean weight a uniform row puts on the two neighbours
+    cols = mirrored_columns(k)
+    return np.mean([(int(c >= 1) + int(c + 1 <= k)) / (k + 1) for c in cols])
+
+
+near_u = np.mean([uniform_neighbours(k) for k in n_p.tolist()])
+share = {"uniform rows": near_u / (1 - uniform)}
+for name, s in (("sharp model", sharp), ("default init", twin_stats)):
+    off = 1 - s["mirror"][SHOWN]
+    share[name] = s["neighbours"][SHOWN].item() / off
+    print(
+        f"{name:>14}: weight off the mirrored column {off:.2f}, of which on its two "
+        f"neighbours {s['neighbours'][SHOWN]:.2f} ({share[name]:.0%})"
+    )
+print(
+    f"  uniform rows: {1 - uniform:.2f} off the mirrored column, {share['uniform rows']:.0%} of it"
+)
+assert twin_test.exact_match < 0.5
+assert twin_stats["mirror"][SHOWN] < 0.6 and twin_stats["mirror"][0] < 0.3
+assert share["uniform rows"] < share["default init"] < share["sharp model"]
+
+# %% [markdown]
+# With the same recipe and budget, the twin learned far less: under half of the test sequences
+# right. Its maps are blurred: its last layer puts less than 0.6 on the mirrored position, its
+# first layer less than 0.3, not far above uniform rows. Does it "spread its weight over the
+# neighbours", as a model that cannot tell adjacent positions apart would? Partly: of the weight
+# it puts off the mirrored column, a larger share lands on the two neighbouring columns than
+# uniform rows would put there, but a smaller share than in the sharp model, whose little
+# off-mirror weight sits mostly next door. Most of the twin's blur is further away.
+#
+# Figure 18.3 sets the two side by side on the input of Figure 18.2, every decoder layer.
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+fig, axes = plt.subplots(2, n_layers, figsize=(4.6 * n_layers, 7.6), squeeze=False)
+for r, (name, m) in enumerate((("sharp model", model), ("default init", twin))):
+    for layer in range(n_layers):
+        plot_attention(cross_attention(m, digits, layer=layer), ax=axes[r, layer], annotate=True)
+        axes[r, layer].set_title(f"{name}: layer {layer}, mean of heads", fontsize=10)
+fig.suptitle(
+    "Figure 18.3: SHARP_ATTENTION_RECIPE (top) and its default-init twin (bottom), "
+    "on 7 3 0 9 5 1 8",
+    fontsize=11,
+)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 5. Every layer and every head
+#
+# The mean of heads hides how the work is shared. Figure 18.4 shows each head of each decoder
+# layer of the sharp model on the same input (rows: decoder input, columns: source). The
+# explorer in section 6 lets you pick one; this static figure is what the HTML book shows.
 
 # %%
 grid = plot_attention_grid(model, digits)
 print(f"{len(grid.axes)} panels = {n_layers} layers x {n_heads} heads")
 assert len(grid.axes) == n_layers * n_heads
+grid.suptitle(
+    "Figure 18.4: cross-attention of every layer and head of the sharp model", fontsize=10
+)
 display(grid)
 
 # %% [markdown]
-# ## 4. An explorer
+# Over the 200 probe sequences, per head (the mean of heads in section 3 averages these):
+
+# %% tags=["nbval-ignore-output"]
+for layer in range(n_layers):
+    line = ", ".join(f"head {h}: {v:.2f}" for h, v in enumerate(sharp["mirror_heads"][layer]))
+    print(f"layer {layer}, weight on the mirrored position: {line}")
+assert sharp["mirror_heads"][SHOWN].min() > 0.85
+
+# %% [markdown]
+# Both heads of the last layer put more than 0.85 on the mirrored position (asserted above):
+# they agree, so their mean is sharp too.
+#
+# ## 6. An explorer
 #
 # Type digits, pick a layer and a head (or the mean of heads): the decoded output and the
 # heatmap update live in JupyterLab. The logic lives in `helpers.visualize`:
-# `AttentionExplorer.render(text, layer, head)` parses the text, decodes, and draws, or
-# returns a clear message for bad input; the widgets only call it. (The HTML book cannot run
-# widgets: the static figure after the widget shows its initial view.)
+# `AttentionExplorer.render(text, layer, head)` parses the text, decodes, and draws, or returns
+# a clear message for bad input; the widgets only call it. (The HTML book cannot run widgets:
+# Figure 18.5, after the widget, shows its initial view.)
 
 # %% tags=["nbval-ignore-output"]
 explorer = AttentionExplorer(model, digits="7 3 0 9 5 1 8")
@@ -246,7 +514,7 @@ display(box)
 assert explorer.last_figure is not None and explorer.last_message.endswith("correct")
 
 # %% [markdown]
-# The explorer's initial view, as a static figure:
+# Figure 18.5: the explorer's initial view, as a static figure.
 
 # %%
 print(explorer.last_message)
@@ -266,8 +534,8 @@ assert "too long" in explorer.render("1" * (model.max_len - 1))[1]
 assert explorer.render("1" * (model.max_len - 2))[0] is not None  # the longest input that fits
 
 # %% [markdown]
-# And the controls drive the picture: switching the layer dropdown redraws a different
-# heatmap, and typing an invalid input replaces it with the error message.
+# And the controls drive the picture: switching the layer dropdown redraws a different heatmap,
+# and typing an invalid input replaces it with the error message.
 
 # %% tags=["nbval-ignore-output"]
 explorer.update()  # redraw from the controls (the cell above called render directly)
@@ -282,15 +550,103 @@ explorer.controls["layer"].value = n_layers - 1
 assert explorer.last_message.endswith("correct")
 
 # %% [markdown]
-# ## 5. The finished piece
+# ## 7. The finished piece
 #
-# `helpers.cross_attention` is the computation of section 1, packaged: the same matrix as
-# the cells built by hand.
+# `helpers.cross_attention` is the computation of section 3, packaged: the same matrix as the
+# cells built by hand, for the mean of heads and for a single head; and `attention_sharpness`
+# scores one such map as `alignment_stats` scores a batch.
 
 # %%
-amap = cross_attention(model, digits, layer=-1, head=MEAN_OF_HEADS)
+amap = cross_attention(model, digits, layer=SHOWN, head=MEAN_OF_HEADS)
 torch.testing.assert_close(torch.from_numpy(amap.weights), w)
-assert amap.row_labels == rows and amap.col_labels == cols
+rows = [token_name(t) for t in pred[0, :-1]]
+assert amap.row_labels == rows and amap.col_labels == [str(d) for d in digits] + ["<eos>"]
 per_head = cross_attention(model, digits, layer=n_layers - 1, head=n_heads - 1)
 torch.testing.assert_close(torch.from_numpy(per_head.weights), cross[-1][0, n_heads - 1])
-print("helpers.cross_attention reproduces the hand-built matrices:", amap.weights.shape)
+one = attention_sharpness(amap)
+print(
+    f"helpers.cross_attention reproduces the hand-built matrices: {amap.weights.shape}; "
+    f"on mirror {one['on_mirror']:.2f}"
+)
+assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
+
+# %% [markdown]
+# ## Summary
+#
+# - Measured over 200 held-out sequences under teacher forcing, the book's model of chapter 10
+#   reverses correctly with a blurred alignment: on average less than 0.7 of a row's weight
+#   on the mirrored position, in every layer.
+# - Recorded runs (`tools/explore_ch18_sharpness.py`, `chapters/data/ch18_sharpness.json`, one
+#   seed per lever) show that training longer alone does not sharpen the map; dropout and
+#   fewer, wider heads do; label smoothing does not.
+# - `SHARP_ATTENTION_RECIPE` ($d_{model}$ 64, two heads of $d_k$ 32, dropout 0.15, twice the
+#   learning rate, 1000 steps) gives a map like the reference chapter's: with seed 0, at least
+#   0.90 on the mirrored position and `<eos>` peaks in at least 90 % of sequences in its last
+#   layer, and over 99.9 % test exact match. Over three seeds it sits at the edge of both
+#   targets.
+# - Its twin with PyTorch's default initialisation, same recipe, learns far less, and its map is
+#   blurred: some of the blur sits on neighbouring positions, most of it further away.
+# - The one thing to remember: a heatmap shows what one trained model does, not what the task
+#   requires. An accurate model can have a blurred map; how sharp it is depends on the recipe.
+#
+# ## Exercises
+#
+# ### Exercise 18.1 (predict, then run): the columns of a perfect map
+#
+# For the source `4 1 1 7`, which column should each of the five rows of a perfect map peak on?
+# And what would a map whose rows are uniform score as "mirror"? Predict, then check with
+# `mirrored_columns`.
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 18.1
+cols = mirrored_columns(4)
+print("rows <bos>, 7, 1, 1, 4 peak on columns", cols.tolist(), "(digits 7 1 1 4, then <eos>)")
+uniform_map = torch.full((5, 5), 1 / 5)
+score = uniform_map[torch.arange(5), torch.as_tensor(cols)].mean().item()
+print(f"uniform rows put 1/5 on every column, so mirror = {score:.2f}")
+assert cols.tolist() == [3, 2, 1, 0, 4] and abs(score - 0.2) < 1e-6
+
+# %% [markdown]
+# ### Exercise 18.2 (implement): the weight on the mirrored position
+#
+# Write `mirror_weight(weights, n)`: `weights` is one attention map `[n + 1, n + 1]` (rows
+# `<bos>` and the $n$ reversed digits, columns the $n$ source digits and `<eos>`); return the
+# mean over the rows of the weight on each row's mirrored column, one number. Then apply it to
+# the sharp model's map `w` of section 3. `check_mirror_weight` compares your function with the
+# book's on a perfect map, a uniform map and three random ones, and names the likely mistake.
+
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 18.2
+def mirror_weight(weights, n):
+    rows = torch.arange(n + 1)
+    cols = torch.tensor([n - 1 - i for i in range(n)] + [n])  # the anti-diagonal, then <eos>
+    return weights[rows, cols].mean()
+
+
+print(f"sharp model, last layer, 7 3 0 9 5 1 8: {mirror_weight(w, len(digits)):.2f}")
+check_mirror_weight(mirror_weight)
+
+# %% [markdown]
+# ### Exercise 18.3 (implement): how spread out is a row?
+#
+# The entropy of a row, $-\sum_j w_j \log_2 w_j$ bits, is 0 for a one-hot row and
+# $\log_2 L_s$ for a uniform one. Write `row_entropy_bits(weights)` for a tensor of any shape
+# `[..., L_s]` returning `[...]`, with $0 \log 0 = 0$. Then compare the mean row entropy of the
+# last layer (mean of heads) of the sharp model and of its default-init twin on
+# `7 3 0 9 5 1 8`. `check_row_entropy` tests one-hot rows, uniform rows and a random batch.
+
+
+# %% jupyter={"source_hidden": true} tags=["hide-input", "nbval-ignore-output"]
+# Solution to exercise 18.3
+def row_entropy_bits(weights):
+    return -torch.special.xlogy(weights, weights).sum(dim=-1) / torch.log(torch.tensor(2.0))
+
+
+entropy = {}
+for name, m in (("sharp model", model), ("default init", twin)):
+    amap_m = cross_attention(m, digits, layer=SHOWN)
+    entropy[name] = row_entropy_bits(torch.from_numpy(amap_m.weights)).mean().item()
+    print(f"{name:>12}: mean row entropy {entropy[name]:.2f} bits (uniform rows: 3)")
+assert entropy["sharp model"] < entropy["default init"] < 3
+check_row_entropy(row_entropy_bits)
