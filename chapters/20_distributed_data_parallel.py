@@ -415,11 +415,10 @@ print(
     f"seeds {seeds}: the three configurations stopped at the same step for {same_steps} "
     f"of {len(seeds)} seeds"
 )
-one, threads2, ddp2 = (summary[c] for c in configs)
+one, ddp2 = summary[configs[0]], summary[configs[2]]
 assert all(r["validation_exact_match"] >= 0.995 for r in rec["runs"])
 assert all(r["test_exact_match"] >= 0.99 for r in rec["runs"])
 assert ddp2["ms_per_step"] < one["ms_per_step"]
-assert threads2["ms_per_step"] > 2 * max(one["ms_per_step"], ddp2["ms_per_step"])
 
 # %% [markdown]
 # Figure 20.2 shows the medians, and each seed's run as a dot.
@@ -447,11 +446,11 @@ plt.show()
 # one of a single process with 128 sequences and one thread (the "ms per step" column, asserted
 # above): each process does half of the arithmetic, plus the all-reduces of the gradients
 # (0.24 MB) and of the step's statistics. The middle row splits each step between two threads
-# of one process instead; every parallelised operation then waits for both threads, and in
-# this recording, on a busy machine, it was by far the slowest (asserted; chapter 10's
-# ablation measures the same configuration with one core kept busy). The "outside training"
-# column is the rest of each command's time: the interpreter and the imports, and for two
-# processes also `torchrun`'s own process and the rendezvous; the "seconds" column counts it.
+# of one process instead; every parallelised operation then waits for both threads, which
+# exposes it to whatever else the machine runs (chapter 10's ablation measures it with one
+# core kept busy). The "outside training" column is the rest of each command's time: the
+# interpreter and the imports, and for two processes also `torchrun`'s own process and the
+# rendezvous; the "seconds" column counts it.
 # The three configurations add the gradients' terms in different orders, so their weights
 # differ in the low bits and a seed need not stop at the same step in all three (the line
 # under the table counts how often it did); every run reached the target, and every trained
