@@ -112,7 +112,10 @@ def load_or_train(
     progress: bool = True,
     verbose: bool = True,
 ) -> TrainResult:
-    """Reuse the checkpoint for cfg when a valid one exists; otherwise train and save it."""
+    """Reuse the checkpoint for cfg when a valid one exists; otherwise train and save it.
+
+    Used from chapter 10 on; the appendix "The checkpoint cache" explains it.
+    """
     path = checkpoint_path(cfg, cache_dir)
     with _training_lock(path):
         if path.exists():
@@ -133,15 +136,24 @@ def load_or_train(
 
 
 def trained_reversal_model(progress: bool = True, verbose: bool = True) -> Transformer:
-    """The book's trained reversal model (cached after the first call), in eval mode."""
+    """The book's trained reversal model (cached after the first call), in eval mode.
+
+    Trained in chapter 10 (BOOK_RECIPE); used in chapters 11, 13 and 18.
+    """
     return load_or_train(BOOK_RECIPE, progress=progress, verbose=verbose).model
 
 
 def trained_default_init_model(progress: bool = True, verbose: bool = True) -> Transformer:
-    """The badly initialised model, trained for COMPARISON_STEPS steps (cached), in eval mode."""
+    """The badly initialised model, trained for COMPARISON_STEPS steps (cached), in eval mode.
+
+    Built in chapter 12.
+    """
     return load_or_train(default_init_recipe(), progress=progress, verbose=verbose).model
 
 
 def trained_fixed_budget_model(progress: bool = True, verbose: bool = True) -> Transformer:
-    """Its well initialised twin: same data, seed, schedule and budget, only the init differs."""
+    """Its well initialised twin: same data, seed, schedule and budget, only the init differs.
+
+    Built in chapter 12.
+    """
     return load_or_train(fixed_budget_recipe(), progress=progress, verbose=verbose).model

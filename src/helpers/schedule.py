@@ -2,7 +2,8 @@
 
 
 def noam_lambda(d_model: int, warmup: int):
-    """The factor f(step) = d^-0.5 * min(step^-0.5, step * warmup^-1.5) for LambdaLR.
+    """Built in chapter 10. The factor f(step) = d^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    for LambdaLR.
 
     Use it with base lr 1.0: LambdaLR sets lr = base_lr * f(step). It rises linearly for
     `warmup` steps, peaks at d^-0.5 * warmup^-0.5, then decays as 1/sqrt(step).
