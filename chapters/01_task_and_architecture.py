@@ -715,7 +715,7 @@ assert 0.30 < token_emb / gpt2_total < 0.32
 # `memory`, `src_mask`, `logits` and the list `cross_weights` (how many tensors, and of
 # which shape) before you run the solution.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 1.1
 _ = torch.manual_seed(0)
 bigger = Transformer(VOCAB_SIZE, VOCAB_SIZE, num_heads=8, num_layers=3).eval()
@@ -737,13 +737,16 @@ assert memory_x.shape == (3, 9, 128) and src_mask_x.shape == (3, 1, 1, 9)
 assert logits_x.shape == (3, 6, VOCAB_SIZE)
 assert len(cross_x) == 3 and all(w.shape == (3, 8, 6, 9) for w in cross_x)
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 1.1
 # `memory` keeps the source's length and the model width, `[3, 9, 128]`; the padding mask
 # is `[B, 1, 1, L_s]` = `[3, 1, 1, 9]`; the logits are one row of 13 scores per decoder
 # position, `[3, 6, 13]`; and there is one cross-attention tensor per decoder layer (3),
 # each `[B, h, L_t, L_s]` = `[3, 8, 6, 9]`. More heads change the weights' shape, not the
 # width $d$.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 1.2 (predict, then run): tying the output projection
 #
 # GPT-2 shares one matrix between its token embedding and its output projection, and so
@@ -751,7 +754,7 @@ assert len(cross_x) == 3 and all(w.shape == (3, 8, 6, 9) for w in cross_x)
 # embedding's `[13, 128]` matrix with the output projection's weight (keeping the
 # projection's bias), how many parameters would it have? Predict, then run.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 1.2
 _ = torch.manual_seed(0)
 tied = Transformer(VOCAB_SIZE, VOCAB_SIZE)

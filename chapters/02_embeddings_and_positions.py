@@ -672,7 +672,7 @@ torch.testing.assert_close(lib(src), embed(src))
 # `max_len = 64` and $d = 128$. If both stacks (encoder and decoder) used learned
 # positions instead, how many parameters would it have? Predict, then run the solution.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 2.1
 with torch.device("meta"):  # shapes only
     book_model = helpers.Transformer(VOCAB_SIZE, VOCAB_SIZE)

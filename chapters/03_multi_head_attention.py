@@ -971,7 +971,7 @@ assert torch.equal(w_blocked, torch.zeros_like(w_blocked)) and not torch.isnan(w
 # softmax rows be closer to one-hot or to uniform than with the right scale? Predict,
 # then run the solution.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 3.1
 torch.manual_seed(0)
 dk = 64
@@ -988,11 +988,14 @@ print(
 assert abs(wrong[0] * dk - 1) < 0.05  # variance 1/d_k
 assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 3.1
 # The variance is $d_k / d_k^2 = 1/d_k$: the scores shrink towards 0 and every row is
 # close to uniform (mean largest weight 0.077 against 1/16 = 0.0625): at initialisation
 # each query averages the values almost equally, whatever the keys say.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 3.2 (implement): attention with an additive float mask
 #
 # Some codebases (and `F.scaled_dot_product_attention` when given a float mask, as the
@@ -1006,7 +1009,7 @@ assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
 # `check_additive_mask_attention(additive_mask_attention)`; the checker compares it with
 # the book's masked attention on four inputs and tells you what differs.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 3.2
 from helpers.exercises import check_additive_mask_attention
 

@@ -543,7 +543,7 @@ assert isinstance(lib.net[1], nn.GELU) and lib.net[1].approximate == "none"
 # layer is that (one attention of four $d \times d$ projections with biases, two
 # LayerNorms)? Predict with the formulas of this chapter, then run the solution.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 4.1
 with torch.device("meta"):  # shapes only: nothing is allocated
     big_ffn = helpers.FeedForward(512, 2048)
@@ -554,10 +554,13 @@ print(f"encoder layer: {n_params(big_layer):,}; FFN share {p_big / n_params(big_
 assert p_big == ffn_formula(512, 2048) == 2_099_712
 assert abs(p_big / n_params(big_layer) - shares[4][0]) < 0.01  # the same 2/3 as at d = 128
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 4.1
 # 2,099,712 parameters, about two thirds of the layer, the same share as at $d = 128$:
 # with $d_{ff} = 4d$ both the FFN ($8d^2$) and the attention ($4d^2$) grow as $d^2$.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 4.2 (predict, then run): what dropout does on average
 #
 # In training mode, dropout with $p = 0.1$ zeroes about 10 % of the outputs and multiplies
@@ -565,7 +568,7 @@ assert abs(p_big / n_params(big_layer) - shares[4][0]) < 0.01  # the same 2/3 as
 # input, how far is the FFN's output from its eval-mode output? Why is the $1/0.9$ there?
 # Run the solution to check.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 4.2
 torch.manual_seed(0)
 drop_ffn = FeedForwardByHand(d, dff, dropout=0.1)
@@ -580,12 +583,15 @@ print(f"|mean of 4000 training-mode outputs - eval output| / |eval output| = {re
 assert rel < 0.02
 
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 4.2
 # The average of 4000 training-mode outputs is within 0.5 % of the eval-mode output: each
 # output is kept with probability 0.9 and then divided by 0.9, so its expected value is
 # unchanged. That is why `.eval()` can simply switch dropout off without rescaling
 # anything.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 4.3 (implement): a gated feed-forward block (SwiGLU)
 #
 # Some recent language models replace `Linear -> GELU -> Linear` with a *gated* unit:
@@ -601,7 +607,7 @@ assert rel < 0.02
 # `check_swiglu_ffn(SwiGLUFeedForward)`. Then choose $d_{ff}$ so that at $d = 128$ it has
 # about as many parameters as this chapter's FFN with $d_{ff} = 512$.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 4.3
 from helpers.exercises import check_swiglu_ffn
 

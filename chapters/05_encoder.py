@@ -975,7 +975,7 @@ for name, v in diffs.items():
 # after 24, about $\sqrt 2$ times it, or about twice it? And the RMS after a final
 # LayerNorm?
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.1
 torch.manual_seed(0)
 deep = nn.ModuleList(PreNormEncoderLayer(d, num_heads, dff) for _ in range(48)).eval()
@@ -994,12 +994,15 @@ print(
 )
 assert 1.2 < ratio_48_24 < 1.7 and abs(after_ln - 1) < 1e-3
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 5.1
 # Closer to $\sqrt 2$ than to 2, as if the layers' updates added up like independent
 # random vectors, whose squares (not sizes) add. The final LayerNorm still brings the output
 # back to 1. (These 48 layers are a new draw, so their RMS after 24 layers differs a little
 # from Figure 5.2's.)
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 5.2 (predict, then run): a Post-Norm layer that does nothing
 #
 # A Pre-Norm layer with silenced sub-layers is the identity. The Post-Norm one returns
@@ -1007,7 +1010,7 @@ assert 1.2 < ratio_48_24 < 1.7 and abs(after_ln - 1) < 1e-3
 # how far is that from $\operatorname{LN}_1(x)$ alone? So what does a stack of 24 silenced
 # Post-Norm layers do to its input?
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.2
 with torch.no_grad():
     once = post.ln1(x)
@@ -1023,12 +1026,15 @@ print(
 assert (twice - once).abs().max() < 1e-3 and (many - once).abs().max() < 1e-3
 assert (once - x).abs().max() > 0.1
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 5.2
 # A LayerNorm of an already normalised vector changes it only by the $\epsilon$ in its
 # root: a stack of silent Post-Norm layers is one LayerNorm, not the identity. Each
 # Post-Norm layer can only pass its input on *normalised*; a Pre-Norm layer passes it on
 # unchanged.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 5.3 (implement): RMSNorm
 #
 # RMSNorm drops LayerNorm's centring and its shift: it divides each position's vector by
@@ -1040,7 +1046,7 @@ assert (once - x).abs().max() > 0.1
 # `nn.RMSNorm` on three inputs and names the mistake when it recognises one (centring,
 # $\epsilon$ outside the root, the wrong dimension, `x.std()`).
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.3
 from helpers.exercises import check_rms_norm
 

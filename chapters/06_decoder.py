@@ -499,7 +499,7 @@ print(
 # cross-attention weights and of the layer's output. Which of them change if the memory
 # has 20 positions instead of 9?
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 6.1
 torch.manual_seed(0)
 ex_layer = helpers.DecoderLayer(d, num_heads, dff).eval()
@@ -517,17 +517,20 @@ with torch.no_grad():
         assert w_self.shape == (2, 4, 5, 5) and w_cross.shape == (2, 4, 5, ls)
         assert ex_out.shape == (2, 5, 128)
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 6.1
 # Only the last dimension of the cross-attention weights follows the memory's length;
 # the output always has the decoder's shape.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 6.2 (predict, then run): which outputs move?
 #
 # Take the hand-built `layer` of this chapter and sequence 0 of the batch. First change
 # source digit 2 (re-encoding the memory); then, separately, change target token 2.
 # Which of the 13 target positions of the layer's output change in each case?
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 6.2
 src_alt, tgt_alt = src[:1].clone(), tgt_in[:1].clone()
 src_alt[0, 2] = 3 + (src_alt[0, 2] - 3 + 1) % 10  # another digit
@@ -544,10 +547,13 @@ print("source digit 2 changed -> target positions that moved:", moved_src)
 print("target token 2 changed -> target positions that moved:", moved_tgt)
 assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 6.2
 # A source token reaches every target position (through the encoder's self-attention and
 # then cross-attention); a target token reaches only its own and later positions.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 6.3 (implement): the decoder layer's forward pass
 #
 # Write `decoder_layer_forward(layer, x, memory, self_mask, cross_mask)` that computes
@@ -559,7 +565,7 @@ assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 # $L_t \ne L_s$ and names the mistake when it recognises one (keys from the decoder, the
 # memory normalised again, a missing mask or LayerNorm, the Post-Norm order).
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 6.3
 from helpers.exercises import check_decoder_layer_forward
 

@@ -893,7 +893,7 @@ print(
 # `cross_mask = src_pad | causal_mask(6)`. What happens? And what happens with the same line
 # when $L_t = L_s = 7$?
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 7.1
 try:
     src_pad | causal_mask(6)  # [2, 1, 1, 7] | [1, 1, 6, 6]
@@ -909,10 +909,13 @@ print(
 )
 assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 7.1
 # With different lengths the OR itself fails to broadcast; with equal lengths it silently builds
 # the wrong mask of this chapter's pitfall.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 7.2 (implement): the decoder's self-attention mask
 #
 # Write `decoder_self_mask(tgt_in)` for `tgt_in [B, L]` that returns the decoder self-attention
@@ -922,7 +925,7 @@ assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
 # three inputs and names the mistake when it recognises it (polarity, diagonal, AND instead of
 # OR, padding on the queries).
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 7.2
 from helpers.exercises import check_decoder_self_mask
 

@@ -494,7 +494,7 @@ for cfg in configs:
 # "every query sees something" property?
 
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 8.1
 def causal_tril(L, device=None):
     return torch.ones(L, L, dtype=torch.bool, device=device).tril()[None, None]
@@ -512,10 +512,13 @@ print(
 )
 assert not tril_causal and not tril_sees
 
-# %% [markdown]
+# %% [markdown] jupyter={"source_hidden": true}
+# :::{dropdown} Answer to exercise 8.1
 # Position 0 may attend only to the future (keys 1 to $L-1$), never to itself; the last
 # position may attend to nothing, a fully masked row. Both tests catch it.
-#
+# :::
+
+# %% [markdown]
 # ### Exercise 8.2 (implement): a causality test
 #
 # Write `is_causal(model, src, tgt_in)` that returns `True` when the model's logits at
@@ -525,7 +528,7 @@ assert not tril_causal and not tril_sees
 # pass, and on three models with a broken causal mask (none, the wrong polarity, and one
 # that lets position $i$ see token $i+1$), which it must fail.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 8.2
 from helpers.exercises import check_causality_test
 

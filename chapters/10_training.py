@@ -1106,7 +1106,7 @@ assert one_layer["seconds"] < 0.6 * book["seconds"]
 # its loss on the batch of four used above (a) with `ignore_index=PAD_ID`, (b) without it, and
 # (c) with `ignore_index` and label smoothing 0.1. Then compute the three.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
 # Solution to exercise 10.1
 # Every position pays -log(1/13) = ln 13 whatever its label, so all three are ln 13 = 2.565:
 # ignore_index changes which positions are averaged, not their value, and the smoothed label's

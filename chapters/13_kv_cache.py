@@ -814,7 +814,7 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 # does the key projection of layer 0's *cross*-attention process in the naive loop, and how many
 # with the cache? Predict, then count with `count_rows`.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
 # Solution to exercise 13.1
 total_naive, total_cached = sum(naive[mem]), sum(cached[mem])
 print(f"naive: {total_naive} rows (13 steps x {Ls}); cached: {total_cached} rows (once)")
@@ -829,7 +829,7 @@ assert total_naive == 13 * Ls and total_cached == Ls
 # all 32 share one. Predict the cache per token in KiB (16-bit floats) for 32, 8 and 1 key/value
 # heads, and the size of the cache of 8 sequences of 4096 tokens in each case.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
 # Solution to exercise 13.2
 def kv_bytes_per_token(num_layers, kv_heads, d_k, bytes_per=2):
     return num_layers * 2 * kv_heads * d_k * bytes_per  # K and V, per layer

@@ -304,6 +304,10 @@ SOLUTIONS_JS = r"""
   // (content-visibility: hidden), so getClientRects alone would call it visible
   const visible = el => !!el && el.checkVisibility() && el.offsetHeight > 0;
   const open = sols.filter(d => d.open || visible(d.querySelector('pre')));
+  // written-out answers to predictions: sphinx-design dropdowns, closed at load
+  const answers = [...document.querySelectorAll('details.sd-dropdown')]
+      .filter(d => d.querySelector('summary').textContent.includes('Answer to exercise'));
+  const answers_open = answers.filter(d => d.open).length;
   let expanded = null;
   if (sols.length) {
     const d = sols[0];
@@ -312,7 +316,8 @@ SOLUTIONS_JS = r"""
     expanded = {open: d.open, shown: visible(pre),
                 starts: pre ? pre.innerText.trim().slice(0, 40) : ''};
   }
-  return {solutions: sols.length, open_at_load: open.length, expanded: expanded};
+  return {solutions: sols.length, open_at_load: open.length, expanded: expanded,
+          answers: answers.length, answers_open: answers_open};
 })()
 """
 
@@ -351,7 +356,7 @@ def check_book(browser: Chromium) -> list[str]:
     server, port = serve(HTML)
     prefix = f"http://127.0.0.1:{port}/"
     failures: list[str] = []
-    totals = {"pages": 0, "math": 0, "images": 0, "requests": 0, "solutions": 0}
+    totals = {"pages": 0, "math": 0, "images": 0, "requests": 0, "solutions": 0, "answers": 0}
     toggled = 0
     try:
         for path in book_pages():
@@ -391,6 +396,9 @@ def check_book(browser: Chromium) -> list[str]:
                     f"{sols['open_at_load']} of {sols['solutions']} exercise solution(s) visible "
                     "before their toggle is clicked (tag the cell hide-input)"
                 )
+            totals["answers"] += sols["answers"]
+            if sols["answers_open"]:
+                problems.append(f"{sols['answers_open']} answer dropdown(s) open at load")
             exp = sols["expanded"]
             if exp is not None:
                 if exp["open"] and exp["shown"] and exp["starts"].startswith("# Solution"):
@@ -412,7 +420,8 @@ def check_book(browser: Chromium) -> list[str]:
     log(
         f"  book: {totals['pages']} pages, {totals['math']} math elements, "
         f"{totals['images']} images, {totals['requests']} requests; "
-        f"{totals['solutions']} solutions, all closed at load; clicked open on {toggled} pages"
+        f"{totals['solutions']} solutions and {totals['answers']} answer dropdowns, all closed "
+        f"at load; a solution clicked open on {toggled} pages"
     )
     return failures
 

@@ -16,9 +16,12 @@ on what nbval cannot see (appendix pages: the first group only):
 - a code line over 100 characters (it scrolls sideways in the HTML book);
 - a title that is not numbered like the file (`# 7. ...` for `07_*.ipynb`);
 - no `## Summary` followed by `## Exercises` as the chapter's last two sections, fewer than
-  two exercises (`### Exercise N.k ...`), or an exercise without a solution cell right after
-  it; a solution cell must be collapsed in JupyterLab (`jupyter.source_hidden`) and behind a
-  toggle in the HTML (tag `hide-input`);
+  two exercises (`### Exercise N.k (kind): ...`), exercises not graded from "predict, then
+  run" over "modify" to "implement", or an exercise without a solution cell after it; a
+  solution cell must be collapsed in JupyterLab (`jupyter.source_hidden`) and behind a
+  toggle in the HTML (tag `hide-input`); a prediction's solution hides its output too (tag
+  `hide-cell`, `jupyter.outputs_hidden`), and prose right after a solution sits in a
+  collapsed `:::{dropdown}` cell, so that no answer shows before the reader asks for it;
 - no figure (an image output, or an image or figure directive in the prose);
 - drawing code (a cell tagged `figure`) not hidden in the same two ways.
 
@@ -43,7 +46,8 @@ CHECK_BOOL = re.compile(
     r"\bidentical\b|\bagree)[^:;|]*:\s*(True|False)\b",
     re.I,
 )
-EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+)\b", re.M)
+EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+) \(([^)]*)\)", re.M)
+KINDS = {"predict, then run": 0, "modify": 1, "implement": 2}  # the order exercises come in
 SOLUTION_MARK = re.compile(r"^# Solution to exercise (\d+)\.(\d+)\b")
 FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
 
@@ -67,6 +71,15 @@ def hidden(cell) -> bool:
     return meta.get("jupyter", {}).get("source_hidden") is True and (
         "hide-input" in tags or "hide-cell" in tags
     )
+
+
+def hides_output(cell) -> bool:
+    meta = cell.get("metadata", {})
+    return "hide-cell" in meta.get("tags", []) and meta.get("jupyter", {}).get("outputs_hidden")
+
+
+def hidden_markdown(cell) -> bool:
+    return cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
 
 
 def check(path: Path) -> list[str]:
@@ -139,10 +152,17 @@ def check(path: Path) -> list[str]:
     exercises = []
     for i, cell in enumerate(cells):
         if cell.get("cell_type") == "markdown":
-            exercises += [(i, m.group(1), m.group(2)) for m in EXERCISE.finditer(source(cell))]
+            exercises += [
+                (i, m.group(1), m.group(2), m.group(3)) for m in EXERCISE.finditer(source(cell))
+            ]
     if len(exercises) < 2:
         problem(f"{len(exercises)} exercise(s); each chapter has at least 2 ('### Exercise N.k')")
-    for i, chap, k in exercises:
+    ranks = [KINDS.get(kind, -1) for *_, kind in exercises]
+    if -1 in ranks:
+        problem(f"exercise kinds must be one of {list(KINDS)}: found {[e[3] for e in exercises]}")
+    elif ranks != sorted(ranks):
+        problem(f"exercises must be graded {' -> '.join(KINDS)}: found {[e[3] for e in exercises]}")
+    for i, chap, k, kind in exercises:
         if int(chap) != number:
             problem(f"exercise {chap}.{k} in chapter {number}: number it {number}.{k}")
         solutions = [
@@ -162,7 +182,24 @@ def check(path: Path) -> list[str]:
             if not hidden(cells[j]):
                 problem(
                     f"the solution to exercise {chap}.{k} (cell {j}) must be collapsed: "
-                    "metadata jupyter.source_hidden and tag hide-input"
+                    "metadata jupyter.source_hidden and tag hide-input (or hide-cell)"
+                )
+            if kind.startswith("predict") and not hides_output(cells[j]):
+                problem(
+                    f"the solution to prediction exercise {chap}.{k} (cell {j}) shows its answer: "
+                    "tag it hide-cell and set jupyter.outputs_hidden"
+                )
+            after = cells[j + 1] if j + 1 < len(cells) else None
+            if (
+                after is not None
+                and after.get("cell_type") == "markdown"
+                and not re.match(r"(### Exercise|## )", source(after))
+                and not (source(after).startswith(":::{dropdown}") and hidden_markdown(after))
+            ):
+                problem(
+                    f"the prose after the solution to exercise {chap}.{k} (cell {j + 1}) gives "
+                    "the answer away: put it in a ':::{dropdown} Answer ...' cell with "
+                    "jupyter.source_hidden"
                 )
 
     # figures
