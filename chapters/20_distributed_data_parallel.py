@@ -360,7 +360,8 @@ assert ranks[0]["exact_match"] == ranks[1]["exact_match"]
 # Both ranks stopped at the same step, with the same validation exact match, and the two
 # ranks' losses in the log differ because each is the mean over a different half of the batch.
 # The number the book reports comes from the test set (chapter 09: 10,000 sequences that
-# neither training nor stopping saw), scored on the checkpoint rank 0 wrote:
+# stopping never looked at; about one in nine also occurs in the training set, as chapter 09
+# counts), scored on the checkpoint rank 0 wrote:
 
 # %% tags=["nbval-ignore-output"]
 ckpt = torch.load(train_dir / "model.pt")

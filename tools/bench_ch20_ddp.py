@@ -10,7 +10,8 @@ same loop (helpers.train_reversal_ddp; one process runs it without a process gro
 same global batches, so with the same seed they differ only in the rounding of the sums.
 The configurations are interleaved seed by seed, so that a change in the machine's load hits
 all three alike; the load average is recorded. The trained models are scored on the test set
-(helpers.evaluation, 10,000 sequences never used for training or stopping).
+(helpers.evaluation: 10,000 sequences that stopping never looks at; about one in nine also
+occurs in the training set, chapter 09 counts them).
 """
 
 from __future__ import annotations

@@ -185,7 +185,8 @@ def record_seed(args) -> None:
 
 
 def test_exact_match(model) -> float:
-    """Exact match on the test set (10,000 sequences no training or stopping decision saw);
+    """Exact match on the test set (10,000 sequences that stopping never looks at; about one in
+    nine also occurs in the training set, chapter 09 counts them);
     teacher-forced, which equals greedy exact match (helpers.teacher_forced_exact_match)."""
     try:
         from helpers.evaluation import test_set
