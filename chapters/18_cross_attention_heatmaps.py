@@ -169,7 +169,7 @@ for (name, seed), r in runs.items():
 
 # %% [markdown]
 # Figure 18.1 follows the sharpness during training for the runs that tell the story: the
-# book's architecture trained three times longer than the book does, then one change at a time
+# book's architecture trained for three times the book's step budget, then one change at a time
 # towards the recipe this chapter uses (three seeds), and that recipe with PyTorch's default
 # initialisation.
 
@@ -268,8 +268,8 @@ assert final("d32h4") < 0.65  # the book's architecture, three times the book's 
 #   cost the small model its accuracy.
 # - **Fewer, wider heads.** The map that is measured is the mean of the heads, and four heads of
 #   $d_k = 8$ were blurrier than one head of $d_k = 32$. At $d_{model} = 64$, two heads of 32
-#   made the *last* layer sharp where one head of 64 had made the first layer sharp (these two
-#   runs also differ in budget: 1000 and 1200 steps).
+#   made the *last* layer sharp, where one head of 64 had been sharper in the first layer than
+#   in the last (these two runs also differ in budget: 1000 and 1200 steps).
 # - **Smaller levers.** Twice the learning rate and dropout 0.15 instead of 0.1 raised the last
 #   layer's `<eos>` peak in these single-seed runs; label smoothing changed nothing measurable;
 #   one layer per stack and length bucketing (batches of similar length, chapter 10) were less
@@ -385,6 +385,12 @@ print("decoder input:", tuple(pred[:, :-1].shape), " logits:", tuple(logits.shap
 print("cross-attention:", len(cross), "layers of", tuple(cross[SHOWN].shape))
 w = cross[SHOWN][0].mean(dim=0)  # the shown layer, mean over heads -> [L_t, L_s]
 torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
+
+# %% [markdown]
+# The weight each row puts on its mirrored column (the values move in the second decimal from
+# one CPU to another, so the cell asserts where the rows peak):
+
+# %% tags=["nbval-ignore-output"]
 n = len(digits)
 on_mirror = w[torch.arange(n + 1), torch.as_tensor(mirrored_columns(n))]
 print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mirror.tolist()])
@@ -443,7 +449,7 @@ print(
 )
 assert twin_test.exact_match < 0.5
 assert twin_stats["mirror"][SHOWN] < 0.6 and twin_stats["mirror"][0] < 0.3
-assert share["uniform rows"] < share["default init"] < share["sharp model"]
+assert share["uniform rows"] < share["default init"] < 0.5 < share["sharp model"]
 
 # %% [markdown]
 # With the same recipe and budget, the twin learned far less: under half of the test sequences
@@ -564,10 +570,7 @@ assert amap.row_labels == rows and amap.col_labels == [str(d) for d in digits] +
 per_head = cross_attention(model, digits, layer=n_layers - 1, head=n_heads - 1)
 torch.testing.assert_close(torch.from_numpy(per_head.weights), cross[-1][0, n_heads - 1])
 one = attention_sharpness(amap)
-print(
-    f"helpers.cross_attention reproduces the hand-built matrices: {amap.weights.shape}; "
-    f"on mirror {one['on_mirror']:.2f}"
-)
+print(f"helpers.cross_attention reproduces the hand-built matrices: {amap.weights.shape}")
 assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 
 # %% [markdown]
@@ -577,8 +580,8 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 #   reverses correctly with a blurred alignment: on average less than 0.7 of a row's weight
 #   on the mirrored position, in every layer.
 # - Recorded runs (`tools/explore_ch18_sharpness.py`, `chapters/data/ch18_sharpness.json`, one
-#   seed per lever) show that training longer alone does not sharpen the map; dropout and
-#   fewer, wider heads do; label smoothing does not.
+#   seed per lever) show that three times the book's training budget alone does not make the
+#   map sharp; dropout and fewer, wider heads help; label smoothing does not.
 # - `SHARP_ATTENTION_RECIPE` ($d_{model}$ 64, two heads of $d_k$ 32, dropout 0.15, twice the
 #   learning rate, 1000 steps) gives a map like the reference chapter's: with seed 0, at least
 #   0.90 on the mirrored position and `<eos>` peaks in at least 90 % of sequences in its last
@@ -597,7 +600,7 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 # And what would a map whose rows are uniform score as "mirror"? Predict, then check with
 # `mirrored_columns`.
 
-# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
 # Solution to exercise 18.1
 cols = mirrored_columns(4)
 print("rows <bos>, 7, 1, 1, 4 peak on columns", cols.tolist(), "(digits 7 1 1 4, then <eos>)")
@@ -624,7 +627,7 @@ def mirror_weight(weights, n):
     return weights[rows, cols].mean()
 
 
-print(f"sharp model, last layer, 7 3 0 9 5 1 8: {mirror_weight(w, len(digits)):.2f}")
+print(f"sharp model, last layer, 7 3 0 9 5 1 8: {mirror_weight(w, len(digits)):.1f}")
 check_mirror_weight(mirror_weight)
 
 # %% [markdown]
