@@ -246,15 +246,26 @@ def test_gpu_spec_lookup():
     assert gr.gpu_spec("Tesla T4") is None
 
 
-def test_the_device_training_loop_is_the_books():
+def test_the_recorded_training_is_the_books_training_reversal():
+    """record_gpu trains with helpers.train_reversal itself (device and deadline arguments):
+    on the CPU, the same losses, scores and weights as a plain call."""
     cfg = fixed_budget_recipe(BOOK_RECIPE, steps=12)
     cfg = dataclasses.replace(cfg, eval_every=6, train_size=1536, val_size=200, eval_size=200)
     book = train_reversal(cfg, progress=False)
     ours = record_gpu.train_on(cfg, "cpu")
     assert ours["history"]["loss"] == book.history["loss"]
     assert ours["history"]["exact_match"] == book.history["exact_match"]
+    assert ours["steps"] == 12 and ours["stopped"] is None
     for a, b in zip(ours["model"].parameters(), book.model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_deadline_stops_training_and_says_so():
+    import time
+
+    cfg = dataclasses.replace(fixed_budget_recipe(BOOK_RECIPE, steps=12), train_size=1536)
+    out = record_gpu.train_on(cfg, "cpu", deadline=time.monotonic() - 1)
+    assert out["steps"] == 0 and "deadline" in out["stopped"] and not out["reached_target"]
 
 
 def test_a_failing_part_is_recorded_and_the_next_part_runs(monkeypatch, tmp_path):

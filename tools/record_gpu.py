@@ -51,7 +51,6 @@ import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,24 +58,17 @@ if str(ROOT / "src") not in sys.path:  # PYTHONPATH=src is then optional
     sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 # Only torch, numpy and the standard library are needed on the way: `import helpers` loads
 # every module of the package, none of which imports anything else at import time
 # (tests/test_record_gpu.py runs this script with every other installed package hidden).
 from helpers import benchmark as bm  # noqa: E402
 from helpers.data import make_reversal_dataset  # noqa: E402
-from helpers.decoding import exact_match, greedy_decode  # noqa: E402
+from helpers.decoding import greedy_decode  # noqa: E402
 from helpers.model import Transformer  # noqa: E402
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
-from helpers.train import (  # noqa: E402
-    build_model,
-    epoch_batches,
-    lr_factor,
-    sequence_correct,
-    teacher_forced_exact_match,
-)
-from helpers.vocab import PAD_ID, VOCAB_SIZE  # noqa: E402
+from helpers.train import train_reversal  # noqa: E402
+from helpers.vocab import VOCAB_SIZE  # noqa: E402
 
 PARTS = ("attention", "training", "decoding", "unit_tests")
 CAPS = {"attention": 150, "training": 150, "decoding": 60, "unit_tests": 60}
@@ -195,97 +187,15 @@ def log_row(row: dict) -> None:
 
 
 def train_on(cfg: TrainConfig, device: str, deadline: float | None = None) -> dict:
-    """helpers.train.train_reversal on any device: the same loop, step for step.
-
-    train_reversal runs on the CPU only; this copy moves the model and the data to `device`
-    and otherwise does exactly what it does (tests/test_record_gpu.py checks, on the CPU, that
-    both give the same loss at every step). No progress bar; stops at `deadline` (monotonic
-    seconds) with "stopped" set. Returns the history and the trained model.
-    """
-    threads = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        return _train_on(cfg, torch.device(device), deadline)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train_on(cfg: TrainConfig, device: torch.device, deadline: float | None) -> dict:
-    t0 = time.perf_counter()
-    model = build_model(cfg).to(device)
-    src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
-    src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
-    src_eval, tgt_eval = src_val[: cfg.eval_size].to(device), tgt_val[: cfg.eval_size].to(device)
-    # lengths and batch indices stay on the CPU (the sampler's generator is a CPU one)
-    src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
-    src_train, tgt_train = src_train.to(device), tgt_train.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    keys = ("step", "loss", "token_acc", "batch_exact", "lr", "eval_step", "exact_match")
-    hist = {k: [] for k in (*keys, "seconds")}
-    forward = torch.compile(model) if cfg.compile else model
-    if cfg.bf16:
-        autocast = lambda: torch.autocast(device.type, dtype=torch.bfloat16)  # noqa: E731
-    else:
-        autocast = nullcontext
-    step, batches, stopped, done = 0, [], None, False
-    model.train()
-    while step < cfg.max_steps:
-        if deadline is not None and time.monotonic() > deadline:
-            stopped = f"time cap at step {step}"
-            break
-        if not batches:  # a new epoch
-            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
-        idx = batches.pop()
-        src = src_train[idx.to(device), : int(src_len[idx].max())]
-        tgt = tgt_train[idx.to(device), : int(tgt_len[idx].max())]
-        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
-        with autocast():
-            logits = forward(src, tgt_in)
-        loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.size(-1)),
-            tgt_out.reshape(-1),
-            ignore_index=PAD_ID,
-            label_smoothing=cfg.label_smoothing,
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        step += 1
-        with torch.no_grad():
-            real = tgt_out != PAD_ID
-            acc = ((logits.argmax(-1) == tgt_out) & real).sum().item() / real.sum().item()
-            batch_exact = sequence_correct(logits, tgt_out).float().mean().item()
-        hist["step"].append(step)
-        hist["loss"].append(loss.item())
-        hist["token_acc"].append(acc)
-        hist["batch_exact"].append(batch_exact)
-        hist["lr"].append(sched.get_last_lr()[0])
-        due = step % cfg.eval_every == 0 and batch_exact >= cfg.eval_gate
-        if due or step == cfg.max_steps:
-            em = teacher_forced_exact_match(model, src_eval, tgt_eval)
-            done = cfg.target_exact_match is not None and em >= cfg.target_exact_match
-            if done:
-                em = exact_match(model, src_eval, tgt_eval)  # greedy decoding, KV cache
-                done = em >= cfg.target_exact_match
-                model.train()
-            hist["eval_step"].append(step)
-            hist["exact_match"].append(em)
-            hist["seconds"].append(time.perf_counter() - t0)
-            if done:
-                break
-    model.eval()
-    sync(str(device))
+    """helpers.train.train_reversal on `device` (no progress bar, stopped at `deadline`)."""
+    result = train_reversal(cfg, progress=False, device=device, deadline=deadline)
     return {
-        "model": model,
-        "history": hist,
-        "seconds": time.perf_counter() - t0,
-        "steps": step,
-        "reached_target": bool(done),
-        "stopped": stopped,
+        "model": result.model,
+        "history": result.history,
+        "seconds": result.seconds,
+        "steps": result.steps,
+        "reached_target": result.reached_target,
+        "stopped": result.stopped,
     }
 
 

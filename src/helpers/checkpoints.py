@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .device import device as device_from_env
 from .model import Transformer
 from .recipes import (
     BOOK_RECIPE,
@@ -34,8 +35,13 @@ def default_cache_dir() -> Path:
     return Path(__file__).resolve().parents[2] / ".cache" / "checkpoints"
 
 
-def checkpoint_path(cfg: TrainConfig, cache_dir: Path | None = None) -> Path:
-    return Path(cache_dir or default_cache_dir()) / f"reversal-{cfg.key()}.pt"
+def checkpoint_path(cfg: TrainConfig, cache_dir: Path | None = None, device=None) -> Path:
+    """reversal-<key>.pt; a model trained on another device than the CPU gets its own file
+    (reversal-<key>-cuda.pt): its weights differ in the last bits, and the book's stored
+    outputs come from the CPU's."""
+    kind = torch.device(device or "cpu").type
+    suffix = "" if kind == "cpu" else f"-{kind}"
+    return Path(cache_dir or default_cache_dir()) / f"reversal-{cfg.key()}{suffix}.pt"
 
 
 def save_checkpoint(result: TrainResult, path: Path) -> None:
@@ -111,12 +117,17 @@ def load_or_train(
     cache_dir: Path | None = None,
     progress: bool = True,
     verbose: bool = True,
+    device=None,
 ) -> TrainResult:
     """Reuse the checkpoint for cfg when a valid one exists; otherwise train and save it.
 
-    Used from chapter 10 on; the appendix "The checkpoint cache" explains it.
+    Used from chapter 10 on; the appendix "The checkpoint cache" explains it. device: where
+    to train when training is needed; by default helpers.device() (the CPU unless
+    $TRANSFORMER_BOOK_DEVICE asks for cuda or mps). The model comes back on the CPU either
+    way, where the chapters' tensors are.
     """
-    path = checkpoint_path(cfg, cache_dir)
+    device = device_from_env() if device is None else torch.device(device)
+    path = checkpoint_path(cfg, cache_dir, device)
     with _training_lock(path):
         if path.exists():
             try:
@@ -128,7 +139,8 @@ def load_or_train(
                 if verbose:
                     reason = f"{type(exc).__name__}: {exc}"
                     print(f"checkpoint {path.name} is unusable ({reason}); retraining")
-        result = train_reversal(cfg, progress=progress)
+        result = train_reversal(cfg, progress=progress, device=device)
+        result.model.cpu()
         save_checkpoint(result, path)
     if verbose:
         print(f"trained in {result.seconds:.1f} s, saved {path.name}")

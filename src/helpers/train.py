@@ -21,12 +21,24 @@ from .vocab import EOS_ID, PAD_ID, VOCAB_SIZE
 
 @dataclass
 class TrainResult:
+    """Built in chapter 10. A trained model, its config, what happened, and how long it took."""
+
     model: Transformer
     config: TrainConfig
     # per step: step, loss, token_acc, lr; per evaluation: eval_step, exact_match, seconds
     history: dict = field(default_factory=dict)
     seconds: float = 0.0
     from_cache: bool = False
+    stopped: str | None = None  # why training ended early, when a deadline stopped it
+
+    @property
+    def steps(self) -> int:
+        return self.history["step"][-1] if self.history.get("step") else 0
+
+    @property
+    def reached_target(self) -> bool:
+        target, scores = self.config.target_exact_match, self.history.get("exact_match")
+        return target is not None and bool(scores) and scores[-1] >= target
 
 
 def build_model(cfg: TrainConfig) -> Transformer:
@@ -133,9 +145,14 @@ def epoch_batches(
 
 
 def train_reversal(
-    cfg: TrainConfig = TrainConfig(), progress: bool = True, confirm: bool = True
+    cfg: TrainConfig = TrainConfig(),
+    progress: bool = True,
+    confirm: bool = True,
+    device: torch.device | str | None = None,
+    deadline: float | None = None,
 ) -> TrainResult:
-    """Train a reversal model from scratch with teacher forcing, Adam and the Noam schedule.
+    """Built in chapter 10. Train a reversal model from scratch with teacher forcing, Adam and
+    the Noam schedule.
 
     Every cfg.eval_every steps (when the training batch just scored is at least cfg.eval_gate
     exactly right) the model is scored on the first cfg.eval_size validation sequences with
@@ -143,57 +160,80 @@ def train_reversal(
     evaluation that reaches it, once greedy decoding (exact_match) has confirmed the score
     (confirm=True); the history then records the greedy score. The last step is always evaluated.
 
+    device: where to train (default: the CPU); the model stays there. The data is drawn on
+    the CPU and moved, and the batches are drawn by a CPU generator, so every device sees
+    the same batches in the same order. deadline: a time.monotonic() value; past it, training
+    stops before the next step and result.stopped says so (tools/record_gpu.py caps its
+    parts with it).
+
     history: per step "step", "loss", "token_acc" (teacher-forced, on the training batch),
     "batch_exact" (the batch's share of sequences right at every position), "lr"; per
     evaluation "eval_step", "exact_match", "seconds" (since the start).
     """
-    from tqdm.auto import tqdm
-
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _train(cfg, progress, confirm, tqdm)
+        return _train(cfg, progress, confirm, torch.device(device or "cpu"), deadline)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(cfg: TrainConfig, progress: bool, confirm: bool, tqdm) -> TrainResult:
+class _NoBar:
+    """What the loop needs of a tqdm bar, doing nothing (no tqdm import without a bar: the GPU
+    recording script runs where only torch, numpy and pytest are installed)."""
+
+    def update(self, n):
+        pass
+
+    def set_postfix(self, **kwargs):
+        pass
+
+    def close(self):
+        pass
+
+
+def _train(cfg, progress, confirm, device, deadline) -> TrainResult:
     t0 = time.perf_counter()
-    model = build_model(cfg)
+    model = build_model(cfg).to(device)
     src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
-    src_eval, tgt_eval = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
+    src_eval, tgt_eval = src_val[: cfg.eval_size].to(device), tgt_val[: cfg.eval_size].to(device)
+    # lengths and batch indices stay on the CPU, where the sampler's generator is
     src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
+    src_train, tgt_train = src_train.to(device), tgt_train.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
     gen = torch.Generator().manual_seed(cfg.seed)
-    hist = {
-        k: []
-        for k in (
-            "step",
-            "loss",
-            "token_acc",
-            "batch_exact",
-            "lr",
-            "eval_step",
-            "exact_match",
-            "seconds",
-        )
-    }
+    keys = ("step", "loss", "token_acc", "batch_exact", "lr", "eval_step", "exact_match")
+    hist = {k: [] for k in (*keys, "seconds")}
     forward = torch.compile(model) if cfg.compile else model
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.bf16 else nullcontext
+    if cfg.bf16:
 
-    step, batches = 0, []
-    bar = tqdm(total=cfg.max_steps, desc="training", disable=not progress, mininterval=0.5)
+        def autocast():
+            return torch.autocast(device.type, dtype=torch.bfloat16)
+    else:
+        autocast = nullcontext
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.max_steps, desc="training", mininterval=0.5)
+    else:
+        bar = _NoBar()
+
+    step, batches, stopped = 0, [], None
     model.train()
     while step < cfg.max_steps:
+        if deadline is not None and time.monotonic() > deadline:
+            stopped = f"deadline reached before step {step + 1}"
+            break
         if not batches:  # a new epoch
             batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
         idx = batches.pop()
         # padding is trailing: cut the columns that are padding in every row of the batch
-        src = src_train[idx, : int(src_len[idx].max())]
-        tgt = tgt_train[idx, : int(tgt_len[idx].max())]
+        rows = idx.to(device)
+        src = src_train[rows, : int(src_len[idx].max())]
+        tgt = tgt_train[rows, : int(tgt_len[idx].max())]
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: shift by one
         with autocast():
             logits = forward(src, tgt_in)
@@ -234,4 +274,6 @@ def _train(cfg: TrainConfig, progress: bool, confirm: bool, tqdm) -> TrainResult
                 break
     bar.close()
     model.eval()
-    return TrainResult(model, cfg, hist, time.perf_counter() - t0)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the clock stops when the GPU's work is done
+    return TrainResult(model, cfg, hist, time.perf_counter() - t0, stopped=stopped)
