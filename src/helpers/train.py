@@ -101,7 +101,8 @@ def sequence_correct(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tenso
 def teacher_forced_exact_match(
     model, src: torch.Tensor, tgt: torch.Tensor, batch_size: int = 1000
 ) -> float:
-    """Fraction of sequences whose teacher-forced argmax is right at every position up to <eos>.
+    """Built in chapter 10. Fraction of sequences whose teacher-forced argmax is right at every
+    position up to <eos>.
 
     This is the same number as greedy exact match (helpers.exact_match): while every argmax
     is right, greedy decoding feeds itself exactly the prefix that teacher forcing feeds, and
