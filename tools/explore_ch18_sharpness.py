@@ -17,8 +17,8 @@ the old one. Run it niced and single-threaded:
   nice -n 10 .venv/bin/python tools/explore_ch18_sharpness.py NAME --base book \\
       --set d_model=64 dff=256 num_heads=1 max_steps=1200 cooldown=1100 --every 100 --seed 0
 
-Wall-clock seconds are stored too, but only as a rough guide: the machine they were taken on
-was shared, so they are not results.
+The log prints rough training seconds; the file stores none (the machine was shared, so
+they would not be results): compare recipes by steps.
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ def run(cfg: TrainConfig, every: int, log=print) -> dict:
     """train_reversal's loop (no early stop, no progress bar) with a measurement every `every`."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    t0 = time.perf_counter()
     model = build_model(cfg)
     src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
@@ -124,7 +123,6 @@ def run(cfg: TrainConfig, every: int, log=print) -> dict:
         if step % every == 0 or step == cfg.max_steps:
             point = {"step": step, "loss": round(sum(losses) / len(losses), 4)}
             point.update(measure(model, probe, val))
-            point["train_seconds_rough"] = round(train_seconds, 1)
             model.train()
             losses = []
             points.append(point)
@@ -137,7 +135,6 @@ def run(cfg: TrainConfig, every: int, log=print) -> dict:
         "model": model,
         "points": points,
         "parameters": count_parameters(model),
-        "total_seconds_rough": round(time.perf_counter() - t0, 1),
     }
 
 
@@ -154,7 +151,7 @@ def load(path: Path) -> dict:
             "<eos>-predicting row peaks on the source's <eos>, digit_peak = share of digit rows "
             "peaking on the mirrored digit; val_exact = teacher-forced exact match on 1000 "
             "validation sequences (seed 1); loss = mean training loss since the previous point. "
-            "Seconds were taken on a shared 2-core machine: a rough guide, not a result."
+            "Timings are not recorded: the runs shared a busy 2-core machine; compare steps."
         ),
         "runs": [],
     }
@@ -183,7 +180,6 @@ def main() -> None:
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
         "parameters": result["parameters"],
-        "total_seconds_rough": result["total_seconds_rough"],
         "points": result["points"],
     }
     if args.save:
