@@ -108,16 +108,17 @@ def default_init_recipe(recipe: TrainConfig = BOOK_RECIPE) -> TrainConfig:
     return fixed_budget_recipe(recipe, init="default")
 
 
-# Chapter 18's model, whose cross-attention is as sharp as the reference chapter's heatmap
-# (tools/explore_ch18_sharpness.py measured the levers; chapters/data/ch18_sharpness.json):
-# two heads of d_k 32 (d_model 64), dropout 0.1, twice the book's peak learning rate, and a
+# Chapter 18's model, whose cross-attention map comes close to the reference chapter's (seed 0
+# meets the chapter's targets; seeds 1 and 2 fall just short; tools/explore_ch18_sharpness.py
+# measured the levers into chapters/data/ch18_sharpness.json):
+# two heads of d_k 32 (d_model 64), dropout 0.15, twice the book's peak learning rate, and a
 # fixed budget of 1000 steps with the cooldown to 0 at the end (no early stop).
 SHARP_ATTENTION_RECIPE = dataclasses.replace(
     BOOK_RECIPE,
     d_model=64,
     num_heads=2,
     dff=256,
-    dropout=0.1,
+    dropout=0.15,
     lr_scale=2.0,
     max_steps=1000,
     cooldown=900,
