@@ -17,7 +17,8 @@ CHECKPOINT_FORMAT = 2  # bump when the training code changes what a config produ
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Built in chapter 10. Everything that determines the trained weights. Same config -> same checkpoint.
+    """Built in chapter 10. Everything that determines the trained weights: the same config
+    gives the same weights and the same checkpoint file.
 
     The defaults are the reference chapter's recipe (SEED_RECIPE); BOOK_RECIPE is the fast one.
     """
@@ -88,7 +89,8 @@ COMPARISON_STEPS = 300
 def fixed_budget_recipe(
     recipe: TrainConfig = BOOK_RECIPE, init: str = "fixed", steps: int = COMPARISON_STEPS
 ) -> TrainConfig:
-    """recipe trained for exactly `steps` steps with the given init: no early stop, an
+    """Built in chapter 12. recipe trained for exactly `steps` steps with the given init: no
+    early stop, an
     evaluation every 20 steps, and (if recipe has a cooldown) the cooldown rescaled so that it
     still starts where the warmup ends."""
     cooldown = steps - recipe.warmup if recipe.cooldown else 0
@@ -104,7 +106,8 @@ def fixed_budget_recipe(
 
 
 def default_init_recipe(recipe: TrainConfig = BOOK_RECIPE) -> TrainConfig:
-    """PyTorch's default initialisation, otherwise the book's recipe on the comparison budget."""
+    """Built in chapter 12. PyTorch's default initialisation, otherwise the book's recipe on the
+    comparison budget."""
     return fixed_budget_recipe(recipe, init="default")
 
 
