@@ -90,9 +90,8 @@ def fixed_budget_recipe(
     recipe: TrainConfig = BOOK_RECIPE, init: str = "fixed", steps: int = COMPARISON_STEPS
 ) -> TrainConfig:
     """Built in chapter 12. recipe trained for exactly `steps` steps with the given init: no
-    early stop, an
-    evaluation every 20 steps, and (if recipe has a cooldown) the cooldown rescaled so that it
-    still starts where the warmup ends."""
+    early stop, an evaluation every 20 steps, and (if recipe has a cooldown) the cooldown
+    rescaled so that it still starts where the warmup ends."""
     cooldown = steps - recipe.warmup if recipe.cooldown else 0
     return dataclasses.replace(
         recipe,
