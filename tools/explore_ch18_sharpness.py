@@ -26,18 +26,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from helpers.data import make_reversal_dataset
 from helpers.model import count_parameters
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
-from helpers.train import build_model, epoch_batches, lr_factor, teacher_forced_exact_match
+from helpers.train import teacher_forced_exact_match, train_reversal
 from helpers.visualize import alignment_stats
-from helpers.vocab import PAD_ID
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "chapters" / "data" / "ch18_sharpness.json"
@@ -84,57 +81,31 @@ def measure(model, probe, val) -> dict:
 
 
 def run(cfg: TrainConfig, every: int, log=print) -> dict:
-    """train_reversal's loop (no early stop, no progress bar) with a measurement every `every`."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    model = build_model(cfg)
-    src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
-    src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
-    val = (src_val[: cfg.eval_size], tgt_val[: cfg.eval_size])
+    """helpers.train_reversal (no early stop, no progress bar) with a measurement every
+    `every` steps, taken in eval mode between two steps (it draws no random numbers, so the
+    run trains exactly as it would without it)."""
+    val_src, val_tgt = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
+    val = (val_src[: cfg.eval_size], val_tgt[: cfg.eval_size])
     probe = make_reversal_dataset(PROBE_SIZE, seed=PROBE_SEED)
-    src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    points, losses, batches, step = [], [], [], 0
-    train_seconds = 0.0  # excludes the measurements
-    model.train()
-    while step < cfg.max_steps:
-        t1 = time.perf_counter()
-        if not batches:
-            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
-        idx = batches.pop()
-        src = src_train[idx, : int(src_len[idx].max())]
-        tgt = tgt_train[idx, : int(tgt_len[idx].max())]
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.size(-1)),
-            tgt[:, 1:].reshape(-1),
-            ignore_index=PAD_ID,
-            label_smoothing=cfg.label_smoothing,
-        )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        step += 1
-        losses.append(loss.item())
-        train_seconds += time.perf_counter() - t1
+    points, losses = [], []
+
+    def on_step(step, model, loss):
+        losses.append(loss)
         if step % every == 0 or step == cfg.max_steps:
             point = {"step": step, "loss": round(sum(losses) / len(losses), 4)}
             point.update(measure(model, probe, val))
-            model.train()
-            losses = []
+            losses.clear()
             points.append(point)
             log(
                 f"step {step:5d} loss {point['loss']:.3f} val {point['val_exact']:.3f} "
-                f"mirror {point['mirror']} eos {point['eos_peak']} ({train_seconds:.0f} s)"
+                f"mirror {point['mirror']} eos {point['eos_peak']}"
             )
-    model.eval()
+
+    result = train_reversal(cfg, progress=False, on_step=on_step)
     return {
-        "model": model,
+        "model": result.model,
         "points": points,
-        "parameters": count_parameters(model),
+        "parameters": count_parameters(result.model),
     }
 
 

@@ -151,6 +151,7 @@ def train_reversal(
     confirm: bool = True,
     device: torch.device | str | None = None,
     deadline: float | None = None,
+    on_step=None,
 ) -> TrainResult:
     """Built in chapter 10. Train a reversal model from scratch with teacher forcing, Adam and
     the Noam schedule.
@@ -165,7 +166,9 @@ def train_reversal(
     the CPU and moved, and the batches are drawn by a CPU generator, so every device sees
     the same batches in the same order. deadline: a time.monotonic() value; past it, training
     stops before the next step and result.stopped says so (tools/record_gpu.py caps its
-    parts with it).
+    parts with it). on_step(step, model, loss): called after every optimizer step, e.g. to
+    measure something every k steps (tools/explore_ch18_sharpness.py); the model is put back in
+    training mode after it.
 
     history: per step "step", "loss", "token_acc" (teacher-forced, on the training batch),
     "batch_exact" (the batch's share of sequences right at every position), "lr"; per
@@ -175,7 +178,8 @@ def train_reversal(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _train(cfg, progress, confirm, torch.device(device or "cpu"), deadline)
+        device = torch.device(device or "cpu")
+        return _train(cfg, progress, confirm, device, deadline, on_step)
     finally:
         torch.set_num_threads(threads)
 
@@ -194,7 +198,7 @@ class _NoBar:
         pass
 
 
-def _train(cfg, progress, confirm, device, deadline) -> TrainResult:
+def _train(cfg, progress, confirm, device, deadline, on_step) -> TrainResult:
     t0 = time.perf_counter()
     model = build_model(cfg).to(device)
     src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
@@ -259,6 +263,9 @@ def _train(cfg, progress, confirm, device, deadline) -> TrainResult:
         hist["batch_exact"].append(batch_exact)
         hist["lr"].append(sched.get_last_lr()[0])
         bar.update(1)
+        if on_step is not None:
+            on_step(step, model, hist["loss"][-1])
+            model.train()
         due = step % cfg.eval_every == 0 and batch_exact >= cfg.eval_gate
         if due or step == cfg.max_steps:
             em = teacher_forced_exact_match(model, src_eval, tgt_eval)
