@@ -56,7 +56,7 @@ def test_ddp_step_equals_one_process_on_the_whole_batch(one_step):
         if name.endswith("W_k.bias"):
             # Its gradient is 0 in exact arithmetic (softmax ignores a shift shared by every
             # key), rounding noise in floats; Adam's first step divides it by its own size, so
-            # both runs move it by a few % of lr = 1.8e-4 in directions set by rounding.
+            # each run moves it by up to about lr = 1.8e-4, in directions set by rounding.
             assert grads[name].abs().max() < 1e-7
             torch.testing.assert_close(ckpt["state_dict"][name], p, rtol=0, atol=2e-4)
         else:

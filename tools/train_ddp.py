@@ -8,9 +8,9 @@
 
 Every rank runs this file; the logic is in helpers.distributed. Rank 0 prints the log, writes
 OUT/model.pt (the checkpoint), OUT/grads.pt (--one-step: the all-reduced gradients)
-and OUT/result.json; every rank writes
-OUT/rank<r>.json with what it saw. A bad launch (no torchrun, one process, a port in use) stops
-with one line that says what to do, and exit status 2. Built in chapter 20.
+and OUT/result.json (what every rank saw, gathered over the process group); every rank also
+writes OUT/rank<r>.json on its own machine. A bad launch (no torchrun, one process, a port in
+use) stops with one line that says what to do, and exit status 2. Built in chapter 20.
 """
 
 from __future__ import annotations
@@ -91,9 +91,11 @@ def main() -> None:
     mine["startup_seconds"] = round(t_joined - T_START, 3)
     mine["seconds_in_script"] = round(time.perf_counter() - T_START, 3)
     (out / f"rank{info.rank}.json").write_text(json.dumps(mine) + "\n")
-    dist.barrier()
+    # gathered over the process group, not read back from the files: on several machines rank
+    # 0 cannot see the other machines' folders
+    ranks = [None] * info.world_size
+    dist.all_gather_object(ranks, mine)
     if info.is_main:
-        ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(info.world_size)]
         (out / "result.json").write_text(json.dumps(ranks) + "\n")
         for r in ranks:
             keys = ("rows", "loss") if args.one_step else ("steps", "exact_match", "ms_per_step")

@@ -229,7 +229,7 @@ def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
         raise ValueError(f"the batch has {n} rows, not divisible by {info.world_size} ranks")
     per = n // info.world_size
     rows = slice(info.rank * per, (info.rank + 1) * per)
-    s, t = trimmed(src[rows], tgt[rows])
+    s, t = (x.to(info.device) for x in trimmed(src[rows], tgt[rows]))
     model = build_model(cfg)
     net = wrap(model, info)
     opt, sched = make_optimizer(model, cfg)
@@ -295,7 +295,7 @@ def bucket_demo(cfg: TrainConfig, src, tgt, bucket_cap_mb: float, iterations: in
     info = current()
     per = src.size(0) // info.world_size
     rows = slice(info.rank * per, (info.rank + 1) * per)
-    s, t = trimmed(src[rows], tgt[rows])
+    s, t = (x.to(info.device) for x in trimmed(src[rows], tgt[rows]))
     model = build_model(cfg)
     net = wrap(model, info, bucket_cap_mb)
     timeline, out = [], []
