@@ -71,7 +71,8 @@ def _shard_hint(got: list, n, world_size, rank, seed, epoch) -> str:
 
 
 def check_shard_indices(shard_indices) -> None:
-    """Compare shard_indices(n, world_size, rank, seed, epoch) with DistributedSampler."""
+    """Exercise 20.2: compare shard_indices(n, world_size, rank, seed, epoch) with
+    DistributedSampler."""
     for n, world_size, rank, seed, epoch in _SHARD_CASES:
         where = f"n={n}, world_size={world_size}, rank={rank}, seed={seed}, epoch={epoch}"
         got = call(shard_indices, n, world_size, rank, seed, epoch, where=where)
@@ -148,7 +149,8 @@ def _ddp_grads(model, src, tgt, world_size, rank_loss, where) -> torch.Tensor:
 
 
 def check_rank_loss(rank_loss) -> None:
-    """Simulate DDP on 2, 3 and 4 ranks with the reader's rank_loss; compare with one process."""
+    """Exercise 20.3: simulate DDP on 2, 3 and 4 ranks with the reader's rank_loss; compare with
+    one process."""
     model, (src, tgt) = _model(), _batch()
     expected = _whole_batch_grads(model, src, tgt)
     checks = 0
