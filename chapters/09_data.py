@@ -347,7 +347,7 @@ except ValueError as err:
 # running anything, predict how many of the three-digit test sequences also occur in the training
 # set. Then count them.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 9.1
 # About 2,000 training samples have three digits, each a uniform draw from 1,000 strings, so a
 # given three-digit string is among them with chance 1 - 0.999^2000, about 86 %: expect about

@@ -447,8 +447,8 @@ torch.set_num_threads(threads)
 
 # %% [markdown]
 # Over whole training runs, the recorded ablation at the end of the chapter answers the question
-# for the book's recipe: with bf16, the time to the target lies within the spread of the float32
-# runs across three seeds, so no difference is measurable, and bf16 is not part of the recipe.
+# for the book's recipe: with bf16 autocast every step took longer, for each of three seeds, so
+# bf16 is not part of the recipe.
 
 # %% [markdown]
 # ## The training function
@@ -949,10 +949,10 @@ assert any(b < a for a, b in zip(last_evals, last_evals[1:]))  # not a monotone 
 # The cell pulls the rows that the following paragraphs discuss out of the recorded table, with
 # the spread over the three seeds, and asserts each comparison the text makes, so that the prose
 # cannot drift from the data. Its last line puts the ablation's row for the book's recipe next to
-# the sweep's runs at `lr_scale` 1: the same recipe and seeds. Where their step counts differ,
-# the two recordings ran different versions of the book's code, or on CPUs that round
-# differently (the ablation's date is printed with the table, the sweep's with Figure 10.4), so
-# compare rows within one table, never numbers across the two.
+# the sweep's runs at `lr_scale` 1: the same recipe and seeds, recorded on different days (the
+# ablation's date is printed with the table, the sweep's with Figure 10.4), with the same step
+# counts (asserted): the training is deterministic on one machine, and only the times depend
+# on what else the machine was doing.
 
 # %%
 row = {r["lever"]: r for r in ablation["rows"]}
@@ -990,9 +990,12 @@ print(f"the book's recipe, steps for seeds 0-2: ablation {book['all_steps']}, ",
 print(f"sweep {[steps for _, steps in sweep_book]}")
 assert small["steps"] < cheap["steps"] and math.isclose(ratio_small, 2.0) and ms_small < ms_cheap
 assert math.isclose(ratio_warmup, 10**0.5)
-assert batch_row["steps"] * 128 < small["steps"] * 64  # fewer sequences, not only fewer steps
+assert batch_row["steps"] * 128 <= small["steps"] * 64  # no more sequences, in fewer steps
 assert all(n < d for n, d in zip(no_dropout["all_steps"], batch_row["all_steps"]))
-assert all(c < d for c, d in zip(cooldown["all_steps"], no_dropout["all_steps"]))
+gained = sum(c < d for c, d in zip(cooldown["all_steps"], no_dropout["all_steps"]))
+print(f"cooldown: fewer steps than without it for {gained} of 3 seeds")
+assert cooldown["steps"] < no_dropout["steps"] and gained >= 2
+assert book["all_steps"] == [steps for _, steps in sweep_book]
 assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after epoch 8)
 
 # %% [markdown]
@@ -1005,14 +1008,15 @@ assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after
 #   runs, also needed fewer steps. It warms up for the same 1,000 steps as the wide model, but
 #   its Noam peak is twice as high, because the schedule scales with $d_\text{model}^{-0.5}$; the
 #   ablation does not separate the width from the learning rate.
-# - **Batch 128 with a 100-step warmup**: fewer, larger steps, and, in the medians, fewer
-#   training sequences in all; the peak learning rate comes after 100 steps instead of 1,000,
+# - **Batch 128 with a 100-step warmup**: fewer, larger steps, and, in the medians, no more
+#   training sequences in all (printed); the peak learning rate comes after 100 steps instead of 1,000,
 #   and is $\sqrt{10} \approx 3.2$ times higher, because the peak scales with
 #   $\text{warmup}^{-0.5}$.
 # - **No dropout.** Dropout fights overfitting; with 20,000 training sequences and one right
 #   answer per input, the runs without it needed fewer steps, for each of the three seeds.
-# - **The cooldown** shrinks the last steps: with it, each of the three seeds reached the target
-#   in fewer steps than without. It does not turn the last stretch into a steady climb: in the
+# - **The cooldown** shrinks the last steps: with it, the median seed reached the target in fewer
+#   steps than without, though not every seed did (the count is printed). It does not turn the
+#   last stretch into a steady climb: in the
 #   recorded runs of the book's recipe (printed with Figure 10.4), the validation score still
 #   falls between some evaluations before it reaches the target.
 # - **Evaluating every 10 steps, once the training batch is 98 % right**, stops within 10 steps of
@@ -1031,10 +1035,19 @@ one_layer = row["1 layer instead of 2 in each stack"]
 busy1 = row["1 thread, another program busy on one core (the book's recipe)"]
 busy2 = row["2 threads, another program busy on one core"]
 idle2 = row["2 threads (torch's default here) instead of 1"]
-for r in (book, bf16_row, checks_row, smoothing, one_layer):
+fused = row["+ fused Adam step (torch.optim.Adam(fused=True), one kernel for all parameters)"]
+for r in (book, bf16_row, checks_row, smoothing, fused, one_layer):
     print(f"{runs(r)}  {r['lever']}")
 print(f"idle CPU:      1 thread {book['seconds']:.1f} s, 2 threads {idle2['seconds']:.1f} s")
 print(f"one core busy: 1 thread {busy1['seconds']:.1f} s, 2 threads {busy2['seconds']:.1f} s")
+
+
+def ms_per_step(r):
+    return [1000 * t / n for t, n in zip(r["all_seconds"], r["all_steps"])]
+
+
+print("ms per step, seeds 0-2: book", [round(m) for m in ms_per_step(book)], end="")
+print(", bf16", [round(m) for m in ms_per_step(bf16_row)])
 
 
 def overlap(a, b):
@@ -1044,41 +1057,60 @@ def overlap(a, b):
     )
 
 
-assert overlap(bf16_row, book) and overlap(checks_row, book)
+assert min(ms_per_step(bf16_row)) > max(ms_per_step(book)) and overlap(checks_row, book)
 assert idle2["seconds"] < book["seconds"] and busy2["seconds"] > 2 * busy1["seconds"]
 bucketing = row["+ length bucketing (batches sorted by length, padding cut)"]
 assert not bucketing["reached"] and min(bucketing["all_steps"]) == BOOK_RECIPE.max_steps
 assert row["+ torch.compile (compile time included)"]["seconds"] > 2 * book["seconds"]
 wide = row["d_model 64, dff 256 instead of 32, 128"]
-assert wide["seconds"] > book["seconds"] and wide["steps"] < book["steps"]
+assert wide["seconds"] > book["seconds"] and wide["steps"] >= book["steps"]
 assert overlap(busy1, book)  # one thread barely notices the busy core
-assert all(s < b for s, b in zip(smoothing["all_steps"], book["all_steps"]))
-assert one_layer["seconds"] < 0.6 * book["seconds"]
+assert smoothing["seconds"] > book["seconds"] and fused["seconds"] > book["seconds"]
+for option in (smoothing, fused):
+    assert sum(o > b for o, b in zip(option["all_steps"], book["all_steps"])) >= 2
+assert one_layer["seconds"] < 2 / 3 * book["seconds"]
 
 # %% [markdown]
-# The rejected rows: with **bf16** and without the **token-id checks** the ranges of the seeds'
-# times overlap the range of the book's recipe, so neither makes a measurable difference at this
-# size (the checks cost a `.min()` and a `.max()` per forward pass); **sorting batches by
+# The rejected rows: **bf16 autocast** made every step slower, for each seed, on this CPU
+# (milliseconds per step printed; the CPU reports bfloat16 instructions, `avx512_bf16` in the
+# hardware line); without the **token-id checks** the range of the seeds' times overlaps the
+# range of the book's recipe, so they make no measurable difference at this size (they cost a
+# `.min()` and a `.max()` per forward pass); **sorting batches by
 # length** removes padding, but each batch then holds sequences of about the same length, and
-# the model did not reach the target within 500 steps for any seed; **`d_model` 64** needed
-# fewer steps but more time, in the medians; **`torch.compile`**, its compile time included,
+# the model did not reach the target within 500 steps for any seed; **`d_model` 64** needed no
+# fewer steps and more time, in the medians; **`torch.compile`**, its compile time included,
 # took more than twice as long as the book's recipe.
 #
-# Three of the *options* are faster and still left out, each for a reason worth knowing:
+# Two of the *options* are faster and still left out, each for a reason worth knowing:
 #
 # - **Two threads** (torch's default on this 2-core machine) are faster on an idle CPU, but with
 #   another program keeping one core busy, the runs with two threads took more than twice as long
 #   as those with one thread (medians), whose times stayed within the range of the idle runs. A
 #   notebook that should finish in seconds on a shared machine is better off predictable.
-# - **Label smoothing 0.1** reached the target in fewer steps for each of the three seeds. Try
-#   it: `load_or_train(dataclasses.replace(BOOK_RECIPE, label_smoothing=0.1))`.
-# - **One layer per stack** took less than 60 % of the time. The book keeps the reference
+# - **One layer per stack** took less than two thirds of the time. The book keeps the reference
 #   architecture's two layers, because chapter 18 compares what the layers' attention does.
+#
+# Two more options were not faster in these runs: **label smoothing 0.1** and a **fused Adam
+# step** (one kernel updates every parameter) both took more time than the book's recipe in the
+# medians, with more steps for at least two of the three seeds; three seeds show no gain from
+# either. `tools/bench_training.py` uses the two-thread option for the book's fastest figure:
+# with `--book-threads 2` (its default) it trains the book's recipe on both cores of an idle
+# machine.
 #
 # Chapter 11 decodes with this model step by step; chapter 12 retrains it with PyTorch's default
 # initialisation to show what the initialisation costs.
 #
-# <!-- LEAD: the recorded GPU training time cell (issue 12) goes right here -->
+# ### On a GPU
+#
+# Every number above comes from this book's 2-core CPU. What the same two recipes take on a GPU
+# is recorded data, never computed while you read: `tools/record_gpu.py` trains them on the GPU
+# in one prepared run and stores the result in `chapters/data/training_cuda.json`. The cell
+# prints that record, or, until a GPU run has been recorded, says so and gives the command.
+
+# %%
+from helpers.gpu_results import gpu_training_summary
+
+print(gpu_training_summary("data"))
 
 # %% [markdown]
 # ## Summary

@@ -387,7 +387,7 @@ assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout of
 # call `model.decode`, and how many times `model.encode`? And for a batch of one source with 12
 # digits? Predict, then count by wrapping the two methods.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 11.1
 # The encoder runs once per batch. The decoder runs once per output token of the longest row:
 # 10 digits + <eos> = 11 calls for the batch (the short rows are padded meanwhile), 12 + 1 = 13

@@ -486,7 +486,7 @@ assert after["default"] > 3 * after["fixed"] and after["default"] > 0.9 * ratios
 # `Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=128, max_len=14)`, apply
 # `apply_default_init`, and measure with `token_and_position_std`.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 12.1
 # Token std: sqrt(128) = 11.3 (N(0, 1) entries, times sqrt(d)), twice the sqrt(32) = 5.7 of
 # section 2. The position part does not grow with d (its entries are sines and cosines in
@@ -508,7 +508,7 @@ assert abs(tok / 128**0.5 - 1) < 0.1 and abs(tok / pos / ratios["default"] - 2) 
 # the `fixed` and `default` models of section 1 (`encoder.layers[0].ffn.net[0]` and
 # `.net[2]`).
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 12.2
 # Xavier / default = sqrt(2 / (n_in + n_out)) * sqrt(3 n_in) = sqrt(6 n_in / (n_in + n_out)):
 # 32 -> 128: sqrt(192 / 160) = 1.10; 128 -> 32: sqrt(768 / 160) = 2.19.

@@ -682,9 +682,17 @@ assert pass_ms[1000, 13] / pass_ms[1000, 1] > pass_ms[1, 13] / pass_ms[1, 1]
 # cache removes are then time saved. So the cache pays more for long outputs and for large
 # batches than for one short reversal at a time.
 #
-# <!-- LEAD: the recorded GPU decoding speed-up cell (issue 12) goes right here, before
-# section 7. -->
-#
+# What the cache buys on a GPU, where the fixed cost per operation and the cost per row are not
+# this CPU's, is recorded data from one prepared run of `tools/record_gpu.py`
+# (`chapters/data/decoding_cuda.json`), never computed while you read; the cell prints it, or
+# says that no GPU run has been recorded yet and gives the command.
+
+# %%
+from helpers.gpu_results import gpu_decoding_summary
+
+print(gpu_decoding_summary("data"))
+
+# %% [markdown]
 # ## 7. What the cache costs in memory
 #
 # Each decoder layer keeps, per sequence, one key and one value vector of size $d_{model}$ for

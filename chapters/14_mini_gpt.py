@@ -703,7 +703,7 @@ assert timing[True] < timing[False]
 # greedy decoding (`temperature=0`), and does the seed of the generator matter? Predict, then
 # run it for the four prompts of section 6 with two different seeds.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 14.1
 greedy60 = generate(model, prompts, 60, temperature=0, use_cache=True)
 top1 = [
@@ -728,7 +728,7 @@ assert same == [4, 4]
 # positions of section 6 (`zv`): about the same number everywhere, or sometimes one and sometimes
 # many? Predict the smallest and the largest, then count.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 # Solution to exercise 14.2
 from helpers.gpt import top_p_filter
 

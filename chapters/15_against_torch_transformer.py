@@ -629,7 +629,7 @@ print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forwa
 # source positions. Which of the three sequences change, and why not the others? Predict, then
 # run.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 15.1
 no_src_mask = {k: v for k, v in full_masks.items() if k != "src_key_padding_mask"}
 with torch.no_grad():

@@ -846,7 +846,7 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 # added. Predict the ratio of position RMS to token RMS at `MarianConfig`'s default width, and at
 # `d_model=256`: does it still depend on the width? Then run `marian_input_scales`.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 16.1
 for overrides in (dict(scale_embedding=True), dict(scale_embedding=True, d_model=256)):
     width, tok_rms, pos_rms = marian_input_scales(**overrides)
@@ -867,7 +867,7 @@ for overrides in (dict(scale_embedding=True), dict(scale_embedding=True, d_model
 # scores or multiplies them. Then find it: search the source of its `__init__` and `forward` with
 # `inspect.getsource`, print the lines, and check the value on `bart_attn["eager"]`.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 16.2
 for method in (modeling_bart.BartAttention.__init__, modeling_bart.BartAttention.forward):
     for line in inspect.getsource(method).splitlines():

@@ -888,7 +888,7 @@ print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 # fail? Predict the initial loss with the formula $\ln V + s^2/2$ above, then run it: does the
 # formula still hold at ten times the spread?
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 17.1
 loud = new_model()
 with torch.no_grad():
@@ -917,7 +917,7 @@ assert ln_v + s_loud**2 / 2 > 2 * loss_loud and abs(loss_loud - max_minus_right)
 # Replace the fourth source sequence of the batch by padding only (an empty example, pitfall 3),
 # and run `check_model` on the healthy model. Which checks fail, and in which stages?
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 17.2
 empty_src = src.clone()
 empty_src[3] = PAD_ID

@@ -600,7 +600,7 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 # And what would a map whose rows are uniform score as "mirror"? Predict, then check with
 # `mirrored_columns`.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 18.1
 cols = mirrored_columns(4)
 print("rows <bos>, 7, 1, 1, 4 peak on columns", cols.tolist(), "(digits 7 1 1 4, then <eos>)")

@@ -661,7 +661,7 @@ if gpu is not None:
 # reading 24 GB as $24 \cdot 2^{30}$ bytes (24 GiB)? Predict, then compute with
 # `score_matrix_bytes` and `activation_bytes`.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 19.1
 one = score_matrix_bytes(8, 8, 8192, torch.bfloat16)
 needed = 3 * one + 3 * activation_bytes(8, 8192, 512, torch.bfloat16)
@@ -680,7 +680,7 @@ assert one == 8 * 2**30 and needed > 24 * 2**30  # it does not fit, either way
 # the order of magnitude, then compute. (Section 6 prints the measured time next to the limit
 # of the GPU it ran on, once a run is recorded.)
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 19.2
 flops = attention_flops(8, 8, 16384, 512, causal=True)
 peak = GPU_SPECS["NVIDIA H200"]["bf16_tflops"] * 1e12

@@ -587,7 +587,7 @@ assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 # indices. With 10 samples and 3 ranks, how many indices does each rank get, and how many of
 # the 10 samples are seen twice in one epoch? Predict, then run the solution.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 20.1
 per_rank = [list(DistributedSampler(range(10), num_replicas=3, rank=r, seed=0)) for r in range(3)]
 drawn = [i for part in per_rank for i in part]
