@@ -640,9 +640,11 @@ def check_lab(
         return [f"{notebook} does not exist"]
     workdir = Path(tempfile.mkdtemp(prefix="check-browser-lab-"))
     (workdir / "root").mkdir()
-    shutil.copy2(
-        notebook, workdir / "root" / notebook.name
-    )  # a copy: the repository file stays untouched
+    # copies: the repository's files stay untouched. The chapter reads its recorded runs
+    # from `data/` next to it, as it does when a reader opens it from `chapters/`.
+    shutil.copy2(notebook, workdir / "root" / notebook.name)
+    if (notebook.parent / "data").is_dir():
+        shutil.copytree(notebook.parent / "data", workdir / "root" / "data")
     failures: list[str] = []
     proc = None
     page = browser.page
