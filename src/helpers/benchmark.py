@@ -32,8 +32,9 @@ buffers), so we measure the process's resident memory with Linux's own counters:
 /proc/self/clear_refs to reset the resident high-water mark (VmHWM) to the current resident
 size, run the call, read VmHWM back. The difference is the peak extra memory the call touched,
 transient buffers included. glibc's malloc is first told (mallopt) to serve every block over
-64 KiB with mmap and to give it back on free, so memory freed by earlier calls is not silently
-reused and the counter stays honest. Both measurements include the call's output tensors.
+64 KiB with mmap and to give it back on free, and before each measurement malloc_trim hands the
+heap's free pages back to the OS, so memory freed by earlier calls is not silently reused and
+the counter stays honest. Both measurements include the call's output tensors.
 
 An out-of-memory error is caught and recorded ("oom"), and the sweep goes on.
 """
@@ -105,6 +106,7 @@ def attention_flops(B: int, heads: int, L: int, d_model: int, causal: bool = Tru
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter numbers (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _malloc_configured = False
+_libc = None  # glibc, once _configure_malloc has found it
 
 
 def _configure_malloc() -> None:
@@ -113,17 +115,27 @@ def _configure_malloc() -> None:
     glibc's default threshold grows after big frees (up to 32 MiB); freed memory below it
     stays resident and would be reused unseen by the high-water mark.
     """
-    global _malloc_configured
+    global _malloc_configured, _libc
     if _malloc_configured:
         return
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
-        libc.mallopt(_M_TRIM_THRESHOLD, 128 * 1024)
-        libc.malloc_trim(0)
+        _libc = ctypes.CDLL("libc.so.6")
+        _libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+        _libc.mallopt(_M_TRIM_THRESHOLD, 128 * 1024)
     except (OSError, AttributeError):  # not glibc: the measurement is still valid, if looser
-        pass
+        _libc = None
     _malloc_configured = True
+
+
+def _release_free_heap() -> None:
+    """Hand the heap's free pages back to the OS (malloc_trim), before each measurement.
+
+    Many small frees coalesce into large free chunks in the heap; a big buffer served from one
+    would reuse pages that are already resident, and the high-water mark would not see it.
+    After the trim those pages are no longer resident: touching them again counts.
+    """
+    if _libc is not None:
+        _libc.malloc_trim(0)
 
 
 def _read_status_kib(field: str) -> int:
@@ -152,6 +164,7 @@ def cpu_peak_bytes(fn) -> int:
     """
     _configure_malloc()
     gc.collect()
+    _release_free_heap()
     before = _read_status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS now
