@@ -57,10 +57,7 @@ book: $(STAMP)
 # yet. Any other failure still fails.
 PYTEST_ALLOW_EMPTY = rc=$$?; if [ $$rc -eq 5 ]; then echo "(no tests collected: nothing to check yet)"; rc=0; fi; exit $$rc
 
-# The book build (one process, about 10 s) runs beside the pytest session: it keeps busy the
-# core that pytest leaves idle while its last file finishes.
-test: lint test-pairing test-conventions
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-pytest test-book
+test: lint test-pairing test-conventions test-pytest test-book
 	@echo "make test: all checks passed (lint, pairing, conventions, unit tests and notebook outputs, book)"
 
 # ruff (lint + format check, settings in pyproject.toml) over the package, tests, tools and
