@@ -1,12 +1,11 @@
 """helpers.evaluation: the test split, the Wilson interval and the overlap count."""
 
-import dataclasses
 import math
 
 import pytest
 import torch
 
-from helpers import BOOK_RECIPE, SEED_RECIPE, make_reversal_dataset, train_reversal
+from helpers import BOOK_RECIPE, SEED_RECIPE, make_reversal_dataset
 from helpers.evaluation import (
     TEST_SEED,
     TEST_SIZE,
@@ -106,22 +105,8 @@ def test_exact_match_with_interval_counts_right_sequences():
     assert "37 of 40" in str(result)
 
 
-def test_exact_match_teacher_forced_equals_greedy():
-    cfg = dataclasses.replace(
-        BOOK_RECIPE,
-        train_size=2000,
-        val_size=200,
-        eval_size=200,
-        batch_size=64,
-        warmup=50,
-        cooldown=0,
-        lr_scale=2.0,
-        max_steps=120,
-        eval_every=120,
-        eval_gate=0.0,
-        target_exact_match=None,
-    )
-    model = train_reversal(cfg, progress=False).model
+def test_exact_match_teacher_forced_equals_greedy(partly_trained_model):
+    model = partly_trained_model
     src, tgt = test_set(300)
     tf = exact_match_with_interval(model, src, tgt)
     gr = exact_match_with_interval(model, src, tgt, greedy=True, batch_size=64)

@@ -143,22 +143,8 @@ def test_trimming_padding_columns_does_not_change_the_loss():
     torch.testing.assert_close(loss(wide_s, wide_t), loss(src[:, :lens_s], tgt[:, :lens_t]))
 
 
-def test_teacher_forced_exact_match_equals_greedy_exact_match():
-    cfg = dataclasses.replace(
-        TINY,
-        d_model=32,
-        num_heads=4,
-        dff=64,
-        train_size=2000,
-        val_size=300,
-        batch_size=64,
-        warmup=50,
-        lr_scale=2.0,
-        max_steps=150,
-        eval_every=150,
-        eval_size=300,
-    )
-    model = train_reversal(cfg, progress=False).model
+def test_teacher_forced_exact_match_equals_greedy_exact_match(partly_trained_model):
+    model = partly_trained_model
     src, tgt = make_reversal_dataset(300, seed=1)
     tf = teacher_forced_exact_match(model, src, tgt)
     assert 0.02 < tf < 0.98, tf  # a partly trained model: the check is not trivially 0 or 1
