@@ -746,9 +746,9 @@ assert post_gap < 1e-6
 # %% [markdown]
 # ### The recorded sweep
 #
-# Thirty runs of 400 steps take far longer than a chapter may spend, and one run proves
-# little: runs at a constant learning rate are noisy. So the comparison was recorded
-# once by `tools/record_ch05_norm_sweep.py`: both orders, three learning rates, five seeds
+# Thirty runs of 400 steps are 300 times the 40-step run below, too much to repeat every
+# time the chapter runs, and one run proves little: runs at a constant learning rate are
+# noisy. So the comparison was recorded once by `tools/record_ch05_norm_sweep.py`: both orders, three learning rates, five seeds
 # each (seed = initial weights and batch order), 400 steps, every step's training loss
 # kept. The chapter loads the file:
 

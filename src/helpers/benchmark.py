@@ -37,6 +37,10 @@ heap's free pages back to the OS, so memory freed by earlier calls is not silent
 the counter stays honest. Both measurements include the call's output tensors.
 
 An out-of-memory error is caught and recorded ("oom"), and the sweep goes on.
+
+"The reference chapter" in this module is the textbook chapter this book reproduces and measures
+itself against; the book's introduction describes it (chapters/intro.md, "The reference
+chapter").
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ device and writes one JSON file per part; copied into chapters/data/ they are
 
 Every function here reads those files when they are present and otherwise says plainly that
 nothing is recorded yet, with the command that records it. Only the plot needs matplotlib.
+
+"The reference chapter" in this module is the textbook chapter this book reproduces and measures
+itself against; the book's introduction describes it (chapters/intro.md, "The reference
+chapter").
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""The encoder-decoder Transformer."""
+"""The encoder-decoder Transformer.
+
+"The reference chapter" in this module is the textbook chapter this book reproduces and measures
+itself against; the book's introduction describes it (chapters/intro.md, "The reference
+chapter").
+"""
 
 import dataclasses
 from dataclasses import dataclass

@@ -5,6 +5,10 @@ TrainConfig   the settings; the same config always gives the same weights (and c
 SEED_RECIPE   the reference chapter's recipe (d_model 128, 10 epochs), for comparison;
 BOOK_RECIPE   the fast CPU recipe the book trains with (chapter 10 measures each change);
 fixed_budget_recipe, default_init_recipe   the fixed-budget twins chapter 12 compares.
+
+"The reference chapter" in this module is the textbook chapter this book reproduces and measures
+itself against; the book's introduction describes it (chapters/intro.md, "The reference
+chapter").
 """
 
 import dataclasses
