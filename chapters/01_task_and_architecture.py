@@ -499,8 +499,8 @@ assert r.target_exact_match == 0.995 and r.val_size == 1000 and TEST_SIZE == 10_
 # used only when a reader asks for one: `helpers.device()` returns the CPU unless the
 # environment variable `TRANSFORMER_BOOK_DEVICE` names `cuda` or `mps`, and then refuses
 # a device that is not there rather than silently falling back. Some later cells also run
-# a short extra example only when a CUDA GPU is present (chapter 10's bfloat16 example,
-# chapter 19's GPU sweep), and chapter 19's benchmark tool can measure on a GPU
+# a short extra example only when `helpers.device()` is a CUDA GPU (chapter 10's bfloat16
+# example, chapter 19's GPU sweep), and chapter 19's benchmark tool can measure on a GPU
 # (`--device cuda`). The next cell
 # reports what this machine has; its output differs between machines, so the test suite
 # does not compare it, but it checks that `helpers.device()` follows the environment

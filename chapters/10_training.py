@@ -60,6 +60,7 @@ from helpers import (
     count_parameters,
     decode_digits,
     describe,
+    device,
     exact_match,
     exact_match_with_interval,
     load_or_train,
@@ -370,17 +371,19 @@ assert torch.finfo(torch.float16).max == 65504
 
 # %% [markdown]
 # On GPUs with bf16 support, autocast is how the reference chapter trains on its RTX 4090. The
-# cell below runs it on CUDA if a GPU is present (the book's stored outputs come from a CPU).
+# cell below runs it on CUDA when the reader asks for a CUDA GPU (`TRANSFORMER_BOOK_DEVICE=cuda`,
+# chapter 1's `helpers.device()`) and it supports bf16; the book's stored outputs come from a CPU.
 
 # %% tags=["nbval-ignore-output"]
-if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-    gpu_model = Transformer(VOCAB_SIZE, VOCAB_SIZE).cuda()
+dev = device()
+if dev.type == "cuda" and torch.cuda.is_bf16_supported():
+    gpu_model = Transformer(VOCAB_SIZE, VOCAB_SIZE).to(dev)
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        out = gpu_model(src_b.cuda(), tgt_in_b.cuda())
-    print("CUDA:", torch.cuda.get_device_name(), "- logits under autocast:", out.dtype)
+        out = gpu_model(src_b.to(dev), tgt_in_b.to(dev))
+    print("CUDA:", torch.cuda.get_device_name(dev), "- logits under autocast:", out.dtype)
     assert out.dtype == torch.bfloat16
 else:
-    print("no CUDA device with bf16 here: the CUDA example is skipped")
+    print(f"helpers.device() is {dev}, not a CUDA GPU with bf16: the CUDA example is skipped")
 
 # %% [markdown]
 # On a CPU, autocast works the same way (`torch.autocast("cpu", dtype=torch.bfloat16)`). The

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from helpers import MultiHeadAttention, make_causal_mask, make_padding_mask
+from helpers import MultiHeadAttention, device, make_causal_mask, make_padding_mask
 from helpers.benchmark import (
     VARIANTS,
     MiB,
@@ -347,19 +347,21 @@ for r in live:
         assert r["peak_mib"] < r["score_matrix_mib"]
 
 # %% [markdown]
-# When this notebook's kernel has a CUDA device, the same live sweep runs there too, in
-# bfloat16, to longer lengths (the stored output comes from a machine without one):
+# When the reader asks for a CUDA GPU (`TRANSFORMER_BOOK_DEVICE=cuda`, chapter 1's
+# `helpers.device()`), the same live sweep runs there too, in bfloat16, to longer lengths (the
+# stored output comes from the CPU):
 
 # %% tags=["nbval-ignore-output"]
-if torch.cuda.is_available():
+dev = device()
+if dev.type == "cuda":
     gpu_live = [
-        measure(v, L, dtype="bfloat16", device="cuda") for L in (1024, 2048, 4096) for v in VARIANTS
+        measure(v, L, dtype="bfloat16", device=dev) for L in (1024, 2048, 4096) for v in VARIANTS
     ]
-    print(torch.cuda.get_device_name(), "bfloat16, CUDA events, 20 runs per row")
+    print(torch.cuda.get_device_name(dev), "bfloat16, CUDA events, 20 runs per row")
     print(results_table(gpu_live, VARIANTS))
 else:
     print(
-        "No CUDA device in this kernel: the live GPU sweep is skipped (section 6 shows the "
+        f"helpers.device() is {dev}: the live GPU sweep is skipped (section 6 shows the "
         "recorded one)."
     )
 

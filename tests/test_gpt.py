@@ -315,3 +315,46 @@ def test_train_gpt_learns_and_keeps_best():
     assert hist["val_loss"][-1] < hist["val_loss"][0] < 2.0
     assert hist["best_val_loss"] == min(hist["val_loss"])
     assert not m.training
+
+
+def _train_briefly(m, tr, va, **kw):
+    return train_gpt(
+        m,
+        tr,
+        va,
+        steps=6,
+        batch_size=4,
+        warmup=2,
+        eval_every=3,
+        eval_windows=2,
+        progress=False,
+        **kw,
+    )
+
+
+def test_train_gpt_trains_on_helpers_device_and_hands_the_model_back(monkeypatch):
+    text = "abcabcabdabcabcabd" * 10
+    tok = CharTokenizer(text)
+    tr, va = split_train_val(tok.encode(text), 0.2)
+    monkeypatch.setenv("TRANSFORMER_BOOK_DEVICE", "cpu")
+    torch.manual_seed(0)
+    a = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
+    hist_env = _train_briefly(a, tr, va)
+    torch.manual_seed(0)
+    b = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
+    hist_arg = _train_briefly(b, tr, va, device="cpu")
+    assert hist_env["val_loss"] == hist_arg["val_loss"]  # the same windows, the same steps
+    assert next(a.parameters()).device.type == "cpu"
+    monkeypatch.setenv("TRANSFORMER_BOOK_DEVICE", "tpu7")
+    with pytest.raises(ValueError, match="TRANSFORMER_BOOK_DEVICE"):
+        _train_briefly(tiny_gpt(vocab_size=tok.vocab_size, max_len=16), tr, va)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_train_gpt_on_cuda_returns_the_model_on_the_cpu():
+    text = "abcabcabdabcabcabd" * 10
+    tok = CharTokenizer(text)
+    tr, va = split_train_val(tok.encode(text), 0.2)
+    m = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
+    hist = _train_briefly(m, tr, va, device="cuda")
+    assert next(m.parameters()).device.type == "cpu" and len(hist["val_loss"]) == 2

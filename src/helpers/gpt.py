@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .checks import check_token_ids
+from .device import device as book_device
 from .embeddings import TokenAndPosition
 from .layers import EncoderLayer
 from .model import xavier_init_linears
@@ -378,9 +379,14 @@ def train_gpt(
     seed: int = 0,
     keep_best: bool = True,
     progress: bool = True,
+    device: str | torch.device | None = None,
 ) -> dict:
     """Next-token training on random windows: AdamW, linear warmup then cosine decay to lr/10,
     gradient clipping at 1. Built in chapter 14.
+
+    device: where the steps run; None means helpers.device() (the CPU unless
+    $TRANSFORMER_BOOK_DEVICE asks for cuda or mps). The windows are drawn on the CPU either way
+    (the same windows for a seed), and the model ends on the device it started on.
 
     Every eval_every steps (and at the end) the loss is measured, in eval mode, on the same
     fixed windows of the training text and of the validation text, so the two numbers are
@@ -395,6 +401,9 @@ def train_gpt(
         raise ValueError(
             f"block_size must be in [1, {model.max_len}] (the model's max_len), got {block_size}"
         )
+    home = next(model.parameters()).device
+    dev = book_device() if device is None else book_device(str(device))
+    model.to(dev)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # dropout masks
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
@@ -405,8 +414,8 @@ def train_gpt(
         progress_frac = (step - warmup) / max(steps - warmup, 1)
         return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress_frac)))
 
-    train_eval = fixed_windows(train_ids, block_size, eval_windows)
-    val_eval = fixed_windows(val_ids, block_size, eval_windows)
+    train_eval = [t.to(dev) for t in fixed_windows(train_ids, block_size, eval_windows)]
+    val_eval = [t.to(dev) for t in fixed_windows(val_ids, block_size, eval_windows)]
     hist = {k: [] for k in ("step", "batch_loss", "lr", "eval_step", "train_loss", "val_loss")}
     best_val, best_step, best_state = float("inf"), 0, None
     t0 = time.perf_counter()
@@ -414,7 +423,7 @@ def train_gpt(
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
-        x, y = random_windows(train_ids, batch_size, block_size, gen)
+        x, y = (t.to(dev) for t in random_windows(train_ids, batch_size, block_size, gen))
         model.train()
         logits = model(x)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -438,6 +447,6 @@ def train_gpt(
     bar.close()
     if keep_best and best_state is not None:
         model.load_state_dict(best_state)
-    model.eval()
+    model.to(home).eval()
     hist.update(best_step=best_step, best_val_loss=best_val, seconds=time.perf_counter() - t0)
     return hist
