@@ -2,7 +2,7 @@
 
 Trains one TrainConfig exactly as helpers.train.train_reversal does (same model, data, batches,
 schedule and random streams: the final weights are those of the cached checkpoint of that
-config), and every --every steps measures, on 200 held-out sequences (seed 7) under teacher
+config), and every --every steps measures, on 200 probe sequences (seed 7) under teacher
 forcing, per decoder layer and mean of heads (helpers.visualize.alignment_stats):
 
   mirror      mean weight on the mirrored source position (the reference chapter's map: >= 0.94),
@@ -10,7 +10,10 @@ forcing, per decoder layer and mean of heads (helpers.visualize.alignment_stats)
   digit_peak  share of digit rows that peak on the mirrored digit,
 
 plus teacher-forced exact match on the first 1000 validation sequences and the mean training
-loss since the last measurement. Each run is appended to a JSON file (default
+loss since the last measurement. At the end it also records the trained model's exact match on
+the test set (helpers.evaluation, 10,000 sequences, Wilson 95 % interval) and its
+cross-attention maps (every decoder layer, mean of heads) on the chapter's input 7 3 0 9 5 1 8,
+so that chapter 18 can show a run it does not train. Each run is appended to a JSON file (default
 chapters/data/ch18_sharpness.json) under a name; a run with the same name and seed replaces
 the old one. Run it niced and single-threaded:
 
@@ -31,14 +34,15 @@ from pathlib import Path
 import torch
 
 from helpers.data import make_reversal_dataset
+from helpers.evaluation import exact_match_with_interval, test_set
 from helpers.model import count_parameters
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
 from helpers.train import teacher_forced_exact_match, train_reversal
-from helpers.visualize import alignment_stats
+from helpers.visualize import alignment_stats, cross_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "chapters" / "data" / "ch18_sharpness.json"
-PROBE_SEED, PROBE_SIZE = 7, 200  # the held-out sequences the sharpness is measured on
+PROBE_SEED, PROBE_SIZE = 7, 200  # the probe sequences the sharpness is measured on
 
 
 def parse_value(field: dataclasses.Field, text: str):
@@ -80,6 +84,20 @@ def measure(model, probe, val) -> dict:
     }
 
 
+MAP_DIGITS = [7, 3, 0, 9, 5, 1, 8]  # the input of chapter 18's figures
+
+
+def final_record(model) -> dict:
+    """The trained model's test exact match and its maps on MAP_DIGITS, as JSON."""
+    interval = exact_match_with_interval(model, *test_set())
+    maps = []
+    for layer in range(len(model.decoder.layers)):
+        amap = dataclasses.asdict(cross_attention(model, MAP_DIGITS, layer=layer))
+        amap["weights"] = [[round(float(v), 5) for v in row] for row in amap["weights"]]
+        maps.append(amap)
+    return {"test": dataclasses.asdict(interval), "maps": maps}
+
+
 def run(cfg: TrainConfig, every: int, log=print) -> dict:
     """helpers.train_reversal (no early stop, no progress bar) with a measurement every
     `every` steps, taken in eval mode between two steps (it draws no random numbers, so the
@@ -116,7 +134,7 @@ def load(path: Path) -> dict:
         "description": (
             "Cross-attention sharpness of reversal models during training (chapter 18). "
             "Recorded by tools/explore_ch18_sharpness.py; each run names its TrainConfig "
-            "(config) and seed. Per point and decoder layer, mean of heads, on 200 held-out "
+            "(config) and seed. Per point and decoder layer, mean of heads, on 200 probe "
             "sequences (make_reversal_dataset(200, seed=7)) under teacher forcing: mirror = "
             "mean weight on the mirrored source position, eos_peak = share of sequences whose "
             "<eos>-predicting row peaks on the source's <eos>, digit_peak = share of digit rows "
@@ -152,7 +170,9 @@ def main() -> None:
         "key": cfg.key(),
         "parameters": result["parameters"],
         "points": result["points"],
+        **final_record(result["model"]),
     }
+    print(f"test exact match: {record['test']['exact_match']:.4f}")
     if args.save:
         torch.save(result["model"].state_dict(), args.save)
     data = load(args.out)  # re-read just before writing: keep runs recorded meanwhile
