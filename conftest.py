@@ -52,7 +52,7 @@ def pytest_configure(config):
 # workers (--dist loadfile --no-loadscope-reorder: one file per worker at a time, taken in
 # collection order). Starting the longest files first keeps both cores busy to the end
 # instead of leaving one worker alone with chapter 18 (measured from a cold checkpoint
-# cache, 2 cores: chapter 18 about 155 s, the next ones 20-40 s, most files under 10 s).
+# cache, 2 cores: chapter 18 about 100 s, the next ones 20-40 s, most files under 10 s).
 # Chapter 18 goes first also because it trains the book's model (BOOK_RECIPE) early, before
 # the files that load it start.
 LONGEST_FIRST = [
