@@ -100,7 +100,7 @@ test-notebooks: $(STAMP)
 # What `make test` runs: the unit tests and the notebooks in one pytest session on the same
 # two workers, longest files first (conftest.py's LONGEST_FIRST), so that neither core idles
 # while the other finishes chapter 18 (measured on a fresh clone, cold checkpoint cache: the
-# session 201 s, `make test` 3 min 39 s; run one after the other, the halves took 45 s + 211 s).
+# session 201 s, `make test` 3 min 39 s).
 test-pytest: $(STAMP)
 	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
 
