@@ -448,8 +448,8 @@ plt.show()
 # the model learns more slowly. The twin is `SHARP_ATTENTION_RECIPE` except
 # `init="default"`: same data, seed, schedule and budget.
 #
-# Training it takes as long as training the sharp model (section 3's record), so this chapter
-# does not: the script of section 2 recorded it (`sharp1000d15default`, the purple line of
+# Training it means the same 1000 steps of the same architecture as the sharp model (section 3
+# records how long those take), so this chapter does not: the script of section 2 recorded it (`sharp1000d15default`, the purple line of
 # Figure 18.1), measured on the same 200 probe sequences as the sharp model here, and at the
 # end scored it on the test set and stored its maps of `7 3 0 9 5 1 8`. First, a check that
 # the record is what this code trains. The recipe's cooldown starts only after step 100, so a
