@@ -528,8 +528,8 @@ for i, c in enumerate(configs):
 #
 # Outputs of 16, 64, 256 and 512 new tokens need a model whose position table is that long: the
 # trained model has `max_len` 14. Timing does not need a trained model, so we use an **untrained**
-# one with the `Transformer` constructor's default shape (the reference chapter's: the cell prints
-# it) and `max_len = 513`, and pass `stop_at_eos=False` so that an early `<eos>` cannot end a run.
+# one with the `Transformer` constructor's default shape (that of
+# {ref}`the reference chapter <reference-chapter>`: the cell prints it) and `max_len = 513`, and pass `stop_at_eos=False` so that an early `<eos>` cannot end a run.
 # One source sequence (batch 1). `tools/bench_decoding.py` runs the same measurement with a
 # chosen number of repeats.
 #
