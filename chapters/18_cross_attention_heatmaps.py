@@ -319,7 +319,7 @@ assert result.history["step"][-1] == SHARP_ATTENTION_RECIPE.max_steps
 # %%
 timing = json.loads(Path("data/ch18_training_time.json").read_text())
 print(f"recorded {timing['date'][:10]} by `{timing['command']}`")
-print(f"torch {timing['torch']}, {timing['cpu_count']} cores")
+print(f"torch {timing['hardware']['torch']}, {timing['hardware']['cores']} cores")
 for threads in (1, 2):
     secs = [r["seconds"] for r in timing["runs"] if r["threads"] == threads]
     median = timing["median_seconds"][str(threads)]
