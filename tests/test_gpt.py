@@ -317,6 +317,14 @@ def test_train_gpt_learns_and_keeps_best():
     assert not m.training
 
 
+@pytest.fixture
+def abc_text():
+    """A tokenizer and a train/validation split of a short repetitive text."""
+    text = "abcabcabdabcabcabd" * 10
+    tok = CharTokenizer(text)
+    return tok, *split_train_val(tok.encode(text), 0.2)
+
+
 def _train_briefly(m, tr, va, **kw):
     return train_gpt(
         m,
@@ -332,10 +340,8 @@ def _train_briefly(m, tr, va, **kw):
     )
 
 
-def test_train_gpt_trains_on_helpers_device_and_hands_the_model_back(monkeypatch):
-    text = "abcabcabdabcabcabd" * 10
-    tok = CharTokenizer(text)
-    tr, va = split_train_val(tok.encode(text), 0.2)
+def test_train_gpt_trains_on_helpers_device_and_hands_the_model_back(monkeypatch, abc_text):
+    tok, tr, va = abc_text
     monkeypatch.setenv("TRANSFORMER_BOOK_DEVICE", "cpu")
     torch.manual_seed(0)
     a = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
@@ -351,10 +357,8 @@ def test_train_gpt_trains_on_helpers_device_and_hands_the_model_back(monkeypatch
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_train_gpt_on_cuda_returns_the_model_on_the_cpu():
-    text = "abcabcabdabcabcabd" * 10
-    tok = CharTokenizer(text)
-    tr, va = split_train_val(tok.encode(text), 0.2)
+def test_train_gpt_on_cuda_returns_the_model_on_the_cpu(abc_text):
+    tok, tr, va = abc_text
     m = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
     hist = _train_briefly(m, tr, va, device="cuda")
     assert next(m.parameters()).device.type == "cpu" and len(hist["val_loss"]) == 2
