@@ -11,6 +11,15 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The book's Jupyter kernel (tools/install_kernel.py): this venv's Python with the pinned
+# numerics of src/helpers/pin.py in its environment. JupyterLab, nbval and
+# tools/execute_notebooks.py all run the chapters in it.
+KERNEL := $(VENV)/share/jupyter/kernels/transformer-book/kernel.json
+SETUP  := $(STAMP) $(KERNEL)
+# The same pin for the processes make starts itself (the unit tests, make doctor), and the
+# deliberately broken one of make test-portable. pin.py is plain data: no torch import.
+PINNED := $(shell $(PYTHON) src/helpers/pin.py pinned)
+BROKEN := $(shell $(PYTHON) src/helpers/pin.py broken)
 # -W --keep-going: report every warning, then fail. --all: rebuild every page, so that
 # warnings from unchanged pages are reported too (a full build takes seconds).
 BOOK_BUILD := $(BIN)/jupyter-book build -q -W --keep-going --all .
@@ -21,12 +30,15 @@ export PYTHONHASHSEED := 0
 
 .DEFAULT_GOAL := help
 .PHONY: help venv book test lint format test-unit test-pairing test-conventions test-notebooks \
-        test-pytest test-book lab execute clean distclean check-browser record-gpu
+        test-pytest test-book test-portable doctor lab execute clean distclean check-browser \
+        record-gpu
 
 help:
 	@echo "make book     build the book into _build/html/index.html (installs first if needed)"
 	@echo "make test     lint, unit tests, pairing, notebook conventions, nbval, book build with -W"
 	@echo "make lint     ruff (lint + format check) and codespell; make format applies ruff"
+	@echo "make test-portable  the notebooks with the numerics pin broken: must pass anyway"
+	@echo "make doctor   this machine's numerics, and whether it shows the book's exact digits"
 	@echo "make lab      JupyterLab on the chapters"
 	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
 	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
@@ -34,7 +46,7 @@ help:
 	@echo "make clean    remove build outputs; make distclean also removes .venv"
 
 # ---------------------------------------------------------------------------- set-up
-venv: $(STAMP)
+venv: $(SETUP)
 
 # Re-run whenever requirements.txt or pyproject.toml changes. The `-e .` line of
 # requirements.txt installs `helpers` in editable mode; its build normally fetches
@@ -47,8 +59,11 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 	@echo "installed: $(VENV) is ready"
 
+$(KERNEL): $(STAMP) src/helpers/pin.py tools/install_kernel.py
+	$(BIN)/python tools/install_kernel.py
+
 # ---------------------------------------------------------------------------- book
-book: $(STAMP)
+book: $(SETUP)
 	$(BOOK_BUILD)
 	@echo "book: open _build/html/index.html"
 
@@ -63,28 +78,29 @@ test: lint test-pairing test-conventions test-pytest test-book
 # ruff (lint + format check, settings in pyproject.toml) over the package, tests, tools and
 # the chapter notebooks (their .py twins are generated from them); codespell over code and prose.
 LINT_PATHS := src tests tools chapters/*.ipynb conftest.py
-lint: $(STAMP)
+lint: $(SETUP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/codespell src tests tools chapters/*.py chapters/*.md README.md _config.yml _toc.yml
 
 # Apply ruff's formatting and safe fixes to the package, tests and tools. Chapters are
 # formatted by tools/execute_notebooks.py when they are executed.
-format: $(STAMP)
+format: $(SETUP)
 	$(BIN)/ruff format src tests tools conftest.py
 	$(BIN)/ruff check --fix src tests tools conftest.py
 
-test-unit: $(STAMP)
+test-unit: $(SETUP)
 	@if [ -d tests ]; then \
-	  echo "$(BIN)/python -m pytest tests/ -q"; $(BIN)/python -m pytest tests/ -q; $(PYTEST_ALLOW_EMPTY); \
+	  echo "$(BIN)/python -m pytest tests/ -q"; env $(PINNED) $(BIN)/python -m pytest tests/ -q; \
+	  $(PYTEST_ALLOW_EMPTY); \
 	else echo "no tests/ folder yet: no unit tests to run"; fi
 
-test-pairing: $(STAMP)
+test-pairing: $(SETUP)
 	$(BIN)/python tools/check_pairing.py
 
 # What nbval cannot see: unexecuted cells, addresses in outputs, checks printed as True,
 # long lines, titles, Summary/Exercises/solutions, a figure per chapter.
-test-conventions: $(STAMP)
+test-conventions: $(SETUP)
 	$(BIN)/python tools/check_notebooks.py
 
 # Two workers, one notebook each at a time (--dist loadfile keeps a notebook's cells in
@@ -92,23 +108,40 @@ test-conventions: $(STAMP)
 # cache holds a lock while it trains.
 NBVAL_WORKERS ?= 2
 XDIST := -n $(NBVAL_WORKERS) --dist loadfile --no-loadscope-reorder
-test-notebooks: $(STAMP)
+test-notebooks: $(SETUP)
 	@echo "$(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST)"; \
-	$(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST); \
+	env $(PINNED) $(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST); \
 	$(PYTEST_ALLOW_EMPTY)
 
 # What `make test` runs: the unit tests and the notebooks in one pytest session on the same
 # two workers, longest files first (conftest.py's LONGEST_FIRST), so that neither core idles
 # while the other finishes chapter 18 (measured on a fresh clone, cold checkpoint cache: the
 # session 201 s, `make test` 3 min 39 s).
-test-pytest: $(STAMP)
-	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
+test-pytest: $(SETUP)
+	env $(PINNED) $(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
+
+# The notebooks with the pin deliberately broken (src/helpers/pin.py BROKEN_PIN: ATen's
+# scalar kernels, so every seeded random tensor differs in its last bits, and MKL's default
+# path, so every matmul does), as on a reader's ARM or unusual CPU, in kernels of this
+# Python that inherit that environment. Every model is retrained from a cold cache of its
+# own. Every check must still pass. .ci/run runs it after make test.
+PORTABLE_CACHE := $(CURDIR)/.cache/portable-checkpoints
+test-portable: $(SETUP)
+	rm -rf $(PORTABLE_CACHE)
+	env $(BROKEN) TRANSFORMER_BOOK_CACHE=$(PORTABLE_CACHE) \
+	  $(BIN)/python -m pytest --nbval chapters/ appendix/ --nbval-current-env -q $(XDIST)
+
+# This machine's numerics (CPU, kernels, BLAS mode, threads, versions), a fingerprint of a
+# few seeded computations compared with the book's, and a plain verdict; run in the book
+# kernel's environment.
+doctor: $(SETUP)
+	@env $(PINNED) $(BIN)/python tools/doctor.py
 
 # The book must work offline and without JavaScript errors: no page may load a script,
 # stylesheet, image or frame from another host, and the sphinx-thebe inline script
 # (which throws "Identifier 'THEBE_JS_URL' has already been declared" when a page
 # holds it twice) must not come back.
-test-book: $(STAMP)
+test-book: $(SETUP)
 	$(BOOK_BUILD)
 	@test -f _build/html/index.html
 	@remote=$$(grep -rlE '<(script|link|img|iframe)[^>]*(src|href)="(https?:)?//' \
@@ -124,7 +157,7 @@ test-book: $(STAMP)
 # heatmap chapter run in JupyterLab, its layer control switched, the heatmap redrawn.
 # Chromium is installed from Debian's packages when missing (as root, or through sudo).
 SUDO := $(if $(filter 0,$(shell id -u 2>/dev/null)),,sudo)
-check-browser: $(STAMP)
+check-browser: $(SETUP)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium (apt-get)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
@@ -143,12 +176,12 @@ record-gpu:
 # The server runs at the repository root (so jupytext.toml applies and src/ is at hand)
 # and opens on chapters/. JupyterLab refuses to run as root unless told to.
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
-lab: $(STAMP)
+lab: $(SETUP)
 	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) --ServerApp.root_dir="$(CURDIR)" \
 	  --LabApp.default_url=/lab/tree/chapters
 
 NB ?=
-execute: $(STAMP)
+execute: $(SETUP)
 	$(BIN)/python tools/execute_notebooks.py $(NB)
 
 # ---------------------------------------------------------------------------- cleaning

@@ -5,12 +5,13 @@
   _build/, or .ipynb_checkpoints/ (see also norecursedirs in pytest.ini);
 - sanitizes outputs with chapters/sanitize.cfg (an absolute path, so the working
   folder does not matter) unless --nbval-sanitize-with is given;
-- runs each notebook in a kernel of the Python running pytest (--nbval-current-env),
-  so the notebook's stored kernelspec name never matters, unless
-  --nbval-kernel-name is given;
-- starts kernels with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1, as
-  tools/execute_notebooks.py does, so that outputs which depend on string hashing or on
-  the thread count (the order of float sums) match the stored ones.
+- runs each notebook in the book's own kernel (helpers.pin.KERNEL_NAME, installed by
+  `make venv`), whose environment pins the numerics as tools/execute_notebooks.py's does,
+  unless --nbval-kernel-name or --nbval-current-env is given (`make test-portable` runs
+  kernels of the current Python with the pin broken);
+- starts kernels with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1 in any case, so that
+  outputs which depend on string hashing or on the thread count (the order of float
+  sums) match the stored ones.
 """
 
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
+KERNEL_NAME = "transformer-book"  # helpers/pin.py; tests/test_numerics.py checks they agree
 SANITIZE_FILE = ROOT / "chapters" / "sanitize.cfg"
 
 # Relative to this file. The twins are plain scripts: importing one as a test module
@@ -38,8 +40,13 @@ def pytest_configure(config):
         return
     if not option.nbval_sanitize_with and not getattr(option, "sanitize_with", None):
         option.nbval_sanitize_with = str(SANITIZE_FILE)
-    if not option.nbval_kernel_name and not getattr(option, "current_env", False):
-        option.nbval_current_env = True
+    if not option.nbval_kernel_name and not option.nbval_current_env:
+        import sys
+
+        spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json"
+        if not spec.exists():
+            raise pytest.UsageError(f"the book's kernel is not installed ({spec}): run `make venv`")
+        option.nbval_kernel_name = KERNEL_NAME
     # Inherited by the kernels nbval starts.
     os.environ["PYTHONHASHSEED"] = "0"
     # One torch thread per kernel: `make test` runs two notebooks at a time on two cores, and

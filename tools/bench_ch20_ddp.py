@@ -112,6 +112,8 @@ def test_exact_match(path: Path) -> float:
 def main(args) -> None:
     import torch
 
+    from helpers.numerics import provenance
+
     seeds = [int(s) for s in args.seeds.split(",")]
     record = {
         "what": "the book's recipe trained to >= 99.5 % validation exact match by "
@@ -120,6 +122,7 @@ def main(args) -> None:
         "(= greedy) exact match on the 10,000 test sequences",
         "command": "python tools/bench_ch20_ddp.py --seeds " + args.seeds,
         "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "numerics": provenance(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),

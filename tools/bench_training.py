@@ -50,6 +50,7 @@ ABLATION = DATA / "training_ablation.json"
 import helpers.embeddings  # noqa: E402
 import helpers.model  # noqa: E402
 from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset  # noqa: E402
+from helpers.numerics import provenance  # noqa: E402
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
 from helpers.schedule import noam_lambda  # noqa: E402
 from helpers.train import build_model, teacher_forced_exact_match, train_reversal  # noqa: E402
@@ -163,6 +164,7 @@ def record_seed(args) -> None:
         "exact_match: teacher-forced exact match on the 1000 validation sequences (seed 1), "
         "which equals greedy exact match",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "numerics": provenance(),
         "hardware": hardware(),
         "load_average_before": load_before,
         "load_average_after": load(),
@@ -407,6 +409,7 @@ def ablation(args) -> None:
         "rows marked extrapolated use the recorded reference run's step count times the "
         "measured step time; torch.compile runs in a fresh process with an empty compile cache",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "numerics": provenance(),
         "hardware": hardware(),
         "load_average_before": load(),
         "repeats": args.repeats,

@@ -48,6 +48,9 @@ from pathlib import Path
 import websocket  # websocket-client
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src" / "helpers"))
+from pin import KERNEL_NAME, PIN  # noqa: E402  (plain data, no torch import)
+
 HTML = ROOT / "_build" / "html"
 CHAPTER = ROOT / "chapters" / "18_cross_attention_heatmaps.ipynb"
 CHROMIUM_FLAGS = [
@@ -451,6 +454,24 @@ LAB_STATE_TEMPLATE = r"""
 })()
 """
 
+# The kernel the notebook runs in, and what that kernel sees: its name must be the book's
+# (the notebook's metadata names it) and its environment must hold the pinned numerics.
+KERNEL_ENV_JS = r"""
+(async () => {
+  const panel = [...window.jupyterapp.shell.widgets('main')]
+      .find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  const kernel = panel.sessionContext.session.kernel;
+  let text = '';
+  const future = kernel.requestExecute({
+    code: "import os, torch; print(os.environ.get('ATEN_CPU_CAPABILITY'), "
+        + "os.environ.get('MKL_CBWR'), torch.backends.cpu.get_cpu_capability())",
+    silent: false, store_history: false});
+  future.onIOPub = msg => { if (msg.header.msg_type === 'stream') text += msg.content.text; };
+  await future.done;
+  return {name: kernel.name, seen: text.trim()};
+})()
+"""
+
 # The explorer: the widget box with class attention-explorer (the last one on the page).
 # Its heatmap is an ipywidgets Image (an <img> with a blob: URL, replaced on every change):
 # we hash the PNG bytes behind it, so "the heatmap changed" means different image data.
@@ -661,6 +682,14 @@ def check_lab(
             timeout=90,
         )
         log(f"  notebook open, kernel idle, {state['code_cells']} code cells")
+        kernel = page.evaluate(KERNEL_ENV_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name)))
+        log(
+            f"  kernel {kernel['name']!r}; it sees ATEN_CPU_CAPABILITY, MKL_CBWR, capability: "
+            f"{kernel['seen']}"
+        )
+        expected = f"{PIN['ATEN_CPU_CAPABILITY']} {PIN['MKL_CBWR']}"
+        if kernel["name"] != KERNEL_NAME or not kernel["seen"].startswith(expected):
+            failures.append(f"not the book's pinned kernel: {kernel}, expected {KERNEL_NAME}")
         t1 = time.monotonic()
         page.evaluate(ACTIVATE_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name)))
         page.wait_for("!!window.jupyterapp.shell.currentWidget", timeout=30)

@@ -12,12 +12,12 @@ For each notebook this script
   notebook is rebuilt from it; cell ids of unchanged cells are kept);
 - formats the code cells with ruff (pyproject.toml's settings), so the stored notebook
   passes `make lint`;
-- runs every cell, top to bottom, in a fresh ``python3`` kernel of *this* Python
-  environment, in the notebook's own folder, with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1
-  (as nbval does via the top-level conftest.py); execution counts come out 1, 2, 3, ...;
+- runs every cell, top to bottom, in a fresh kernel of the book's own (``transformer-book``,
+  installed into *this* Python's environment by `make venv`), whose environment pins the
+  numerics (helpers/pin.py), as nbval's does; execution counts come out 1, 2, 3, ...;
 - records no timing metadata and drops any volatile cell metadata left by editors;
 - sets the pairing metadata ``jupytext: {formats: "ipynb,py:percent"}`` and a standard
-  ``python3`` kernelspec, then writes the notebook and its ``.py`` twin.
+  kernelspec naming the book's kernel, then writes the notebook and its ``.py`` twin.
 
 Nothing is written for a notebook whose execution fails: the script reports the failing
 cell and moves on to the next notebook, and exits 1 at the end. Outputs are never to be
@@ -40,8 +40,11 @@ CHAPTERS = ROOT / "chapters"
 PYPROJECT = ROOT / "pyproject.toml"
 FORMATS = "ipynb,py:percent"
 TWIN_FMT = "py:percent"
+sys.path.insert(0, str(ROOT / "src" / "helpers"))
+from pin import KERNEL_DISPLAY_NAME, KERNEL_NAME  # noqa: E402  (plain data, no torch import)
+
 CELL_TIMEOUT = 900  # seconds per cell
-KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+KERNELSPEC = {"display_name": KERNEL_DISPLAY_NAME, "language": "python", "name": KERNEL_NAME}
 # Cell metadata that changes on every run or only reflects an editor's state.
 VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "papermill")
 
@@ -61,20 +64,19 @@ from jupytext.compare import compare_notebooks  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
 
-class CurrentEnvKernelSpecs(KernelSpecManager):
-    """Resolve any kernel name to ipykernel in the Python running this script.
+class BookKernelSpecs(KernelSpecManager):
+    """Resolve the book's kernel (tools/install_kernel.py) in *this* Python's environment only.
 
-    A user-level kernelspec named python3 pointing at another interpreter (without
-    torch, or without `helpers`) must not be picked up.
+    A user-level kernelspec of the same name pointing at another interpreter (without torch,
+    or without `helpers`) must not be picked up, and a missing one is an error, never a
+    fallback to an unpinned kernel.
     """
 
     def get_kernel_spec(self, kernel_name):
-        import ipykernel.kernelspec
-
-        return self.kernel_spec_class(
-            resource_dir=ipykernel.kernelspec.RESOURCES,
-            **ipykernel.kernelspec.get_kernel_dict(),
-        )
+        spec_dir = Path(sys.prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME
+        if not (spec_dir / "kernel.json").exists():
+            raise ExecutionFailed(f"no {KERNEL_NAME} kernel in {spec_dir}: run `make venv`")
+        return self.kernel_spec_class.from_resource_dir(str(spec_dir))
 
 
 class ExecutionFailed(Exception):
@@ -187,8 +189,8 @@ def execute(nb, folder: Path) -> None:
         current["index"] = cell_index
 
     km = KernelManager(
-        kernel_name="python3",
-        kernel_spec_manager=CurrentEnvKernelSpecs(),
+        kernel_name=KERNEL_NAME,
+        kernel_spec_manager=BookKernelSpecs(),
         # CurveZMQ keys for the local kernel (and no "running over TCP without
         # encryption" warning from ipykernel); "auto" falls back to plain TCP.
         transport_encryption="auto" if zmq.has("curve") else "disabled",
@@ -196,7 +198,7 @@ def execute(nb, folder: Path) -> None:
     client = NotebookClient(
         nb,
         km=km,
-        kernel_name="python3",
+        kernel_name=KERNEL_NAME,
         timeout=CELL_TIMEOUT,
         record_timing=False,
         allow_errors=False,

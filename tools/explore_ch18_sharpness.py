@@ -36,6 +36,7 @@ import torch
 from helpers.data import make_reversal_dataset
 from helpers.evaluation import exact_match_with_interval, test_set
 from helpers.model import count_parameters
+from helpers.numerics import provenance
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
 from helpers.train import teacher_forced_exact_match, train_reversal
 from helpers.visualize import alignment_stats, cross_attention
@@ -168,6 +169,7 @@ def main() -> None:
         "seed": cfg.seed,
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
+        "numerics": provenance(),
         "parameters": result["parameters"],
         "points": result["points"],
         **final_record(result["model"]),

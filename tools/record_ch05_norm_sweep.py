@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from helpers.norm_experiment import tagger_data, train_tagger
+from helpers.numerics import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "ch05_norm_sweep.json"
@@ -45,6 +46,7 @@ def main() -> int:
         "command": "nice -n 10 python "
         + " ".join(["tools/record_ch05_norm_sweep.py"] + sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "numerics": provenance(),
         "torch": torch.__version__,
         "settings": {
             "model": "helpers.norm_experiment.EncoderTagger: d_model 64, 4 heads, dff 256, "

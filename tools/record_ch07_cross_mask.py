@@ -44,6 +44,7 @@ from helpers import (
 )
 from helpers.evaluation import TEST_SEED, test_set
 from helpers.masks import make_causal_mask
+from helpers.numerics import provenance
 from helpers.train import sequence_correct, train_reversal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +96,7 @@ def main() -> int:
         "command": "nice -n 10 python "
         + " ".join(["tools/record_ch07_cross_mask.py"] + sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "numerics": provenance(),
         "torch": torch.__version__,
         "recipe": f"fixed_budget_recipe(BOOK_RECIPE, steps={args.steps})",
         "steps": args.steps,

@@ -28,6 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "ch10_stability.json"
 
+from helpers.numerics import provenance  # noqa: E402
 from helpers.recipes import BOOK_RECIPE  # noqa: E402
 from helpers.train import train_reversal  # noqa: E402
 
@@ -80,6 +81,7 @@ def main() -> int:
                 "exact match at each evaluation (the run stops at the recipe's target)",
                 "command": "python tools/record_ch10_stability.py",
                 "date": dt.datetime.now().isoformat(timespec="seconds"),
+                "numerics": provenance(),
                 "torch": torch.__version__,
                 "recipe": dataclasses.asdict(BOOK_RECIPE),
                 "lr_scales": list(LR_SCALES),

@@ -42,6 +42,7 @@ import torch
 from helpers import make_reversal_dataset
 from helpers.decoding import exact_match
 from helpers.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
+from helpers.numerics import provenance
 from helpers.recipes import BOOK_RECIPE, COMPARISON_STEPS, fixed_budget_recipe
 from helpers.train import train_reversal
 
@@ -107,6 +108,7 @@ def main() -> None:
         + " --budgets "
         + " ".join(map(str, args.budgets)),
         "date": datetime.date.today().isoformat(),
+        "numerics": provenance(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": 1,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench_training import hardware, load, time_to_target  # the same clock as chapter 10's
 
+from helpers.numerics import provenance
 from helpers.recipes import SHARP_ATTENTION_RECIPE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,7 @@ def main() -> None:
         "command": "nice -n 10 .venv/bin/python tools/time_ch18_recipe.py "
         f"--repeats {args.repeats}",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "numerics": provenance(),
         "hardware": hardware(),
         "runs": runs,
         "median_seconds": {str(t): round(s, 1) for t, s in median.items()},

@@ -161,6 +161,14 @@ def cpu_peak_memory_supported() -> bool:
         return False
 
 
+def peak_memory_skip_reason() -> str:
+    """Used in chapter 19. What a memory cell prints where cpu_peak_memory_supported() is False."""
+    return (
+        "Peak memory is read from Linux's /proc/self/status (VmHWM, reset through "
+        "/proc/self/clear_refs), which this system lacks, so this cell measures nothing here."
+    )
+
+
 def cpu_peak_bytes(fn) -> int:
     """Used in chapter 19. Peak resident memory (bytes) that fn() adds to the process's.
 
@@ -345,10 +353,13 @@ def available_memory_bytes(device) -> int:
     if str(device).startswith("cuda"):
         free, _total = torch.cuda.mem_get_info(device)
         return free
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # not Linux: no cheap way to ask, so do not refuse the workload
+        pass
     return 2**62
 
 
@@ -444,7 +455,9 @@ def measure(
                 times = cuda_times_s(fn, cuda_repeats)
                 row["timer"] = f"CUDA events, {warmup} warm-up calls"
             else:
-                row["peak_mib"] = cpu_peak_bytes(fn) / MiB
+                row["peak_mib"] = (
+                    cpu_peak_bytes(fn) / MiB if cpu_peak_memory_supported() else float("nan")
+                )
                 times = cpu_times_s(fn, min_runs, min_run_time)
                 row["timer"] = f"time.perf_counter per call, {torch.get_num_threads()} threads"
         row.update(spread(times), times_ms=[round(t * 1000, 4) for t in times])
@@ -531,6 +544,7 @@ def environment(device="cpu") -> dict:
     """Used in chapter 19. Hardware and software the numbers were measured on."""
     info = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "numerics": _numerics_provenance(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),
@@ -590,6 +604,12 @@ def _nvidia_driver() -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     return "unknown"
+
+
+def _numerics_provenance() -> dict:
+    from .numerics import provenance  # late: benchmark is imported by record_gpu on bare torch
+
+    return provenance()
 
 
 def _cpu_model() -> str:

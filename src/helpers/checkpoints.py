@@ -17,6 +17,7 @@ import torch
 
 from .device import device as device_from_env
 from .model import Transformer
+from .numerics import pin_problems
 from .recipes import (
     BOOK_RECIPE,
     CHECKPOINT_FORMAT,
@@ -37,10 +38,13 @@ def default_cache_dir() -> Path:
 
 def checkpoint_path(cfg: TrainConfig, cache_dir: Path | None = None, device=None) -> Path:
     """reversal-<key>.pt; a model trained on another device than the CPU gets its own file
-    (reversal-<key>-cuda.pt): its weights differ in the last bits, and the book's stored
-    outputs come from the CPU's."""
+    (reversal-<key>-cuda.pt), and so does one trained on the CPU without the book's pinned
+    numerics (reversal-<key>-unpinned.pt, helpers.numerics): their weights differ in the last
+    bits, and the book's printed outputs come from the pinned CPU's."""
     kind = torch.device(device or "cpu").type
     suffix = "" if kind == "cpu" else f"-{kind}"
+    if kind == "cpu" and pin_problems():  # other bits than the pinned kernel's: another model
+        suffix = "-unpinned"
     return Path(cache_dir or default_cache_dir()) / f"reversal-{cfg.key()}{suffix}.pt"
 
 
