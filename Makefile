@@ -16,8 +16,9 @@ STAMP  := $(VENV)/.installed
 # tools/execute_notebooks.py all run the chapters in it.
 KERNEL := $(VENV)/share/jupyter/kernels/transformer-book/kernel.json
 SETUP  := $(STAMP) $(KERNEL)
-# The same pin for the processes make starts itself (the unit tests, make doctor), and the
-# deliberately broken one of make test-portable. pin.py is plain data: no torch import.
+# The same pin for make doctor, and the deliberately broken one of make test-portable. The
+# unit tests run with PyTorch's defaults (faster); tests/test_numerics.py checks the pin in a
+# process of its own. pin.py is plain data: no torch import.
 PINNED := $(shell $(PYTHON) src/helpers/pin.py pinned)
 BROKEN := $(shell $(PYTHON) src/helpers/pin.py broken)
 # -W --keep-going: report every warning, then fail. --all: rebuild every page, so that
@@ -91,8 +92,7 @@ format: $(SETUP)
 
 test-unit: $(SETUP)
 	@if [ -d tests ]; then \
-	  echo "$(BIN)/python -m pytest tests/ -q"; env $(PINNED) $(BIN)/python -m pytest tests/ -q; \
-	  $(PYTEST_ALLOW_EMPTY); \
+	  echo "$(BIN)/python -m pytest tests/ -q"; $(BIN)/python -m pytest tests/ -q; $(PYTEST_ALLOW_EMPTY); \
 	else echo "no tests/ folder yet: no unit tests to run"; fi
 
 test-pairing: $(SETUP)
@@ -110,7 +110,7 @@ NBVAL_WORKERS ?= 2
 XDIST := -n $(NBVAL_WORKERS) --dist loadfile --no-loadscope-reorder
 test-notebooks: $(SETUP)
 	@echo "$(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST)"; \
-	env $(PINNED) $(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST); \
+	$(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST); \
 	$(PYTEST_ALLOW_EMPTY)
 
 # What `make test` runs: the unit tests and the notebooks in one pytest session on the same
@@ -118,7 +118,7 @@ test-notebooks: $(SETUP)
 # while the other finishes chapter 18 (measured on a fresh clone, cold checkpoint cache: the
 # session 201 s, `make test` 3 min 39 s).
 test-pytest: $(SETUP)
-	env $(PINNED) $(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
+	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
 
 # The notebooks with the pin deliberately broken (src/helpers/pin.py BROKEN_PIN: ATen's
 # scalar kernels, so every seeded random tensor differs in its last bits, and MKL's default

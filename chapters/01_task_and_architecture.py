@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Transformer book (pinned numerics)
 #     language: python
-#     name: python3
+#     name: transformer-book
 # ---
 
 # %% [markdown]
@@ -495,20 +495,18 @@ assert r.target_exact_match == 0.995 and r.val_size == 1000 and TEST_SIZE == 10_
 # %% [markdown]
 # ## Where the book runs
 #
-# Every chapter runs on the CPU, and the stored outputs you read were made there. A GPU is
+# Every chapter runs on the CPU. A GPU is
 # used only when a reader asks for one: `helpers.device()` returns the CPU unless the
 # environment variable `TRANSFORMER_BOOK_DEVICE` names `cuda` or `mps`, and then refuses
 # a device that is not there rather than silently falling back. Some later cells also run
 # a short extra example only when `helpers.device()` is a CUDA GPU (chapter 10's bfloat16
 # example, chapter 19's GPU sweep), and chapter 19's benchmark tool can measure on a GPU
-# (`--device cuda`). The next cell
-# reports what this machine has; its output differs between machines, so the test suite
-# does not compare it, but it checks that `helpers.device()` follows the environment
-# variable.
+# (`--device cuda`). The next cell reports what your machine has, and checks that
+# `helpers.device()` follows the environment variable.
 
 # %% tags=["nbval-ignore-output"]
 has_gpu = torch.cuda.is_available()
-print("torch", torch.__version__, "| CPU threads:", torch.get_num_threads())
+print("torch", torch.__version__.split("+")[0], "| CPU threads:", torch.get_num_threads())
 print("GPU available:", f"yes ({torch.cuda.get_device_name(0)})" if has_gpu else "no")
 requested = os.environ.get("TRANSFORMER_BOOK_DEVICE")
 device = helpers.device()
@@ -521,6 +519,23 @@ if not has_gpu:
         print("helpers.device('cuda') on this machine ->", type(err).__name__ + ":", err)
         caught = err
     assert "no CUDA GPU" in str(caught)
+
+# %% [markdown]
+# ## The same digits on your machine
+#
+# The chapters run in the book's Jupyter kernel, `transformer-book`, which pins how PyTorch
+# computes on the CPU (the introduction explains why). The next cell prints what decides your
+# float32 bits, and compares a fingerprint of a few seeded computations with the book's.
+# `make doctor` says more.
+
+# %% tags=["nbval-ignore-output"]
+from helpers import numerics
+
+for key, value in numerics.describe().items():
+    print(f"{key:>18}  {value}")
+differ = numerics.compare_fingerprint(numerics.fingerprint(), numerics.book_fingerprint())
+print("fingerprint:", "the same bits as the book's" if not differ else f"{differ} differ")
+print(numerics.pin_sentence())
 
 # %% [markdown]
 # ## A first forward pass

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Transformer book (pinned numerics)
 #     language: python
-#     name: python3
+#     name: transformer-book
 # ---
 
 # %% [markdown]
@@ -585,7 +585,7 @@ assert (future_weight > 0.5).all() and not torch.allclose(sdpa_float01, ours, at
 # %%
 keep_u8 = (tgt_in != PAD_ID).to(torch.uint8)  # 1 = attend, the Hugging Face polarity
 scores = Q @ K.transpose(-2, -1)
-print("torch", torch.__version__)
+print("torch", torch.__version__.split("+")[0])
 try:
     scores.masked_fill(keep_u8[:, None, None, :], 0.0)
     raise AssertionError("expected an error")

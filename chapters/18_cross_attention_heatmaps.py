@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Transformer book (pinned numerics)
 #     language: python
-#     name: python3
+#     name: transformer-book
 # ---
 
 # %% [markdown]
@@ -32,7 +32,8 @@
 #
 # 1. measures how sharp the book's own model of chapter 10 is;
 # 2. shows, from recorded training runs, which changes to the recipe make the alignment sharp;
-# 3. trains a small model that is sharp and checks it over 200 probe sequences;
+# 3. loads a small sharp model from its recorded run, trains its first 100 steps live to tie the
+#    record to this code, and checks it over 200 probe sequences;
 # 4. compares its twin trained with PyTorch's default initialisation (chapter 12), from a
 #    recorded run whose first 100 steps the chapter reproduces;
 # 5. draws every layer and head, and ends with an interactive explorer.
@@ -62,7 +63,6 @@ from helpers import (
     encode_digits,
     exact_match_with_interval,
     greedy_decode,
-    load_or_train,
     make_reversal_dataset,
     mirrored_columns,
     plot_attention,
@@ -74,6 +74,8 @@ from helpers import (
     trained_reversal_model,
 )
 from helpers.exercises import check_mirror_weight, check_row_entropy
+from helpers.numerics import kernel_spread, largest_gap, path_label, tolerance
+from helpers.train import build_model
 
 _ = torch.manual_seed(0)
 
@@ -123,21 +125,33 @@ def report(name, stats):
 # %% [markdown]
 # The book's model of chapter 10 (`BOOK_RECIPE`: $d_{model} = 32$, four heads of $d_k = 8$, no
 # dropout) stops training at the first evaluation with 99.5 % validation exact match. It is
-# accurate; is it sharp? (Its exact numbers depend on the low-order bits of the CPU it was
-# trained on, so the cell asserts bounds.)
+# accurate; is it sharp? Trained on other kernels, it is a slightly different model, so the cell
+# also prints the same numbers, and the test score, for the models that the four kernel paths of
+# chapter 10 trained (three on an AMD EPYC, one earlier on an Intel Xeon).
 
 # %% tags=["nbval-ignore-output"]
 book_model = trained_reversal_model(progress=False, verbose=False)
 book = alignment_stats(book_model, src_p, tgt_p)
 report("book model", book)
-assert book["mirror"].max() < 0.7 and book["eos_peak"][-1] < 0.5
+paths = kernel_spread(Path("data/kernel_spread.json"))["results"]
+for r in paths.values():
+    print(f"{path_label(r['numerics'])}:")
+    print(
+        f"    mirror per layer {r['book']['mirror']}, <eos> peak {r['book']['eos_peak']}, "
+        f"test {r['book']['test_correct']:,} of 10,000"
+    )
+BOOK_MIRROR_BOUND, BOOK_EOS_BOUND = 0.7, 0.5  # the prose's claims; the paths reach 0.54, 0.20
+highest_mirror = max(max(r["book"]["mirror"]) for r in paths.values())
+highest_eos = max(r["book"]["eos_peak"][-1] for r in paths.values())
+assert highest_mirror < BOOK_MIRROR_BOUND and highest_eos < BOOK_EOS_BOUND  # every path
+assert book["mirror"].max() < BOOK_MIRROR_BOUND and book["eos_peak"][-1] < BOOK_EOS_BOUND
 assert book["mirror"].min() > uniform
 
 # %% [markdown]
 # Above the uniform spread, far from the reference chapter's map: no layer puts even 0.7 on
 # the mirrored position, and the last layer's `<eos>` row peaks on `<eos>` in fewer than half
-# of the sequences. Yet this model reverses correctly (chapter 10 measured it on the test set):
-# accuracy does not require a sharp alignment.
+# of the sequences, on every path. Yet these models reverse 98.9 % to 99.8 % of the test
+# sequences correctly (printed, one per path): accuracy does not require a sharp alignment.
 #
 # ## 2. What makes the alignment sharp: recorded runs
 #
@@ -152,7 +166,10 @@ assert book["mirror"].min() > uniform
 # streams) for a fixed number of steps with the cooldown ending at the last step, and records
 # the three numbers per layer, the validation exact match and the training loss into
 # `chapters/data/ch18_sharpness.json`. Every run starts from `BOOK_RECIPE` and changes a few
-# fields; the table lists each run's last point.
+# fields; the table lists each run's last point. Only `sharp1000d15` (seeds 0 to 2) and
+# `sharp1000d15default` were recorded in the book's pinned kernel; the others are earlier records
+# made with a CPU's own kernels. Section 3 shows how much the kernels alone move these numbers:
+# less than 0.02 for the sharp recipe.
 
 # %%
 data = json.loads(Path("data/ch18_sharpness.json").read_text())
@@ -252,7 +269,7 @@ levers = [  # (change, run before, run after, what is compared, layer)
     ("2x learning rate, d_model 64", "d64h2drop", "d64h2droplr2", "mirror", -1),
     ("2x learning rate, d_model 64", "d64h2drop", "d64h2droplr2", "eos_peak", -1),
     ("length bucketing, 1200 steps", "d64h2droplr2", "sharp1200bucket", "mirror", -1),
-    ("dropout 0.15 instead of 0.1, 1000 steps", "sharp1000", "sharp1000d15", "eos_peak", -1),
+    ("dropout 0.15, not 0.1 (second run pinned)", "sharp1000", "sharp1000d15", "eos_peak", -1),
 ]
 delta = {}
 for change, a, b, key, layer in levers:
@@ -292,13 +309,21 @@ assert final("d32h4") < 0.65  # the book's architecture, three times the book's 
 # `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the last recipe of Figure 18.1: the book's
 # recipe with $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, twice the
 # learning rate, and a fixed budget of 1000 steps whose cooldown ends at the last step (no early
-# stop). It has about four times the book model's parameters. `load_or_train` loads it from the
-# checkpoint cache, or trains it on the first call.
+# stop). It has about four times the book model's parameters.
+#
+# Its 1000 steps take more than a minute on one thread (timed below), so the chapter loads the
+# weights of the
+# recorded run of section 2 (`sharp1000d15`, seed 0, stored in `chapters/data/`). To train the
+# same model yourself, call `load_or_train(SHARP_ATTENTION_RECIPE)`.
 
 # %%
 SHOWN = -1  # the layer this chapter shows, as the reference chapter does: the last one
-result = load_or_train(SHARP_ATTENTION_RECIPE, progress=False, verbose=False)
-model = result.model
+stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
+assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # the weights of this very recipe
+model = build_model(SHARP_ATTENTION_RECIPE)
+model.load_state_dict(stored["state_dict"])
+model.eval()
+sharp_run = runs[("sharp1000d15", 0)]
 diff = {
     f.name: getattr(SHARP_ATTENTION_RECIPE, f.name)
     for f in dataclasses.fields(BOOK_RECIPE)
@@ -306,20 +331,52 @@ diff = {
 }
 print("changes from BOOK_RECIPE:", diff)
 print(f"parameters: {count_parameters(model):,} (book model: {count_parameters(book_model):,})")
-print(f"trained for {result.history['step'][-1]} steps of {SHARP_ATTENTION_RECIPE.batch_size}")
+print(f"trained for {sharp_run['points'][-1]['step']} steps on {path_label(stored['numerics'])}")
 n_layers, n_heads = len(model.decoder.layers), model.decoder.layers[0].cross_mha.h
-assert result.history["step"][-1] == SHARP_ATTENTION_RECIPE.max_steps
+assert sharp_run["key"] == stored["key"] and sharp_run["points"][-1]["step"] == 1000
 
 # %% [markdown]
-# How long do these 1000 steps take? The recipe keeps the book's one thread, so that `make
-# test` can run two notebooks at once on two cores. `tools/time_ch18_recipe.py` trained it from
+# Are these the weights this code trains? The recipe's cooldown starts only after step 100, so a
+# run of 100 steps without cooldown takes exactly the recorded run's first 100 steps. Trained
+# live, it must match the record's point at step 100. On the book's pinned kernels it matches to
+# the record's four decimals. Elsewhere the last bits differ, and 100 steps amplify them: the
+# allowed gap is twice the largest one measured between kernel paths for this recipe at the same
+# step, for each number, and never less than one probe sequence in 200 (0.005).
+
+
+# %% tags=["nbval-ignore-output"]
+def check_first_100(recipe, run, part):
+    """Train recipe's first 100 steps live; compare with the record's step-100 point, within
+    the tolerance that kernel_spread.json's `part` (the same 100 steps per path) justifies."""
+    assert run["key"] == recipe.key()  # the record is this recipe, seed 0
+    live_model = train_reversal(
+        dataclasses.replace(recipe, max_steps=100, cooldown=0), progress=False
+    ).model
+    live = alignment_stats(live_model, src_p, tgt_p)
+    at_100 = next(p for p in run["points"] if p["step"] == 100)
+    for key in ("mirror", "eos_peak"):
+        gap = largest_gap(paths, part, key)
+        allowed = tolerance(gap)
+        live_values = [round(v, 4) for v in live[key].tolist()]
+        print(f"{key:>8} at step 100, per layer: live {live_values}, recorded {at_100[key]}")
+        print(f"{'':>8} largest gap between kernel paths {gap:.3f}; allowed here {allowed:.4f}")
+        assert np.allclose(live[key].numpy(), at_100[key], atol=allowed)
+
+
+check_first_100(SHARP_ATTENTION_RECIPE, sharp_run, "sharp_step_100")
+
+# %% [markdown]
+# How long do these 1000 steps take? The recipe keeps the book's one thread.
+# `tools/time_ch18_recipe.py` trained it from
 # scratch on one thread, and again with `threads=2` (the same steps and data; only the order of
-# the sums inside each operation changes), each run timed from the call to the trained model:
+# the sums inside each operation changes), each run timed from the call to the trained model. It
+# ran with the CPU's own kernels on an Intel Xeon, not in the book's pinned kernel:
 
 # %%
 timing = json.loads(Path("data/ch18_training_time.json").read_text())
 print(f"recorded {timing['date'][:10]} by `{timing['command']}`")
-print(f"torch {timing['hardware']['torch']}, {timing['hardware']['cores']} cores")
+print(f"torch {timing['hardware']['torch'].split('+')[0]}, {timing['hardware']['cores']} cores")
+print(f"CPU {timing['numerics']['cpu']}, MKL_CBWR {timing['numerics']['mkl_cbwr']}")
 for threads in (1, 2):
     secs = [r["seconds"] for r in timing["runs"] if r["threads"] == threads]
     median = timing["median_seconds"][str(threads)]
@@ -328,7 +385,7 @@ assert all(r["steps"] == SHARP_ATTENTION_RECIPE.max_steps for r in timing["runs"
 assert timing["median_seconds"]["2"] <= 60 < timing["median_seconds"]["1"]
 
 # %% [markdown]
-# Under a minute on both cores; more than a minute on one thread.
+# With the CPU's own kernels: under a minute on both cores, more than a minute on one thread.
 #
 # Its accuracy first, on the 10,000 test sequences of chapter 09 that neither training nor any
 # choice in this chapter looked at (teacher-forced exact match, which counts the same sequences
@@ -347,16 +404,27 @@ assert test_result.exact_match > 0.999 and test_result.low > 0.99
 # %% tags=["nbval-ignore-output"]
 sharp = alignment_stats(model, src_p, tgt_p)
 report("sharp model", sharp)
-assert sharp["mirror"][SHOWN] >= 0.90 and sharp["eos_peak"][SHOWN] >= 0.90
 recorded = runs[("sharp1000d15", 0)]["points"][-1]
 print(
     f"recorded run (same recipe, seed 0): mirror {recorded['mirror']}, <eos> peak "
     f"{recorded['eos_peak']}"
 )
-assert abs(sharp["mirror"][SHOWN] - recorded["mirror"][SHOWN]) < 0.03
+assert recorded["mirror"][SHOWN] >= 0.90 and recorded["eos_peak"][SHOWN] >= 0.90
+for r in paths.values():
+    print(
+        f"{path_label(r['numerics'])}: last layer mirror {r['sharp']['mirror'][SHOWN]:.3f}, "
+        f"<eos> peak {r['sharp']['eos_peak'][SHOWN]:.1%}"
+    )
+    assert r["sharp"]["mirror"][SHOWN] >= 0.90 and r["sharp"]["eos_peak"][SHOWN] >= 0.90
+for key in ("mirror", "eos_peak"):  # the stored weights, evaluated on each kernel path
+    gap = largest_gap(paths, "sharp_loaded", key)
+    allowed = tolerance(gap)
+    print(f"{key}: largest gap between kernel paths {gap:.4f}; allowed here {allowed:.4f}")
+    assert np.allclose(sharp[key].numpy(), recorded[key], atol=allowed)
 
 # %% [markdown]
-# This model (seed 0) meets both targets. Is that the recipe or the seed? Over three seeds
+# This model (seed 0) meets both targets, and so did the seed-0 models that the other kernel
+# paths trained (printed). Is that the recipe or the seed? Over three seeds
 # (0, 1, 2: different initial weights and batch order, recorded by the same script):
 
 # %%
@@ -375,19 +443,21 @@ for key, label in (("mirror", "mirror"), ("eos_peak", "<eos> peak")):
 last_mirror = np.array([p["mirror"][-1] for p in seeds])
 last_eos = np.array([p["eos_peak"][-1] for p in seeds])
 assert len(seeds) == 3 and last_mirror.min() >= 0.85 and last_eos.min() >= 0.85
-assert last_mirror.mean() >= 0.90 and last_eos.mean() >= 0.90
+assert last_mirror.mean() < 0.90 <= last_eos.mean()
 assert ((last_mirror >= 0.90) & (last_eos >= 0.90)).sum() == 1  # seed 0 only
 assert last_mirror.min() > 0.88 and (last_eos < 0.90).sum() == 1
 assert final("d64h2droplr2") > last_mirror.max()
 
 # %% [markdown]
-# On average over the three seeds the last layer meets both targets, but only seed 0 clears
-# both: seeds 1 and 2 fall just short of 0.90 on the mirror weight (both above 0.88), and seed 2
-# also of 90 % on the `<eos>` peak (the cell prints each).
+# On average over the three seeds the last layer meets the `<eos>` target and falls just short
+# of 0.90 on the mirror weight. Only seed 0 clears both: seeds 1 and 2 fall just short of 0.90
+# on the mirror weight (both above 0.88), and seed 2 also of 90 % on the `<eos>` peak (the cell
+# prints each).
 # This recipe sits at the edge of what its 1000 steps buy. The recorded 1200-step run with
-# dropout 0.1 and twice the learning rate (`d64h2droplr2` in the table) went further with seed
-# 0, at 1.2 times the training steps (one seed only); the book keeps 1000 steps, which train
-# in under a minute on both cores (the record above).
+# dropout 0.1 and twice the learning rate (`d64h2droplr2` in the table, an earlier record on
+# other kernels) went further on the mirror weight with seed 0 (0.94 against 0.91), at 1.2 times
+# the training steps (one seed only); the book keeps 1000 steps, which trained in under a minute
+# on both cores with the CPU's own kernels (the record above).
 
 # %% [markdown]
 # Figure 18.2 is the map the reference chapter shows, for this model: last layer, mean of
@@ -417,8 +487,7 @@ w = cross[SHOWN][0].mean(dim=0)  # the shown layer, mean over heads -> [L_t, L_s
 torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
 
 # %% [markdown]
-# The weight each row puts on its mirrored column (the values move in the second decimal from
-# one CPU to another, so the cell asserts where the rows peak):
+# The weight each row puts on its mirrored column (the cell asserts where each row peaks):
 
 # %% tags=["nbval-ignore-output"]
 n = len(digits)
@@ -448,31 +517,19 @@ plt.show()
 # the model learns more slowly. The twin is `SHARP_ATTENTION_RECIPE` except
 # `init="default"`: same data, seed, schedule and budget.
 #
-# Training it means the same 1000 steps of the same architecture as the sharp model (section 3
-# records how long those take), so this chapter does not: the script of section 2 recorded it (`sharp1000d15default`, the purple line of
-# Figure 18.1), measured on the same 200 probe sequences as the sharp model here, and at the
-# end scored it on the test set and stored its maps of `7 3 0 9 5 1 8`. First, a check that
-# the record is what this code trains. The recipe's cooldown starts only after step 100, so a
-# run of 100 steps without cooldown takes exactly the twin's first 100 steps; trained live, it
-# must match the record's point at step 100:
+# Training it means the same 1000 steps of the same architecture as the sharp model, so this
+# chapter uses its record: the script of section 2 recorded it (`sharp1000d15default`, the purple
+# line of Figure 18.1), measured on the same 200 probe sequences as the sharp model here, and at
+# the end scored it on the test set and stored its maps of `7 3 0 9 5 1 8`. The same check as
+# for the sharp model ties the record to this code: its first 100 steps, trained live.
 
 # %% tags=["nbval-ignore-output"]
 twin_recipe = dataclasses.replace(SHARP_ATTENTION_RECIPE, init="default")
 twin_run = runs[("sharp1000d15default", 0)]
-assert twin_run["key"] == twin_recipe.key()  # the record is this recipe, seed 0
-first_100 = train_reversal(
-    dataclasses.replace(twin_recipe, max_steps=100, cooldown=0), progress=False
-).model
-live = alignment_stats(first_100, src_p, tgt_p)
-at_100 = next(p for p in twin_run["points"] if p["step"] == 100)
-for key in ("mirror", "eos_peak"):
-    live_values = [round(v, 4) for v in live[key].tolist()]
-    print(f"{key:>8} at step 100, per layer: live {live_values}, recorded {at_100[key]}")
-    assert np.allclose(live[key].numpy(), at_100[key], atol=0.03)
+check_first_100(twin_recipe, twin_run, "twin_step_100")
 
 # %% [markdown]
-# The record's last point, after all 1000 steps, next to the sharp model (whose low-order
-# digits depend on the CPU, as in section 3):
+# The record's last point, after all 1000 steps, next to the sharp model of section 3:
 
 # %% tags=["nbval-ignore-output"]
 final_point = twin_run["points"][-1]
@@ -643,8 +700,8 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 #   learning rate, 1000 steps) gives a map like the reference chapter's: with seed 0, at least
 #   0.90 on the mirrored position and `<eos>` peaks in at least 90 % of sequences in its last
 #   layer, and over 99.9 % test exact match. Over three seeds it sits at the edge of both
-#   targets. Its 1000 steps took under a minute on this machine's two cores, and more than a
-#   minute on one thread (recorded).
+#   targets. With the CPU's own kernels its 1000 steps took under a minute on two cores, and
+#   more than a minute on one thread (recorded).
 # - Its twin with PyTorch's default initialisation, same recipe (recorded; its first 100 steps
 #   reproduced live), learns far less, and its map is blurred: some of the blur sits on
 #   neighbouring positions, most of it further away.

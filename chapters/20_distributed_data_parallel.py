@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3 (ipykernel)
+#     display_name: Transformer book (pinned numerics)
 #     language: python
-#     name: python3
+#     name: transformer-book
 # ---
 
 # %% [markdown]
@@ -68,7 +68,10 @@ from helpers.train import build_model, lr_factor
 ROOT = Path.cwd().parent  # the notebook runs in chapters/
 SCRIPT = ROOT / "tools" / "train_ddp.py"
 DATA = Path("data")
-print(f"torch {torch.__version__}; the book's recipe trains with {BOOK_RECIPE.threads} thread")
+print(
+    f"torch {torch.__version__.split('+')[0]}; "
+    f"the book's recipe trains with {BOOK_RECIPE.threads} thread"
+)
 print(
     f"BOOK_RECIPE: global batch {BOOK_RECIPE.batch_size}, {BOOK_RECIPE.train_size:,} training "
     f"sequences, stops at {BOOK_RECIPE.target_exact_match:.1%} validation exact match, "
@@ -228,7 +231,7 @@ assert tokens[0] != tokens[1]
 # which reads the variables `torchrun` sets for each process (`RANK`, `WORLD_SIZE`,
 # `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), joins the process group with the `gloo`
 # backend, and stops with one clear line when the launch is wrong: no `torchrun`, a single
-# process, or a port another program holds (`tests/test_distributed.py` checks all three).
+# process, or a port another program holds.
 # Rank 0 alone prints the log and writes the checkpoint; the other ranks wait for it at a
 # barrier. `--standalone` lets `torchrun` pick a free port on this machine, and
 # `sys.executable -m torch.distributed.run` is `torchrun` of this notebook's Python.
@@ -393,7 +396,7 @@ ddp_model.load_state_dict(ckpt["state_dict"])
 test_src, test_tgt = test_set()
 ddp_test = exact_match_with_interval(ddp_model.eval(), test_src, test_tgt)
 print(f"2 processes, seed 0: {ranks[0]['steps']} steps, test exact match {ddp_test}")
-assert ddp_test.exact_match >= 0.99
+assert ddp_test.exact_match >= 0.98  # chapter 10's floor (its kernel paths: 98.9 % to 99.8 %)
 
 # %% [markdown]
 # ## What two processes buy here
@@ -411,10 +414,11 @@ configs = list(dict.fromkeys(r["config"] for r in rec["runs"]))
 seeds = sorted({r["seed"] for r in rec["runs"]})
 loads = [r["load_average"] for r in rec["runs"]]
 print(
-    f"recorded {rec['date'][:10]} by `{rec['command']}`, torch {rec['torch']}, "
+    f"recorded {rec['date'][:10]} by `{rec['command']}`, torch {rec['torch'].split('+')[0]}, "
     f"{rec['cpu_count']} cores; load average {rec['load_average_before'][0]:.1f} before, "
     f"{min(loads):.1f} to {max(loads):.1f} at the end of the runs"
 )
+print(f"numerics: {rec['numerics']['note']}")
 print(
     f"{'':24s} {'seconds':>8s} {'ms per':>7s} {'outside':>8s} {'steps':>11s} "
     f"{'test exact match':>17s}"
@@ -470,7 +474,7 @@ print(
 )
 target = BOOK_RECIPE.target_exact_match
 assert all(r["validation_exact_match"] >= target for r in rec["runs"])
-assert all(r["test_exact_match"] >= 0.99 for r in rec["runs"])
+assert all(r["test_exact_match"] >= 0.98 for r in rec["runs"])
 assert summary[TWO]["ms_per_step"] < summary[ONE]["ms_per_step"]
 assert 0 < higher < len(seeds) and max(abs(g) for g in gap) <= spread[TWO]
 
@@ -510,14 +514,16 @@ plt.show()
 # The three configurations add the gradients' terms in different orders, so their weights
 # differ in the low bits and a seed need not stop at the same step in all three (the first
 # line under the table counts how often it did); every run reached the target, and every trained
-# model scored at least 99 % on the test set.
+# model scored at least 98 % on the test set (the table prints each score). These runs were
+# recorded before the book pinned its kernels (the header line says so), so the seed-0
+# two-process row is not the run above, and its times are PyTorch's default kernels'.
 #
 # Does the model trained on two processes reach the same test exact match as the one trained
 # on one? Not the same number: the seed-by-seed lines show two different models, and for some
-# seeds the gap is larger than the binomial 95 % interval of 10,000 test sequences (chapter
-# 10's model: 99.59 %, interval 99.44 % to 99.70 %), because a run that stops a few steps earlier or later ends with
-# other weights. But neither side is better on every seed (the line "higher for ... seeds"
-# counts), and the largest gap is no larger than the spread between seeds within the
+# seeds the gap is larger than the binomial 95 % interval of 10,000 test sequences (about
+# 0.1 points either side for the two-process model above), because a run that stops a few steps
+# earlier or later ends with other weights. But neither side is better on every seed (the line
+# "higher for ... seeds" counts), and the largest gap is no larger than the spread between seeds within the
 # two-process row (the last line), though larger than within the one-process row. Five seeds
 # cannot show a difference between the two ways of training; a real one would need many more.
 #

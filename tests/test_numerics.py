@@ -2,6 +2,9 @@
 
 import importlib.util
 import json
+import os
+import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -83,11 +86,21 @@ def test_the_fingerprint_is_repeatable_and_sees_one_bit():
     assert numerics._digest(x) != numerics._digest(y)
 
 
-@pytest.mark.skipif(bool(numerics.pin_problems()), reason="this process is not pinned")
+CAN_PIN = numerics.blas() == "MKL" and platform.machine().lower() in ("x86_64", "amd64")
+
+
+@pytest.mark.skipif(not CAN_PIN or "avx2" not in numerics.cpu_flags(), reason="no MKL on AVX2")
 def test_under_the_pin_the_fingerprint_is_the_books():
-    """make test runs pytest under the pin: on an AVX2 CPU its bits must be the record's."""
-    mine, book = numerics.fingerprint(), numerics.book_fingerprint()
-    assert numerics.compare_fingerprint(mine, book) == [], (mine, book)
+    """In a fresh process with the book kernel's environment, the bits are the record's."""
+    code = (
+        "import json; from helpers import numerics; "
+        "print(json.dumps([numerics.pin_problems(), numerics.compare_fingerprint("
+        "numerics.fingerprint(), numerics.book_fingerprint())]))"
+    )
+    env = {**os.environ, **pin.PIN}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    problems, differing = json.loads(out.stdout.strip().splitlines()[-1])
+    assert problems == [] and differing == [], (problems, differing)
 
 
 def test_doctor_verdicts():
@@ -131,11 +144,13 @@ PROVENANCE_KEYS = {"cpu", "aten_capability", "mkl_cbwr", "threads", "torch", "pi
     "path", sorted((ROOT / "chapters" / "data").glob("*.json")), ids=lambda p: p.name
 )
 def test_every_record_says_how_it_was_computed(path):
-    """Top level, in its environment block, or (ch18_sharpness: one file, many runs) per run."""
+    """Top level, in its environment block, per run (ch18_sharpness) or per mode (kernel_spread)."""
     data = json.loads(path.read_text())
     blocks = [data.get("numerics") or data.get("environment", {}).get("numerics")]
     if blocks[0] is None and "runs" in data:
         blocks = [run.get("numerics") for run in data["runs"]]
+    if blocks[0] is None and "results" in data:  # kernel_spread.json: one block per mode
+        blocks = [result.get("numerics") for result in data["results"].values()]
     for block in blocks:
         assert block is not None and set(block) >= PROVENANCE_KEYS, (path.name, block)
 
@@ -167,6 +182,17 @@ def test_largest_gap_and_tolerance(monkeypatch):
     assert numerics.largest_gap(results, "twin", "mirror") == pytest.approx(0.06)
     assert numerics.largest_gap(results, "twin", "steps") == 30
     monkeypatch.setattr(numerics, "pin_problems", lambda: [])
+    monkeypatch.setattr(numerics, "book_fingerprint", numerics.fingerprint)
     assert numerics.tolerance(0.06) == 1e-4
+    monkeypatch.setattr(numerics, "book_fingerprint", lambda: {"randn": "other bits"})
+    assert numerics.tolerance(0.06) == pytest.approx(0.12)  # same settings, other bits
+    assert numerics.tolerance(0.0) == 0.005  # never below one probe sequence of 200
     monkeypatch.setattr(numerics, "pin_problems", lambda: ["MKL_CBWR is unset"])
     assert numerics.tolerance(0.06) == pytest.approx(0.12)
+
+
+def test_path_labels_name_cpu_kernels_and_mkl_mode():
+    for block in numerics.kernel_spread()["results"].values():
+        label = numerics.path_label(block["numerics"])
+        assert block["numerics"]["cpu"] in label and "MKL_CBWR=" in label
+    assert "the book's pin" in numerics.path_label({**numerics.provenance(), "pinned": True})

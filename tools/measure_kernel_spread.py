@@ -33,15 +33,67 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "kernel_spread.json"
 sys.path.insert(0, str(ROOT / "src" / "helpers"))
-from pin import BROKEN_PIN, PIN  # noqa: E402
+from pin import BROKEN_PIN, PIN, PIN_VARS  # noqa: E402
 
+# A fourth path, not re-run: the same models as recorded before the pin existed, on an Intel
+# Xeon with AVX-512 (PyTorch's default kernels there, MKL_CBWR unset, one thread), read from the
+# book's stored outputs and chapters/data/ch18_sharpness.json at commit 9cfad91.
+EARLIER = {
+    "numerics": {
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "aten_capability": "AVX512",
+        "mkl_cbwr": "unset",
+        "threads": 1,
+        "torch": "2.13.0",
+        "pinned": False,
+        "note": "recorded before the pin, at commit 9cfad91; book mirror/eos to 2 decimals",
+    },
+    "book": {
+        "stop_step": 270,
+        "test_correct": 9959,
+        "mirror": [0.22, 0.54],
+        "eos_peak": [0.56, 0.0],
+    },
+    "twin_step_100": {"mirror": [0.1479, 0.1297], "eos_peak": [0.225, 0.465]},
+    "sharp_step_100": {"mirror": [0.3495, 0.2685], "eos_peak": [0.505, 0.135]},
+    "sharp": {"test_correct": 9998, "mirror": [0.8601, 0.9177], "eos_peak": [1.0, 0.985]},
+}
 NATIVE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 MODES = {"pinned": PIN, "broken": BROKEN_PIN, "native": NATIVE}
-PIN_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
 
 
 def rounded(t) -> list[float]:
     return [round(float(v), 4) for v in t]
+
+
+def sharp_parts() -> dict:
+    """Chapter 18's sharp model: its first 100 steps trained, and its stored weights evaluated
+    (data/ch18_sharp_model.pt), both measured on the probe set."""
+    import torch
+
+    from helpers import SHARP_ATTENTION_RECIPE, make_reversal_dataset, train_reversal
+    from helpers.train import build_model
+    from helpers.visualize import alignment_stats
+
+    src_p, tgt_p = make_reversal_dataset(200, seed=7)
+    cfg = dataclasses.replace(SHARP_ATTENTION_RECIPE, max_steps=100, cooldown=0)
+    first = train_reversal(cfg, progress=False).model.eval()
+    stats = alignment_stats(first, src_p, tgt_p)
+    out = {
+        "sharp_step_100": {
+            "mirror": rounded(stats["mirror"]),
+            "eos_peak": rounded(stats["eos_peak"]),
+        }
+    }
+    stored = torch.load(ROOT / "chapters" / "data" / "ch18_sharp_model.pt", weights_only=True)
+    model = build_model(SHARP_ATTENTION_RECIPE)
+    model.load_state_dict(stored["state_dict"])
+    stats = alignment_stats(model.eval(), src_p, tgt_p)
+    out["sharp_loaded"] = {
+        "mirror": rounded(stats["mirror"]),
+        "eos_peak": rounded(stats["eos_peak"]),
+    }
+    return out
 
 
 def worker() -> dict:
@@ -94,16 +146,14 @@ def worker() -> dict:
         "mirror": rounded(stats["mirror"]),
         "eos_peak": rounded(stats["eos_peak"]),
     }
-    return out
+    return {**out, **sharp_parts()}
 
 
-def run_mode(name: str) -> dict:
+def run_mode(name: str, flag: str = "--worker") -> dict:
     env = {k: v for k, v in os.environ.items() if k not in PIN_VARS}
     env.update(MODES[name])
     env["PYTHONPATH"] = str(ROOT / "src")
-    proc = subprocess.run(
-        [sys.executable, __file__, "--worker"], env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, __file__, flag], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"mode {name} failed:\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -114,10 +164,28 @@ def run_mode(name: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sharp-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
+    parser.add_argument(
+        "--sharp-only",
+        action="store_true",
+        help="only the sharp model's parts, merged into the existing record (a minute or two)",
+    )
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker()))
+        return 0
+    if args.sharp_worker:
+        print(json.dumps(sharp_parts()))
+        return 0
+    if args.sharp_only:
+        record = json.loads(OUT.read_text())
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            parts = pool.map(lambda m: run_mode(m, "--sharp-worker"), args.modes)
+            for name, part in zip(args.modes, parts):
+                record["results"][name].update(part)
+        OUT.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"updated {OUT}")
         return 0
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(args.modes, pool.map(run_mode, args.modes)))
@@ -126,7 +194,7 @@ def main() -> int:
         "command": "tools/measure_kernel_spread.py",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "modes": {name: MODES[name] for name in args.modes},
-        "results": results,
+        "results": {**results, "avx512_earlier": EARLIER},
     }
     OUT.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {OUT}")

@@ -32,6 +32,10 @@ BROKEN_PIN = {
 
 MODES = {"pinned": PIN, "broken": BROKEN_PIN}
 
+# The variables that choose kernels (the rest of PIN only fixes threads and hashing): an
+# unpinned process is this environment without them.
+PIN_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+
 if __name__ == "__main__":
     import sys
 
