@@ -58,18 +58,19 @@ def pytest_configure(config):
 # `make test` runs the unit tests and the notebooks in one pytest-xdist session on two
 # workers (--dist loadfile --no-loadscope-reorder: one file per worker at a time, taken in
 # collection order). Starting the longest files first keeps both cores busy to the end
-# instead of leaving one worker alone with chapter 18 (measured from a cold checkpoint
-# cache, 2 cores: chapter 18 about 100 s, the next ones 20-40 s, most files under 10 s).
+# instead of leaving one worker alone with a long chapter (measured in the pinned kernel from a
+# cold checkpoint cache, 2 cores: chapters 14 and 18 about 140 s, 20 about 100 s, 12 about 85 s,
+# most files under 10 s).
 # Chapter 18 goes first also because it trains the book's model (BOOK_RECIPE) early, before
 # the files that load it start.
 LONGEST_FIRST = [
     "chapters/18_cross_attention_heatmaps.ipynb",
+    "chapters/14_mini_gpt.ipynb",
     "chapters/20_distributed_data_parallel.ipynb",
     "chapters/12_when_correct_code_learns_slowly.ipynb",
-    "chapters/14_mini_gpt.ipynb",
-    "chapters/10_training.ipynb",
-    "chapters/19_attention_benchmark.ipynb",
     "chapters/13_kv_cache.ipynb",
+    "chapters/19_attention_benchmark.ipynb",
+    "chapters/10_training.ipynb",
     "tests/test_record_gpu.py",
 ]
 
