@@ -693,7 +693,11 @@ def check_lab(
         t1 = time.monotonic()
         page.evaluate(ACTIVATE_JS.replace("NOTEBOOK_PATH", json.dumps(notebook.name)))
         page.wait_for("!!window.jupyterapp.shell.currentWidget", timeout=30)
-        page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all').then(() => true)")
+        # the command's promise settles when the last cell has run: allow the whole run for it
+        page.evaluate(
+            "window.jupyterapp.commands.execute('runmenu:run-all').then(() => true)",
+            timeout=run_timeout,
+        )
         state = page.wait_for(
             f"(() => {{ const s = {LAB_STATE_JS}; "
             "return s && s.kernel === 'idle' && s.running === 0 && "
