@@ -115,8 +115,8 @@ test-notebooks: $(SETUP)
 
 # What `make test` runs: the unit tests and the notebooks in one pytest session on the same
 # two workers, longest files first (conftest.py's LONGEST_FIRST), so that neither core idles
-# while the other finishes chapter 18 (measured on a fresh clone, cold checkpoint cache: the
-# session 201 s, `make test` 3 min 39 s).
+# while the other finishes a long chapter (measured on a fresh clone of the pinned book, cold
+# checkpoint cache, 2-core AMD EPYC: the session 431 s).
 test-pytest: $(SETUP)
 	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
 

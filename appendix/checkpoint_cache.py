@@ -24,7 +24,9 @@
 # that safe, each with a cell that checks it:
 #
 # 1. **One file per config.** The file name is a hash of every field of the `TrainConfig` (and
-#    of a format number), so the same config finds the same file and any change trains anew.
+#    of a format number), so the same config finds the same file and any change trains anew. A
+#    model trained without the book's pinned numerics gets its own name (`-unpinned`), so a
+#    plain kernel never hands its weights to a pinned chapter.
 # 2. **No half-written checkpoints.** A file is written under a temporary name and renamed into
 #    place; a file that does not load anyway (cut short, corrupted) is reported and retrained.
 # 3. **Loading runs no code.** `torch.load(weights_only=True)` accepts tensors, plain containers
@@ -35,7 +37,7 @@
 # Every cell works on a tiny config (a model of a few thousand parameters, a few training steps)
 # in a temporary folder, so the page trains only tiny models and leaves the real cache alone.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 import contextlib
 import dataclasses
 import io
@@ -49,6 +51,7 @@ import torch
 
 from helpers import BOOK_RECIPE, TrainConfig, load_or_train, recipes
 from helpers.checkpoints import checkpoint_path, load_checkpoint, save_checkpoint
+from helpers.numerics import pin_problems
 from helpers.recipes import CHECKPOINT_FORMAT
 
 tiny = TrainConfig(
@@ -69,7 +72,8 @@ tiny = TrainConfig(
 cache = Path(tempfile.mkdtemp(prefix="checkpoints-"))
 name = checkpoint_path(BOOK_RECIPE).name
 print("the book's model is stored as", re.sub("[0-9a-f]{16}", "<16 hex digits>", name))
-assert re.fullmatch("reversal-[0-9a-f]{16}.pt", name)
+assert re.fullmatch(r"reversal-[0-9a-f]{16}(-unpinned)?\.pt", name)
+assert name.endswith("-unpinned.pt") == bool(pin_problems())
 assert checkpoint_path(tiny, cache).parent == cache
 users = sorted(
     c.name[:2]
