@@ -140,7 +140,8 @@ print("the loaded weights equal the trained ones, tensor for tensor")
 
 # %%
 save_checkpoint(first, checkpoint_path(tiny, cache))
-names = sorted(p.name.replace(tiny.key(), "<key>") for p in cache.iterdir())
+file = checkpoint_path(tiny, cache).name  # reversal-<key>.pt (or -unpinned.pt, see above)
+names = sorted(p.name.replace(file, "reversal-<key>.pt") for p in cache.iterdir())
 print(names)
 assert names == ["reversal-<key>.pt", "reversal-<key>.pt.lock"]
 
@@ -160,7 +161,7 @@ except Exception as exc:  # which error torch raises depends on where the cut fa
 report = io.StringIO()
 with contextlib.redirect_stdout(report):
     retrained = load_or_train(tiny, cache_dir=cache, progress=False)
-said = report.getvalue().splitlines()[0].replace(tiny.key(), "<key>")
+said = report.getvalue().splitlines()[0].replace(file, "reversal-<key>.pt")
 print("load_or_train says:", re.sub(r"\((\w+): .*\)", r"(\1: ...)", said))
 print(f"load_or_train afterwards: from the cache {retrained.from_cache}")
 assert "is unusable" in said and said.endswith("retraining")
@@ -176,7 +177,7 @@ try:
     load_checkpoint(path, other)
     raise AssertionError("a checkpoint for another config loaded")
 except ValueError as exc:
-    print("ValueError:", str(exc).replace(tiny.key(), "<key>"))
+    print("ValueError:", str(exc).replace(file, "reversal-<key>.pt"))
 
 # %% [markdown]
 # ## Loading runs no code
