@@ -326,11 +326,10 @@ else:
 # Each row builds a fresh `MultiHeadAttention(512, 8)` and input `[8, L, 512]`, then measures
 # three calls: the handwritten path, the module's SDPA path with our boolean causal mask, and
 # SDPA with `is_causal=True` and no mask tensor. Here we stop at $L=1024$ with two timed runs
-# per row; `tools/bench_attention.py` runs the long sweep (section 5). The sweep runs in a fresh
-# process with PyTorch's default kernels, since the book's pinned kernels are slower and would
-# not show PyTorch's speed. Timings depend on the machine and its load; what the cell asserts is
-# memory: the
-# handwritten path's peak must grow about like $L^2$ (slope near 2 on a log-log scale; the
+# per row; `tools/bench_attention.py` runs the long sweep (section 5), with PyTorch's default
+# kernels. This small sweep runs in the book's pinned kernel, so its times are not PyTorch's
+# default speed (the cell says so). Timings depend on the machine and its load; what the cell
+# asserts is memory: the handwritten path's peak must grow about like $L^2$ (slope near 2 on a log-log scale; the
 # linear terms still pull it a little below 2 at these sizes) and exceed the score matrix it
 # returns, while SDPA's only doubles from $L=512$ to $L=1024$ and stays below the score matrix
 # it never builds. (The SDPA checks start at $L=512$: five $[B, L, d_{model}]$ activations,
@@ -338,17 +337,15 @@ else:
 # $L < 5 d_{model} / h = 320$.)
 
 # %% tags=["nbval-ignore-output"]
-from helpers.numerics import run_unpinned
+from helpers.numerics import timing_label
 
 lengths = [256, 512, 1024]
-live = run_unpinned(
-    "helpers.benchmark", "live_sweep", lengths=lengths, min_runs=2, min_run_time=0.0
-)
+live = [measure(v, L, min_runs=2, min_run_time=0.0) for L in lengths for v in VARIANTS]
 print(results_table(live, VARIANTS))
 kernels = sorted({r["sdpa_backend"] for r in live if r["variant"] != "handwritten"})
 print("SDPA kernel chosen:", kernels)
 print("load average:", [round(x, 1) for x in os.getloadavg()])
-print("timed in a fresh process with PyTorch's default kernels, not the book's pinned ones")
+print(timing_label())
 
 if not PEAK_OK:
     print(peak_memory_skip_reason())

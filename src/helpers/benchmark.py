@@ -485,14 +485,6 @@ def sweep(lengths, variants=VARIANTS, progress=None, **kwargs) -> list[dict]:
 # ------------------------------------------------------------------ the reference's protocol
 
 
-def live_sweep(lengths, variants=VARIANTS, **kwargs) -> list[dict]:
-    """Used in chapter 19. measure(v, L, **kwargs) for every L in lengths and v in variants.
-
-    Chapter 19 runs it through helpers.numerics.run_unpinned, so that its times are PyTorch's
-    default kernels' and not the book's pinned ones."""
-    return [measure(v, L, **kwargs) for L in lengths for v in variants]
-
-
 def measure_like_reference(L=1024, B=8, d_model=512, heads=8, device="cuda", grad=False) -> list:
     """Used in chapter 19. The reference chapter's own GPU measurement, reproduced.
 

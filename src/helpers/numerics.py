@@ -243,28 +243,3 @@ def path_label(block: dict) -> str:
     return (
         f"{block['cpu']}, {block['aten_capability']} kernels, MKL_CBWR={block['mkl_cbwr']}{pinned}"
     )
-
-
-def run_unpinned(module: str, function: str, **kwargs):
-    """Call module.function(**kwargs) in a fresh Python without the pin's kernel settings
-    (same thread count), and return its JSON result. Used in chapter 19: a timing there
-    measures PyTorch's default kernels, not the book's pinned ones."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k not in PIN_VARS}
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(torch.get_num_threads())
-    code = (
-        "import importlib, json, sys\n"
-        f"fn = getattr(importlib.import_module({module!r}), {function!r})\n"
-        "print(json.dumps(fn(**json.loads(sys.argv[1]))))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(kwargs)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{module}.{function} failed unpinned:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
