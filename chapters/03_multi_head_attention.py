@@ -63,6 +63,7 @@ from helpers import PAD_ID, VOCAB_SIZE, describe
 # Figure 3.1 draws this data flow with the shapes the rest of the chapter uses: a batch
 # of $B$ sequences, $h$ heads, $L_q$ queries and $L_k$ keys.
 
+
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 def flow_box(ax, x, y, text, color, w=1.55, h=0.8):
     ax.add_patch(
@@ -185,6 +186,7 @@ torch.testing.assert_close(out[0], by_loop)
 # weights (uniform: $\ln 16 \approx 2.77$ nats), and the mean size of the softmax's
 # Jacobian, i.e. how much gradient reaches the scores.
 
+
 # %%
 def softmax_stats(scores):
     """scores [n, Lk] -> variance, mean max weight, share saturated, mean entropy, mean
@@ -293,6 +295,7 @@ assert abs(v_wrong - 1 / h) < 0.02
 # product computes all heads at once. Figure 3.3 draws the split and the merge for one
 # sequence; the cell below follows the shapes with $B = 2$ sequences of $L = 5$ tokens
 # (the first ends in two `<pad>`), embedded at $d = 16$, and $h = 4$ heads.
+
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 def grid(ax, x0, y0, rows, cols, colors, cell=0.15, label="", sub="", gap_every=0):
@@ -436,6 +439,31 @@ except RuntimeError as err:
     print("\nt.view(B, L, d) ->", type(err).__name__ + ":", err)
     caught = err
 assert not t.is_contiguous() and "view size is not compatible" in str(caught)
+
+# %% [markdown]
+# The bug hides when there is one position. A decoder that generates one token at a time
+# can run attention on a single query, so $L = 1$. Then the transpose swaps a dimension of
+# size 1. The stride of a size-1 dimension is never used, so the result still counts as
+# contiguous, and the same `view` works. Code run only on one-token steps passes, then
+# fails on the first longer sequence:
+
+# %%
+x1 = x[:, :1]  # one position per sequence: L = 1
+with torch.no_grad():
+    Q1, K1, V1 = (W(x1).view(B, 1, h, d_k).transpose(1, 2) for W in (W_q, W_k, W_v))
+    heads1 = (Q1 @ K1.transpose(-2, -1) / math.sqrt(d_k)).softmax(dim=-1) @ V1
+t1 = heads1.transpose(1, 2)  # [B, 1, h, d_k]
+print(
+    "t1:    shape",
+    tuple(t1.shape),
+    " strides",
+    t1.stride(),
+    " is_contiguous():",
+    t1.is_contiguous(),
+)
+merged1 = t1.view(B, 1, d)  # the same call that failed above
+print("t1.view(B, 1, d) ->", tuple(merged1.shape), " no error")
+assert t1.is_contiguous() and torch.equal(merged1, t1.reshape(B, 1, d))
 
 # %% [markdown]
 # The fixes are `t.contiguous().view(...)`, which copies the data into a fresh contiguous
@@ -625,6 +653,7 @@ for dtype in (torch.float16, torch.bfloat16, torch.float32):
 # since its queries come from a different input than its keys and values; K and V can
 # still share one layer.)
 
+
 # %%
 def at_most(diff, tol=1e-6):
     """A rounding-level difference, printed so that it reads the same on every CPU."""
@@ -664,6 +693,7 @@ assert fused_diff < 1e-6
 # returns the output and the attention weights. Dropout on the weights is a common
 # regulariser (The Annotated Transformer {cite}`rush2018` uses it); it is inactive in
 # `eval()` mode.
+
 
 # %%
 class MultiHeadAttention(nn.Module):
@@ -824,6 +854,7 @@ assert d_wrong > 0.1 and heads_wrong[1, :, 4].abs().max() == 0
 # output, every saved tensor of the weights' shape `[B, h, Lq, Lk]`, and the output on
 # the fully masked row.
 
+
 # %%
 def saved_tensors_of_shape(out, shape):
     """Names of the tensors of `shape` that out's autograd graph keeps for backward."""
@@ -921,15 +952,17 @@ except ValueError as err:
 assert "not divisible" in str(caught)
 
 # %% [markdown]
-# The library goes one step further on fully masked rows: where every key of a query is
-# blocked, it returns zero weights (and hence a zero output) rather than the uniform
-# distribution that `finfo.min` alone gives, so that both of its paths agree with each
-# other and with SDPA as it behaves in torch 2.13.0:
+# The library goes one step further on fully masked rows. Where every key of a query is
+# blocked, it sets the weights to zero, not to the uniform row that `finfo.min` alone
+# gives. Its two paths then agree with each other and with SDPA in torch 2.13.0.
+# The module's output on such a row is not zero, though. The heads give zero there, and
+# the output projection `W_o` maps zero to its bias, so the row equals `W_o.bias`:
 
 # %%
 all_blocked = torch.ones(1, 1, 1, L, dtype=torch.bool)
 with torch.no_grad():
-    _, w_blocked = lib(x[:1], x[:1], x[:1], attn_mask=all_blocked)
+    out_blocked, w_blocked = lib(x[:1], x[:1], x[:1], attn_mask=all_blocked)
+    out_blocked_fast, _ = lib(x[:1], x[:1], x[:1], attn_mask=all_blocked, need_weights=False)
     _, w_ours = mha(x[:1], x[:1], x[:1], attn_mask=all_blocked)
 print(
     "fully masked: ours (finfo.min) row",
@@ -937,7 +970,14 @@ print(
     "  helpers row",
     w_blocked[0, 0, 0].numpy(),
 )
+bias = lib.W_o.bias
+print("largest |W_o.bias| entry above 0.1:", bias.abs().max().item() > 0.1)
+for name, o in (("handwritten", out_blocked), ("SDPA", out_blocked_fast)):
+    same = torch.equal(o[0], bias.expand(L, d))
+    print(f"{name:11s} path: output == W_o.bias at every position: {same}")
 assert torch.equal(w_blocked, torch.zeros_like(w_blocked)) and not torch.isnan(w_ours).any()
+assert torch.equal(out_blocked[0], bias.expand(L, d)) and bias.abs().max() > 0.1
+assert torch.equal(out_blocked_fast[0], bias.expand(L, d))
 
 # %% [markdown]
 # With these pieces in hand, the next chapter adds the other sub-layer of every
@@ -952,8 +992,8 @@ assert torch.equal(w_blocked, torch.zeros_like(w_blocked)) and not torch.isnan(w
 #   $d_k = 256$ more than half of the random rows were one-hot and less than 40 % of the
 #   gradient reached the scores. Divide by $\sqrt{d_k}$ of one head, not $\sqrt{d}$.
 # - Heads are a reshape, not extra parameters: `view` + `transpose(1, 2)` to split,
-#   `transpose(1, 2)` + `reshape` to merge (Figure 3.3). `view` after `transpose` raises;
-#   `reshape` without the `transpose` silently scrambles positions.
+#   `transpose(1, 2)` + `reshape` to merge (Figure 3.3). `view` after `transpose` raises,
+#   except when $L = 1$; `reshape` without the `transpose` silently scrambles positions.
 # - Combine bool masks with `|` and fill the blocked scores once with
 #   `masked_fill(mask, finfo.min)`: `-1e9` does not exist in float16, `-inf` turns a
 #   fully masked row into NaN, and `finfo.min` overflows once a second additive mask
