@@ -132,3 +132,43 @@ def test_train_test_overlap_counts_repeated_rows():
     assert torch.equal(seen, brute)
     with pytest.raises(ValueError, match="same L"):
         train_test_overlap(test[:, :5], train)
+
+
+def _dropout_model():
+    torch.manual_seed(0)
+    from helpers import Transformer
+
+    return Transformer(
+        13, 13, d_model=16, num_heads=2, dff=32, num_layers=1, max_len=14, dropout=0.5
+    )
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_decoding_and_scoring_give_back_the_callers_mode(mode):
+    from helpers import exact_match, greedy_decode
+
+    model = _dropout_model()
+    src, tgt = make_reversal_dataset(16, seed=11)
+    reference = greedy_decode(model.eval(), src)
+    model.train(mode)
+    for call in (
+        lambda: greedy_decode(model, src),
+        lambda: greedy_decode(model, src, use_cache=True),
+        lambda: exact_match(model, src, tgt),
+        lambda: exact_match_with_interval(model, src, tgt),
+        lambda: exact_match_with_interval(model, src, tgt, greedy=True),
+    ):
+        out = call()
+        assert model.training is mode
+        assert all(m.training is mode for m in model.modules())
+        if isinstance(out, torch.Tensor):  # decoded with dropout off, whatever the mode
+            assert torch.equal(out, reference)
+
+
+def test_greedy_decode_gives_back_the_mode_when_it_raises():
+    from helpers import greedy_decode
+
+    model = _dropout_model().train()
+    with pytest.raises(ValueError, match="max_len"):
+        greedy_decode(model, make_reversal_dataset(2, seed=11)[0], max_len=99)
+    assert model.training

@@ -1,6 +1,8 @@
 """Greedy decoding, naive or with a KV cache, and exact-match accuracy. Built in chapter 11; the
 KV cache in chapter 13."""
 
+import functools
+
 import torch
 
 from .checks import check_token_ids
@@ -8,6 +10,23 @@ from .masks import make_padding_mask
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 
+def restores_mode(fn):
+    """Decorator: fn(model, ...) may switch the model to eval mode; on return, or on an error,
+    model.train(mode) gives back the caller's mode (one flag for all submodules, as
+    helpers.gpt.evaluate_loss does). Built in chapter 11."""
+
+    @functools.wraps(fn)
+    def wrapper(model, *args, **kwargs):
+        was_training = model.training
+        try:
+            return fn(model, *args, **kwargs)
+        finally:
+            model.train(was_training)
+
+    return wrapper
+
+
+@restores_mode
 @torch.no_grad()
 def greedy_decode(
     model,
@@ -25,7 +44,7 @@ def greedy_decode(
     use_cache=True feeds only the newest token: each layer appends its self-attention K/V
     and projects the cross-attention K/V from memory once. The tokens are identical.
     stop_at_eos=False keeps generating to max_len (for timing long outputs).
-    Switches the model to eval mode (dropout off) and leaves it there.
+    Decodes in eval mode (dropout off), then gives back the caller's mode.
     """
     model.eval()
     max_len = model.max_len if max_len is None else int(max_len)

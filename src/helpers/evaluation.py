@@ -22,7 +22,7 @@ from statistics import NormalDist
 import torch
 
 from .data import make_reversal_dataset
-from .decoding import greedy_decode, sequences_equal
+from .decoding import greedy_decode, restores_mode, sequences_equal
 from .train import sequence_correct
 
 TEST_SEED = 2027  # training uses seed 0 and validation seed 1 (helpers.recipes)
@@ -92,6 +92,7 @@ def wilson_interval(correct: int, n: int, confidence: float = 0.95) -> tuple[flo
     return low, high
 
 
+@restores_mode
 @torch.no_grad()
 def exact_match_with_interval(
     model,
@@ -108,7 +109,7 @@ def exact_match_with_interval(
     batch; chapter 11 shows that this is the same count as greedy decoding (greedy=True, one
     decoder pass per output token): while every argmax is right, greedy decoding feeds itself
     exactly the prefix teacher forcing feeds, and at the first wrong argmax both are wrong.
-    Leaves the model in eval mode.
+    Scores in eval mode (dropout off), then gives back the caller's mode.
     """
     if src.dim() != 2 or tgt.dim() != 2:
         raise ValueError(
