@@ -168,7 +168,7 @@ assert not (tgt_out == BOS_ID).any()
 # everything: a source and its own reversal contain the same tokens (the count of each
 # digit is the same), so a model that only counts tokens gives them the same output, yet
 # their targets differ (unless the source is a palindrome, which this one is not).
-# Chapter 02 measures the same thing for attention without positions.
+# Chapter 02 shows it on the whole model with the encoder's positions removed.
 
 # %%
 digits = src[1, :n]
@@ -216,10 +216,13 @@ assert torch.equal(align @ digits, tgt_out[1, :n])
 #   source position attend to every other real (non-padding) source position, then
 #   transforms each position with a small feed-forward network. Its output, one
 #   $d$-dimensional vector per source position, is called the **memory**.
-# - The **decoder** produces the output one token at a time. Each of its $N$ layers has
-#   three sub-layers: *masked* self-attention over the tokens produced so far (the causal
-#   mask hides the future), **cross-attention** whose queries come from the decoder and
-#   whose keys and values are the encoder's memory, and a feed-forward network.
+# - The **decoder** reads the output so far. In training it reads the whole of `tgt_in` in
+#   one call, and the causal mask hides from each position the tokens after it (the first
+#   forward pass below decodes all 13 positions at once). At inference it produces the
+#   output one token at a time and feeds each token back in (chapter 11). Each of its $N$
+#   layers has three sub-layers: *masked* self-attention over the earlier output tokens,
+#   **cross-attention** whose queries come from the decoder and whose keys and values are
+#   the encoder's memory, and a feed-forward network.
 # - A final linear layer turns each decoder position into 13 scores (**logits**), one per
 #   vocabulary entry.
 #
@@ -386,10 +389,11 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # multi-head self- and cross-attention, position-wise feed-forward networks, residual
 # connections, LayerNorm {cite}`ba2016`, sinusoidal positions, embeddings scaled by
 # $\sqrt{d}$) and changes the following. The paper's column is taken from
-# {cite}`vaswani2017` (sections 3 to 6 and Table 3, base model). The cell below the table
-# reads the book's column from the code; two rows are shown in later chapters instead
-# (the refusal of longer inputs in chapter 02, greedy decoding in chapter 11), and the
-# placement of the dropout layers can be read in `helpers/layers.py` (chapters 05, 06).
+# {cite}`vaswani2017` (sections 3 to 6 and Table 3, base model). The cells below the table
+# read the book's column from the code, a row or two at a time. Two rows are shown in later
+# chapters instead (the refusal of longer inputs in chapter 02, greedy decoding in chapter
+# 11), and the placement of the dropout layers can be read in `helpers/layers.py`
+# (chapters 05, 06).
 #
 # | | Vaswani et al. (base model) | this book |
 # | --- | --- | --- |
@@ -428,7 +432,16 @@ print(
     type(model.decoder.ln_final).__name__,
 )
 print("feed-forward activation:", layer.ffn.net[1])
+assert gap_pre < 1e-6 and gap_post > 0.1
+assert isinstance(model.encoder.ln_final, torch.nn.LayerNorm)
+assert isinstance(model.decoder.ln_final, torch.nn.LayerNorm)
+assert isinstance(layer.ffn.net[1], torch.nn.GELU)
 
+# %% [markdown]
+# The two embeddings and the output projection are three separate tensors, and every
+# `nn.Linear` has a bias:
+
+# %%
 weights = {
     "source embedding": model.encoder.embed.emb.weight,
     "target embedding": model.decoder.embed.emb.weight,
@@ -441,32 +454,83 @@ print(
 )
 linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 with_bias = sum(m.bias is not None for m in linears)
-print(
-    f"nn.Linear layers with a bias: {with_bias} of {len(linears)};"
-    f" largest |bias| at init: {max(m.bias.abs().max().item() for m in linears)}"
-)
+print(f"nn.Linear layers with a bias: {with_bias} of {len(linears)}")
+assert distinct == 3 and with_bias == len(linears)
 
+# %% [markdown]
+# Xavier-uniform {cite}`glorot2010` draws each weight of an `[out, in]` matrix uniformly
+# from $[-a, a]$, with $a = \sqrt{6 / (\text{in} + \text{out})}$. Its standard deviation
+# is $a / \sqrt{3} = \sqrt{2 / (\text{in} + \text{out})}$. Xavier-normal draws from a
+# normal distribution with that same standard deviation, so a standard deviation cannot
+# tell the two apart. The bound can. A uniform draw never passes $a$, and with over a
+# thousand entries its largest one comes close to $a$. A normal draw passes $a$. PyTorch's
+# own default for `nn.Linear` (Kaiming-uniform with $a = \sqrt{5}$) stays well inside it.
+# The cell measures $\max |w| / a$ for every `nn.Linear` weight of the model, and for the
+# two other initialisations on a matrix of the shape of `W_q`.
+
+# %%
+def xavier_bound(w):
+    return math.sqrt(6 / (w.shape[0] + w.shape[1]))  # fan_out + fan_in of an [out, in] weight
+
+
+def fit(w):
+    return w.abs().max().item() / xavier_bound(w)  # <= 1 for Xavier-uniform, close to 1
+
+
+fits = [fit(m.weight) for m in linears]
+print(
+    f"max |w| / a over the {len(linears)} nn.Linear weights of the model: "
+    f"from {math.floor(min(fits) * 100) / 100:.2f} to {max(fits):.2f}"
+)
 W = layer.mha.W_q.weight
-xavier_std = math.sqrt(2 / (W.shape[0] + W.shape[1]))  # Xavier-uniform's standard deviation
-default_std = 1 / math.sqrt(3 * W.shape[1])  # PyTorch's default Kaiming-uniform(a=sqrt(5))
-print(
-    f"W_q std {W.std().item():.4f}: Xavier {xavier_std:.4f}, PyTorch default "
-    f"{default_std:.4f};  embedding std {weights['source embedding'][1:].std().item():.4f}"
-    f" (d^-1/2 = {d**-0.5:.4f})"
-)
-off_xavier = max(  # each nn.Linear's weight std against Xavier's for its shape
-    abs(m.weight.std().item() / math.sqrt(2 / sum(m.weight.shape)) - 1) for m in linears
-)
+g = torch.Generator().manual_seed(0)
+others = {
+    "xavier_normal_": torch.nn.init.xavier_normal_(torch.empty_like(W), generator=g),
+    "PyTorch default": torch.nn.init.kaiming_uniform_(
+        torch.empty_like(W), a=math.sqrt(5), generator=g
+    ),
+}
+xavier_std = math.sqrt(2 / (W.shape[0] + W.shape[1]))
+print(f"{tuple(W.shape)} matrices (Xavier std {xavier_std:.3f}):")
+for name, w in {"W_q of the model": W.detach(), **others}.items():
+    beyond = (w.abs() > xavier_bound(w)).float().mean().item()
+    print(f"  {name:16s} std {w.std():.3f}  max |w| / a {fit(w):.2f}  beyond a: {beyond:.1%}")
+print(f"largest |bias| of the model at init: {max(m.bias.abs().max().item() for m in linears)}")
+
+assert max(fits) <= 1 and min(fits) > 0.99  # uniform on [-a, a] for every weight
+for w in (W, others["xavier_normal_"]):  # the two Xavier draws: the same std
+    assert abs(w.std().item() / xavier_std - 1) < 0.05
+assert fit(others["xavier_normal_"]) > 1.5 and fit(others["PyTorch default"]) < 0.9
+assert all((m.bias == 0).all() for m in linears)
+
+# %% [markdown]
+# The embeddings are normal with standard deviation $d^{-1/2}$, and their `<pad>` rows
+# are zero:
+
+# %%
+emb_std = weights["source embedding"][1:].std().item()  # row 0 is <pad>
 pad_rows = max(w[PAD_ID].abs().max().item() for w in list(weights.values())[:2])
-print(
-    f"largest deviation of an nn.Linear weight std from Xavier's: {off_xavier:.1%};"
-    f"  largest |entry| of the two <pad> embedding rows: {pad_rows}"
-)
+print(f"embedding std {emb_std:.4f} (d^-1/2 = {d**-0.5:.4f})")
+print(f"largest |entry| of the two <pad> embedding rows: {pad_rows}")
+assert abs(emb_std - d**-0.5) < 0.1 * d**-0.5 and pad_rows == 0
+
+# %% [markdown]
+# Dropout sits in the model at 0.1, including on the attention weights. The training
+# recipe turns it off:
+
+# %%
 drops = sorted({m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)})
 print(
     f"dropout p in the model: {drops};  attention-weight dropout: {layer.mha.attn_drop.p};"
     f"  BOOK_RECIPE.dropout = {BOOK_RECIPE.dropout}"
 )
+assert drops == [0.1] and layer.mha.attn_drop.p == 0.1 and BOOK_RECIPE.dropout == 0.0
+
+# %% [markdown]
+# The last rows come from the training recipe, `helpers.BOOK_RECIPE`, and the model's
+# `max_len`:
+
+# %%
 r = BOOK_RECIPE
 print(
     f"BOOK_RECIPE: d_model {r.d_model}, heads {r.num_heads}, dff {r.dff}, layers "
@@ -478,16 +542,6 @@ print(
     f"training stops at validation exact match >= {r.target_exact_match} on {r.val_size:,}"
     f" sequences; the test set has {TEST_SIZE:,}"
 )
-
-assert gap_pre < 1e-6 and gap_post > 0.1
-assert isinstance(model.encoder.ln_final, torch.nn.LayerNorm)
-assert isinstance(model.decoder.ln_final, torch.nn.LayerNorm)
-assert isinstance(layer.ffn.net[1], torch.nn.GELU) and distinct == 3
-assert with_bias == len(linears) and all((m.bias == 0).all() for m in linears)
-assert abs(W.std().item() - xavier_std) < 0.1 * xavier_std and off_xavier < 0.1
-assert pad_rows == 0
-assert abs(weights["source embedding"][1:].std().item() - d**-0.5) < 0.1 * d**-0.5
-assert drops == [0.1] and layer.mha.attn_drop.p == 0.1 and r.dropout == 0.0
 assert (r.d_model, r.dff, r.warmup, r.cooldown, r.max_steps) == (32, 128, 100, 400, 500)
 assert r.label_smoothing == 0.0 and cfg.max_len == 64
 assert r.target_exact_match == 0.995 and r.val_size == 1000 and TEST_SIZE == 10_000
@@ -584,30 +638,42 @@ with torch.no_grad():
     torch.testing.assert_close(model(src, tgt_in), logits)
 
 # %% [markdown]
-# The untrained model is, of course, no better than guessing. The next cell prints the
-# fraction of output tokens it predicts correctly under teacher forcing (chance is
-# $1/13 \approx 8\%$) and its cross-entropy loss. A model that spread its probability
-# uniformly over the 13 tokens would score $\ln 13$; the random model does worse than
-# that, because its random logits are confidently wrong: it puts more than $1/13$ on its
-# top token and less than $1/13$ on the right one (both printed). Training (chapter 10)
-# is what changes that.
+# The untrained model is, of course, no better than guessing. The next cell runs it on
+# 1,000 sequences under teacher forcing. It prints the fraction of output tokens the model
+# gets right (chance is $1/13 \approx 8\%$) and its cross-entropy loss.
+#
+# A model that gives each of the 13 tokens probability $1/13$ scores $\ln 13$ on any
+# target. The random model scores worse, for two reasons. Its predictions are far from
+# uniform: on average its top token gets a third of the probability. And they carry almost
+# no information about the target. Such a prediction loses on average. For a target drawn
+# uniformly from the 13 tokens, a prediction $q$ costs on average the mean of $-\ln q_k$
+# over the 13 tokens. Because $\ln$ is concave, that mean is at least $\ln 13$, and equal
+# to it only when $q$ is uniform (Jensen's inequality). The cell prints this mean for the
+# model's predictions. It also prints the loss against targets drawn independently of the
+# predictions, with the real targets' frequencies. The real loss is close to both.
+# Training (chapter 10) is what changes that.
 
 # %%
-real = tgt_out != PAD_ID
-acc = (logits.argmax(-1) == tgt_out)[real].float().mean().item()
-loss = torch.nn.functional.cross_entropy(
-    logits.reshape(-1, VOCAB_SIZE), tgt_out.reshape(-1), ignore_index=PAD_ID
-)
-probs = logits.softmax(-1)[real]  # [real target tokens, V]
-p_top = probs.max(-1).values.mean().item()
-p_right = probs.gather(-1, tgt_out[real][:, None]).mean().item()
-print(f"token accuracy: {acc:.0%}   loss: {loss.item():.1f}   ln 13 = {math.log(VOCAB_SIZE):.2f}")
-print(
-    f"mean probability on its top token {p_top:.2f}, on the right token {p_right:.3f}"
-    f" (1/13 = {1 / VOCAB_SIZE:.3f})"
-)
-assert acc < 0.3 and loss.item() > math.log(VOCAB_SIZE)
-assert p_top > 1 / VOCAB_SIZE > p_right
+src_k, tgt_k = make_reversal_dataset(1000, seed=0)
+tgt_out_k = tgt_k[:, 1:]
+with torch.no_grad():
+    log_q = model(src_k, tgt_k[:, :-1]).log_softmax(-1)[tgt_out_k != PAD_ID]  # [tokens, V]
+target = tgt_out_k[tgt_out_k != PAD_ID]
+acc = (log_q.argmax(-1) == target).float().mean().item()
+loss = -log_q.gather(-1, target[:, None]).mean().item()  # the cross-entropy
+p_top = log_q.exp().max(-1).values.mean().item()
+uniform_target = -log_q.mean(-1).mean().item()  # mean over the 13 tokens of -ln q_k
+freq = torch.bincount(target, minlength=VOCAB_SIZE) / len(target)  # the targets' frequencies
+independent_target = -(log_q * freq).sum(-1).mean().item()
+print(f"token accuracy: {acc:.0%}   mean probability on its top token: {p_top:.2f}")
+print(f"ln 13 = {math.log(VOCAB_SIZE):.2f}")
+print(f"loss against a target uniform over the 13 tokens:      {uniform_target:.2f}")
+print(f"loss against independent targets, real frequencies:    {independent_target:.2f}")
+print(f"loss against the real targets:                         {loss:.2f}")
+assert acc < 0.3 and loss > math.log(VOCAB_SIZE) + 0.3
+assert uniform_target > math.log(VOCAB_SIZE) + 0.3  # far from uniform
+# the real targets cost about what targets unrelated to the predictions cost
+assert abs(loss - independent_target) < 0.2 * (independent_target - math.log(VOCAB_SIZE))
 
 # %% [markdown]
 # ## Counting the parameters
