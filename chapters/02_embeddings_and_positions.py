@@ -31,6 +31,7 @@
 # longer than the table.
 
 # %%
+import copy
 import math
 
 import matplotlib.pyplot as plt
@@ -72,27 +73,41 @@ torch.testing.assert_close(looked_up, one_hot @ emb.weight)
 # ### The padding row
 #
 # `padding_idx=PAD_ID` does two things: the `<pad>` row starts at zero, and it never
-# receives a gradient, so an optimiser step leaves it at zero while every row that was
-# used moves. Rows of tokens that did not occur in the batch get a zero gradient too
-# (that is what a lookup means for the backward pass), but unlike the pad row they are
-# trainable: they move as soon as a batch contains them.
+# receives a gradient. Rows of tokens that did not occur in the batch get a zero gradient
+# too: that is what a lookup means for the backward pass. Whether such a row moves depends
+# on the optimiser. Plain SGD moves a row only in a step whose batch contains its token.
+# Adam, the optimiser this book trains with (chapter 10), keeps running averages of past
+# gradients. So under Adam a row keeps moving after its token has left the batch. A row
+# with no gradient yet, like the pad row, has nothing to average and stays put. The cell
+# takes two steps with each optimiser, from the same weights: the first batch holds the
+# digits 2 and 4, the second only the digit 6.
 
 # %%
-batch = torch.tensor([[5, 7, 7, PAD_ID, PAD_ID]])  # tokens '2', '4', '4', then padding
-opt = torch.optim.SGD(emb.parameters(), lr=0.1)
-before = emb.weight.detach().clone()
-emb(batch).pow(2).sum().backward()
-
-grad_norm = emb.weight.grad.norm(dim=1)
-print("pad row before the step:", before[PAD_ID].tolist())
-print("rows with a non-zero gradient:", grad_norm.nonzero().flatten().tolist())
-opt.step()
-moved = (emb.weight.detach() != before).any(dim=1)
-print("rows changed by the step:", moved.nonzero().flatten().tolist())
-print("pad row after the step: ", emb.weight[PAD_ID].tolist())
-assert grad_norm.nonzero().flatten().tolist() == [5, 7]
-assert moved.nonzero().flatten().tolist() == [5, 7]
-assert emb.weight[PAD_ID].abs().max() == 0
+batches = [
+    torch.tensor([[5, 7, 7, PAD_ID, PAD_ID]]),  # tokens '2', '4', '4', then padding
+    torch.tensor([[9, 9, PAD_ID, PAD_ID, PAD_ID]]),  # token '6', then padding
+]
+print("pad row at the start:", emb.weight[PAD_ID].tolist())
+changed = {}
+for name, optimizer in (("SGD", torch.optim.SGD), ("Adam", torch.optim.Adam)):
+    table = copy.deepcopy(emb)  # the same starting weights for both optimisers
+    opt = optimizer(table.parameters(), lr=0.1)
+    for step, batch in enumerate(batches, 1):
+        before = table.weight.detach().clone()
+        opt.zero_grad()
+        table(batch).pow(2).sum().backward()
+        with_grad = table.weight.grad.norm(dim=1).nonzero().flatten().tolist()
+        opt.step()
+        changed[name, step] = (table.weight.detach() != before).any(dim=1).nonzero().flatten()
+        print(
+            f"{name:4s} step {step}: rows with a non-zero gradient {with_grad},"
+            f" rows changed {changed[name, step].tolist()}"
+        )
+    pad_after = table.weight[PAD_ID].abs().max().item()
+    print(f"{name:4s} pad row after both steps: max |entry| = {pad_after}")
+    assert pad_after == 0
+assert changed["SGD", 1].tolist() == changed["Adam", 1].tolist() == [5, 7]
+assert changed["SGD", 2].tolist() == [9] and changed["Adam", 2].tolist() == [5, 7, 9]
 
 # %% [markdown]
 # One trap: the zero is only set at construction. Any re-initialisation of the weight,
@@ -140,6 +155,50 @@ out, out_perm = attend(x + pos), attend(x[:, perm] + pos)
 gap_positions = (out_perm - out[:, perm]).abs().max().item()
 print(f"with positions: max |attend(permuted x) - permuted attend(x)| = {gap_positions:.2f}")
 assert gap_positions > 1e-2
+
+# %% [markdown]
+# The same holds for the whole model. The next cell builds an untrained
+# `helpers.Transformer` and a copy whose encoder position table is zero (the decoder keeps
+# its own). It feeds both a source and the same digits reversed, with the same decoder
+# input. With the encoder's positions removed, the two orders give the same logits, up to
+# float rounding. This does not depend on the weights: the encoder is then
+# permutation-equivariant, as shown above, and cross-attention sums over the memory
+# positions, so their order drops out. Yet the first output token is the last source
+# digit, and it differs between the two orders. Such a model is wrong on at least one of
+# them, however it is trained.
+
+# %%
+with torch.random.fork_rng():  # leave the global random stream to the later cells
+    torch.manual_seed(0)
+    full = helpers.Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()
+no_positions = copy.deepcopy(full)
+no_positions.encoder.embed.pe.zero_()  # the encoder's position table (a buffer, see below)
+
+n = int((src[1] >= helpers.NUM_OFFSET).sum())
+src_a = src[1:2]
+src_b = src_a.clone()
+src_b[0, :n] = src_a[0, :n].flip(0)  # the same digits reversed; <eos> and padding stay
+dec_in = torch.cat([torch.tensor([[helpers.BOS_ID]]), src_a[:, :n].flip(1)], dim=1)
+print("source a:", helpers.describe(src_a[0]))
+print("source b:", helpers.describe(src_b[0]))
+print("decoder input for both:", helpers.describe(dec_in[0]))
+with torch.no_grad():
+    gaps = {
+        name: (m(src_a, dec_in) - m(src_b, dec_in)).abs().max().item()
+        for name, m in (("with positions", full), ("encoder positions zeroed", no_positions))
+    }
+for name, gap in gaps.items():
+    shown = "< 1e-05" if gap < 1e-5 else f"= {gap:.2f}"
+    print(f"{name:25s} max |logits(a) - logits(b)| {shown}")
+first_a, first_b = src_a[0, n - 1], src_b[0, n - 1]  # the last digit comes out first
+print(
+    "right first output token: for a",
+    helpers.token_name(first_a.item()),
+    " for b",
+    helpers.token_name(first_b.item()),
+)
+assert gaps["encoder positions zeroed"] < 1e-5 and gaps["with positions"] > 0.1
+assert first_a != first_b
 
 # %% [markdown]
 # ## Sinusoidal positions, built by hand
@@ -209,9 +268,10 @@ plt.show()
 # %% [markdown]
 # ### The wavelength geometry
 #
-# Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions: from
-# $2\pi$ for the first pair up to almost $2\pi \cdot 10000$ for the last. The cell prints
-# the range. With at most 14 positions in our task, the slow pairs are nearly constant:
+# Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions. That is
+# $2\pi$ for the first pair and $2\pi \cdot 10000^{(d-2)/d}$ for the last one,
+# $i = d/2 - 1$. At $d = 128$ the last is $2\pi \cdot 8660$, about 54,410 positions; it
+# nears $2\pi \cdot 10000$ only as $d$ grows. The cell prints the range. With at most 14 positions in our task, the slow pairs are nearly constant:
 # the cell counts the pairs whose angle $\omega_i p$ stays below 0.1 radian up to
 # position 13 (their sine stays below 0.1, their cosine above 0.99). Such pairs carry
 # almost no position information here; only much longer sequences move them.
@@ -225,6 +285,12 @@ print(
     round(wavelength[-1].item()),
 )
 print("ratio between neighbouring pairs: %.4f = 10000^(2/d)" % (wavelength[1] / wavelength[0]))
+last_factor = 10000 ** ((d - 2) / d)
+print(
+    f"last pair at d = {d}: 2 pi x 10000^((d-2)/d) = 2 pi x {last_factor:.0f}"
+    f" = {2 * math.pi * last_factor:.0f}"
+)
+assert math.isclose(wavelength[-1].item(), 2 * math.pi * last_factor, rel_tol=1e-5)
 assert math.isclose(wavelength[0].item(), 2 * math.pi, rel_tol=1e-6)
 ratios = wavelength[1:] / wavelength[:-1]
 torch.testing.assert_close(ratios, torch.full((d // 2 - 1,), 10000 ** (2 / d)))
@@ -375,13 +441,16 @@ assert "device" in str(caught)
 # small, of order $d^{-1/2}$; the factor brings the token vectors up to the scale of the
 # position vectors before the two are added. That is what matters: if one
 # part of the sum is much larger, the sum is essentially that part, and the other is
-# drowned out. Sinusoidal positions have entries in $[-1, 1]$. What the token part looks
-# like depends on how $E$ is initialised:
+# drowned out. We measure the size of each part by its root mean square (RMS),
+# $\sqrt{\text{mean}(x^2)}$ over the entries; a vector's length is its RMS times
+# $\sqrt{d}$. Sinusoidal positions have entries in $[-1, 1]$, and every row has RMS
+# $\sqrt{1/2} \approx 0.71$ (its squared length is $d/2$, shown above). What the token part
+# looks like depends on how $E$ is initialised:
 #
 # - PyTorch's `nn.Embedding` starts from $\mathcal{N}(0, 1)$. Times $\sqrt{128} \approx 11.3$,
-#   the token part has a standard deviation around 11.
+#   the token part has an RMS around 11.
 # - Initialising $E$ from $\mathcal{N}(0, d^{-1/2})$ (standard deviation $d^{-1/2}$)
-#   instead makes $\sqrt{d}\,E$ have a standard deviation around 1.
+#   instead makes $\sqrt{d}\,E$ have an RMS around 1.
 #
 # This is an easy trap when porting a Transformer from another framework (or from the
 # paper) to PyTorch, and it raises no error (chapter 12 measures what it does to
@@ -394,7 +463,12 @@ real = src != PAD_ID
 L = src.shape[1]
 position_part = pe[:L].expand(src.shape[0], L, d)[real]  # the PE row added to each real token
 
-stds, tables = {}, {}
+
+def rms(t):
+    return t.pow(2).mean().sqrt().item()
+
+
+sizes, tables = {}, {}
 for name in ("default N(0, 1)", "N(0, d^-1/2)"):
     # N(0, 1): PyTorch's default
     table = tables[name] = nn.Embedding(VOCAB_SIZE, d, padding_idx=PAD_ID)
@@ -403,21 +477,28 @@ for name in ("default N(0, 1)", "N(0, d^-1/2)"):
     with torch.no_grad():
         table.weight[PAD_ID].zero_()
         token_part = (table(src) * math.sqrt(d))[real]
-    stds[name] = (token_part.std().item(), position_part.std().item())
+    sizes[name] = (rms(token_part), rms(position_part))
 
-print(f"{'embedding init':18s} {'token std':>10s} {'position std':>13s} {'ratio':>7s}")
-for name, (tok, pos) in stds.items():
+print(f"{'embedding init':18s} {'token RMS':>10s} {'position RMS':>13s} {'ratio':>7s}")
+for name, (tok, pos) in sizes.items():
     print(f"{name:18s} {tok:10.2f} {pos:13.2f} {tok / pos:7.1f}")
+print(
+    f"position part: mean {position_part.mean().item():.2f},"
+    f" standard deviation {position_part.std().item():.2f}"
+)
 
-ratio_default = stds["default N(0, 1)"][0] / stds["default N(0, 1)"][1]
-ratio_fixed = stds["N(0, d^-1/2)"][0] / stds["N(0, d^-1/2)"][1]
-assert 9 < stds["default N(0, 1)"][0] < 14 and 0.8 < stds["N(0, d^-1/2)"][0] < 1.2
+ratio_default = sizes["default N(0, 1)"][0] / sizes["default N(0, 1)"][1]
+ratio_fixed = sizes["N(0, d^-1/2)"][0] / sizes["N(0, d^-1/2)"][1]
+assert 9 < sizes["default N(0, 1)"][0] < 14 and 0.8 < sizes["N(0, d^-1/2)"][0] < 1.2
+assert abs(sizes["N(0, d^-1/2)"][1] - math.sqrt(0.5)) < 1e-4
 assert ratio_default > 10 and ratio_fixed < 3
 
 # %% [markdown]
 # With the default initialisation the token part is more than ten times larger than the
 # position part; with $\mathcal{N}(0, d^{-1/2})$ the two are within a small factor of
-# each other. What that means for the model: look at one token (the digit `5`) at
+# each other. (The standard deviation is a different measure: it subtracts the mean of
+# the entries. The position entries have a mean near 0.5, because the slow cosines sit
+# near 1, so their standard deviation (printed) is smaller than their RMS.) What that means for the model: look at one token (the digit `5`) at
 # positions 0 to 13 and ask how different its input vector is from the same token at
 # position 0 (cosine similarity; 1 means "the same direction"). With the default
 # initialisation, moving the token from position 0 to position 13 leaves the cosine
@@ -653,14 +734,17 @@ torch.testing.assert_close(lib(src), embed(src))
 # - The input layer is a lookup, `emb(ids) = emb.weight[ids]`, scaled by $\sqrt{d}$, plus a
 #   fixed sinusoidal table $PE$ stored as a non-persistent buffer (moved with the module,
 #   not saved in checkpoints). The `<pad>` row starts at zero and gets no gradient, but any
-#   re-initialisation overwrites it.
+#   re-initialisation overwrites it. Under Adam a used row keeps moving after its token
+#   leaves the batch; under SGD it does not.
 # - Without positions, attention is permutation-equivariant: permuting the tokens only
-#   permutes the outputs, so `7 3 0` and `0 3 7` look alike.
+#   permutes the outputs. A whole model without encoder positions gives a source and its
+#   reversal the same logits.
 # - Sinusoids turn a shift by $k$ positions into one rotation $R_k$ for every $p$, and
 #   $PE[p] \cdot PE[p+k]$ depends on $k$ only (Figures 2.1 and 2.2).
 # - Scale and initialisation must match: PyTorch's $\mathcal{N}(0, 1)$ times $\sqrt{128}$
-#   made the token part about 22 times louder than the positions (cosine above 0.99 between
-#   positions 0 and 13, Figure 2.3); $\mathcal{N}(0, d^{-1/2})$ brings it to about 2.
+#   made the token part about 16 times louder than the positions, by RMS (cosine above
+#   0.99 between positions 0 and 13, Figure 2.3); $\mathcal{N}(0, d^{-1/2})$ brings the
+#   ratio to about 1.4.
 # - A sequence longer than `max_len` has no position row: check the length and say so,
 #   as `helpers.TokenAndPosition` does, instead of letting a size error surface.
 #
