@@ -148,7 +148,25 @@ def test_cached_logits_match_full_forward():
     for t in range(9, 15):
         parts.append(m(ids[:, t : t + 1], caches=caches))
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
-    assert caches[0]["k"].shape == (2, 4, 15, 8) and MiniGPT.cached_length(caches) == 15
+    assert caches[0]["self_k"].shape == (2, 4, 15, 8) and MiniGPT.cached_length(caches) == 15
+
+
+def test_cache_keys_are_the_encoder_decoder_cache_names():
+    """Chapters 13 and 14 name the self-attention cache alike: self_k, self_v."""
+    from helpers import VOCAB_SIZE, Transformer, make_padding_mask
+
+    m = tiny_gpt()
+    caches = [{} for _ in m.blocks]
+    m(torch.randint(1, 20, (1, 4)), caches=caches)
+    torch.manual_seed(0)
+    t = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=16, num_heads=2, dff=32, num_layers=1)
+    src = torch.tensor([[3, 4, 2]])
+    memory, src_mask = t.encode(src)
+    dec_caches = [{}]
+    tgt = torch.tensor([[1]])
+    t.decoder(tgt, memory, make_padding_mask(tgt), src_mask, caches=dec_caches)
+    assert set(caches[0]) == {"self_k", "self_v"}
+    assert set(dec_caches[0]) == {"self_k", "self_v", "cross_k", "cross_v"}
 
 
 @pytest.mark.parametrize(

@@ -113,13 +113,17 @@ class GPTBlock(EncoderLayer):
     Built in chapter 14.
     Same sub-modules (ln1, mha, drop, ln2, ffn) and the same computation
     x + drop(mha(ln1(x))), then x + ffn(ln2(x)); the causal mask is what makes it a decoder.
-    cache: None, or a dict the block fills with 'k'/'v' [B, h, L_so_far, d_k] and extends
-    along the sequence dim (dim 2) with the keys and values of the new positions in x.
+    cache: None, or a dict the block fills with 'self_k'/'self_v' [B, h, L_so_far, d_k] (the
+    names DecoderLayer's cache uses, chapter 13) and extends along the sequence dim (dim 2)
+    with the keys and values of the new positions in x.
     """
 
     def forward(self, x, mask=None, need_weights=False, cache=None):
         h = self.ln1(x)
-        K, V = self.mha.project_kv(h, h) if cache is None else self.mha.append_kv(h, cache)
+        if cache is None:
+            K, V = self.mha.project_kv(h, h)
+        else:
+            K, V = self.mha.append_kv(h, cache, prefix="self_")
         a, w = self.mha.attend(h, K, V, attn_mask=mask, need_weights=need_weights)
         x = x + self.drop(a)
         x = x + self.ffn(self.ln2(x))
@@ -185,9 +189,9 @@ class MiniGPT(nn.Module):
     @staticmethod
     def cached_length(caches) -> int:
         """How many positions the caches hold (0 for None or empty caches)."""
-        if not caches or "k" not in caches[0]:
+        if not caches or "self_k" not in caches[0]:
             return 0
-        return caches[0]["k"].size(2)
+        return caches[0]["self_k"].size(2)
 
     def forward(self, ids: torch.Tensor, caches: list[dict] | None = None) -> torch.Tensor:
         """caches: None (process ids from position 0), or one dict per block: ids then continue

@@ -1,0 +1,140 @@
+"""The preallocated KV cache of chapter 13 (helpers.static_cache): token-identical to the
+growing torch.cat cache and to naive decoding, writes in place, and a planted indexing bug
+is caught by the identity check."""
+
+import pytest
+import torch
+
+import helpers.static_cache as sc
+from helpers import (
+    PAD_ID,
+    VOCAB_SIZE,
+    Transformer,
+    greedy_decode,
+    make_padding_mask,
+    make_reversal_dataset,
+)
+
+
+def random_model(seed=0, max_len=30, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(d_model=32, num_heads=4, dff=64, num_layers=2)
+    cfg.update(kw)
+    return Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=max_len, **cfg).eval()
+
+
+def identical_to_cat_cache(model, src, stop_at_eos):
+    """The static cache decodes the tokens of the cat cache and of the naive loop."""
+    naive = greedy_decode(model, src, use_cache=False, stop_at_eos=stop_at_eos)
+    cat = greedy_decode(model, src, use_cache=True, stop_at_eos=stop_at_eos)
+    static = sc.greedy_decode_static(model, src, stop_at_eos=stop_at_eos)
+    assert torch.equal(naive, cat)  # the reference itself holds
+    return naive.shape == static.shape and torch.equal(naive, static)
+
+
+CONFIGS = [
+    (0, dict()),
+    (1, dict(d_model=64, num_heads=8, num_layers=3)),
+    (2, dict(d_model=16, num_heads=1, dff=32, num_layers=1)),
+]
+
+
+@pytest.mark.parametrize("seed,cfg", CONFIGS)
+@pytest.mark.parametrize("stop_at_eos", [True, False])
+def test_token_identical_to_cat_cache_and_naive(seed, cfg, stop_at_eos):
+    model = random_model(seed, **cfg)
+    src, _ = make_reversal_dataset(16, seed=seed, min_len=1, max_len=12)  # padded sources
+    assert identical_to_cat_cache(model, src, stop_at_eos)
+
+
+def model_that_emits_pad():
+    """A random model biased toward <pad>: it writes <pad> in mid-sequence, and those keys
+    must be blocked at every later step (as make_padding_mask does in the other loops)."""
+    model = random_model(4)
+    with torch.no_grad():
+        model.out_proj.bias[PAD_ID] += 1.0
+    src, _ = make_reversal_dataset(32, seed=4, min_len=1, max_len=12)
+    return model, src
+
+
+def test_model_emitted_pad_keys_are_masked():
+    model, src = model_that_emits_pad()
+    out = greedy_decode(model, src, use_cache=False, stop_at_eos=False)
+    assert (out[:, 1:-1] == PAD_ID).float().mean() > 0.05  # <pad> keys to block
+    assert identical_to_cat_cache(model, src, stop_at_eos=False)
+
+
+def test_buffers_hold_the_cat_cache_and_are_never_reallocated():
+    model = random_model(5, num_layers=3)
+    src, _ = make_reversal_dataset(3, seed=5)
+    caches = sc.allocate_static_caches(model, 3, model.max_len)
+    ptrs = [(c["self_k"].data_ptr(), c["self_v"].data_ptr()) for c in caches]
+    tokens = sc.greedy_decode_static(model, src, stop_at_eos=False, caches=caches)
+    assert [(c["self_k"].data_ptr(), c["self_v"].data_ptr()) for c in caches] == ptrs
+    # the library's cat cache, driven with the same tokens
+    memory, src_mask = model.encode(src)
+    cat = [{} for _ in model.decoder.layers]
+    with torch.no_grad():
+        for s in range(tokens.size(1) - 1):
+            model.decoder(
+                tokens[:, s : s + 1],
+                memory,
+                make_padding_mask(tokens[:, : s + 1]),
+                src_mask,
+                need_weights=False,
+                caches=cat,
+                start_pos=s,
+            )
+    t = tokens.size(1) - 1  # positions fed: the last token is never fed back
+    for mine, lib in zip(caches, cat):
+        for key in ("self_k", "self_v"):
+            assert mine[key].shape[2] == model.max_len
+            torch.testing.assert_close(mine[key][:, :, :t], lib[key])
+            assert not mine[key][:, :, t:].any()  # the rest was never written
+        for key in ("cross_k", "cross_v"):
+            torch.testing.assert_close(mine[key], lib[key])
+
+
+def test_write_kv_writes_in_place_and_refuses_overflow():
+    buf = torch.zeros(1, 2, 4, 3)
+    view = sc.write_kv(buf, torch.ones(1, 2, 1, 3), 2)
+    assert view.shape == (1, 2, 3, 3) and view.data_ptr() == buf.data_ptr()
+    assert buf[:, :, 2].eq(1).all() and not buf[:, :, :2].any() and not buf[:, :, 3].any()
+    with pytest.raises(ValueError, match="holds 4 positions"):
+        sc.write_kv(buf, torch.ones(1, 2, 2, 3), 3)
+
+
+def _write_one_late(buf, new, pos):
+    """A planted bug: the key of position pos lands at pos + 1 (the read is unchanged)."""
+    buf[:, :, pos + 1 : pos + 1 + new.size(2)] = new
+    return buf[:, :, : pos + new.size(2)]
+
+
+def _read_one_short(buf, new, pos):
+    """A planted bug: written at pos, but attention reads positions 0 .. pos - 1 (the newest
+    key is left out: an off-by-one in the slice; step 0 still reads its one key)."""
+    buf[:, :, pos : pos + new.size(2)] = new
+    return buf[:, :, : max(pos, 1)]
+
+
+@pytest.mark.parametrize("bug", [_write_one_late, _read_one_short])
+def test_identity_check_catches_a_planted_index_bug(monkeypatch, bug):
+    model = random_model(0)
+    src, _ = make_reversal_dataset(16, seed=0, min_len=1, max_len=12)
+    assert identical_to_cat_cache(model, src, stop_at_eos=False)
+    monkeypatch.setattr(sc, "write_kv", bug)
+    with pytest.raises((AssertionError, ValueError, RuntimeError)):
+        assert identical_to_cat_cache(model, src, stop_at_eos=False)
+
+
+def test_identity_check_catches_a_missing_padding_flag(monkeypatch):
+    model, src = model_that_emits_pad()
+    assert identical_to_cat_cache(model, src, stop_at_eos=False)
+    step = sc.decoder_step_static
+
+    def forgets_pad(model, token, pos, memory, src_mask, caches):
+        caches[0]["pad"].zero_()  # the earlier <pad> keys are no longer blocked
+        return step(model, token, pos, memory, src_mask, caches)
+
+    monkeypatch.setattr(sc, "decoder_step_static", forgets_pad)
+    assert not identical_to_cat_cache(model, src, stop_at_eos=False)
