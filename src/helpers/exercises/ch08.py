@@ -54,6 +54,42 @@ class _PeeksOneAhead(Transformer):
         return self.out_proj(h), w
 
 
+class _PeeksAheadAfterFirst(Transformer):
+    """Position 0 is masked correctly; every later position i also sees token i + 1. A test
+    that checks only t = 0 misses it."""
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=True):
+        L = tgt_in.size(1)
+        ahead = torch.ones(L, L, dtype=torch.bool).triu(2)
+        ahead[0] = make_causal_mask(L)[0, 0, 0]  # row 0: the correct triu(1) row
+        h, w = self.decoder(
+            tgt_in,
+            memory,
+            _self_mask(tgt_in, ahead[None, None]),
+            src_mask,
+            need_weights=need_weights,
+        )
+        return self.out_proj(h), w
+
+
+class _PeeksTwoAhead(Transformer):
+    """Position i also sees token i + 2, but not i + 1: triu(1) with the diagonal j = i + 2
+    open. A test that changes only token t + 1 and looks only at position t misses it."""
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=True):
+        L = tgt_in.size(1)
+        blocked = torch.ones(L, L, dtype=torch.bool).triu(1)
+        blocked.diagonal(2).fill_(False)  # query i may read key i + 2
+        h, w = self.decoder(
+            tgt_in,
+            memory,
+            _self_mask(tgt_in, blocked[None, None]),
+            src_mask,
+            need_weights=need_weights,
+        )
+        return self.out_proj(h), w
+
+
 class _NoPaddingMask(Transformer):
     """The source padding mask is all False: encoder and cross-attention read <pad>."""
 
@@ -68,6 +104,20 @@ class _QueriesMasked(Transformer):
     def encode(self, src):
         key_mask = make_padding_mask(src)
         return self.encoder(src, key_mask.transpose(-1, -2)), key_mask
+
+
+class _PaddingSeenAfterFirst(Transformer):
+    """Cross-attention blocks the source padding for target position 0 only: every later
+    target position reads the <pad> rows of the memory. A test that compares only position 0
+    misses it."""
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=True):
+        B, Lt, Ls = tgt_in.size(0), tgt_in.size(1), src_mask.size(-1)
+        cross = src_mask.expand(B, 1, Lt, Ls).clone()
+        cross[:, :, 1:] = False  # queries 1.. see every key, <pad> included
+        self_mask = _self_mask(tgt_in, make_causal_mask(Lt))
+        h, w = self.decoder(tgt_in, memory, self_mask, cross, need_weights=need_weights)
+        return self.out_proj(h), w
 
 
 def _model(cls) -> Transformer:
@@ -95,9 +145,9 @@ def _verdict(fn, cls, where):
 def check_causality_test(fn) -> None:
     """Exercise 8.2: fn(model, src, tgt_in) -> True if the model's decoder is causal (the
     outputs at positions <= t do not change when the target tokens after t change, for every
-    t), else False. Run on a correct model (must pass) and on three with a broken causal mask:
-    none, the wrong polarity, and one that lets position i see token i + 1 (all must fail).
-    Used in chapter 8.
+    t), else False. Run on a correct model (must pass) and on five with a broken causal mask
+    (all must fail): none, the wrong polarity, position i sees token i + 1, only positions
+    after 0 see token i + 1, and position i sees token i + 2 but not i + 1. Used in chapter 8.
     """
     if not _verdict(fn, Transformer, "a correct Transformer (in training mode, dropout 0.1)"):
         fail(
@@ -124,18 +174,34 @@ def check_causality_test(fn) -> None:
             "every position 0..t: a test that changes only tokens further ahead misses "
             "this leak",
         ),
+        (
+            _PeeksAheadAfterFirst,
+            "a model whose position 0 is masked correctly but every later position i sees "
+            "token i + 1",
+            "repeat the check for every t from 0 to L - 2, not only for t = 0",
+        ),
+        (
+            _PeeksTwoAhead,
+            "a model in which position i also sees token i + 2 (but not i + 1)",
+            "change every token after t, not only token t + 1, and compare every position "
+            "0..t, not only position t",
+        ),
     ]
     for cls, where, hint in broken:
         if _verdict(fn, cls, where):
             fail("your test passed a model that sees the future", where, hint)
-    passed("check_causality_test", 1 + len(broken), "passes the correct model, fails 3 leaks")
+    passed(
+        "check_causality_test",
+        1 + len(broken),
+        f"passes the correct model, fails {len(broken)} leaks",
+    )
 
 
 def check_padding_test(fn) -> None:
     """Exercise 8.3: fn(model, src, tgt_in) -> True if appending <pad> to the source changes no
-    logit, else False. Run on a correct model (must pass) and on two with a broken padding
-    mask: none, and one that masks padded queries instead of keys (both must fail). Used in
-    chapter 8.
+    logit, else False. Run on a correct model (must pass) and on three with a broken padding
+    mask (all must fail): none, one that masks padded queries instead of keys, and one whose
+    cross-attention blocks <pad> for target position 0 only. Used in chapter 8.
     """
     if not _verdict(fn, Transformer, "a correct Transformer (in training mode, dropout 0.1)"):
         fail(
@@ -144,16 +210,22 @@ def check_padding_test(fn) -> None:
             "switch dropout off with model.eval(), append <pad> (id 0) to src only, and compare "
             "the logits with a tolerance (torch.allclose(..., atol=1e-5))",
         )
+    compare_all = (
+        "append extra <pad> columns to src (F.pad(src, (0, k), value=PAD_ID)), keep "
+        "tgt_in, and compare all the logits"
+    )
     broken = [
-        (_NoPaddingMask, "a model with no padding mask"),
-        (_QueriesMasked, "a model whose encoder masks padded queries instead of keys"),
+        (_NoPaddingMask, "a model with no padding mask", compare_all),
+        (_QueriesMasked, "a model whose encoder masks padded queries instead of keys", compare_all),
+        (
+            _PaddingSeenAfterFirst,
+            "a model whose cross-attention blocks <pad> for target position 0 only",
+            "compare the logits at every target position, not only position 0",
+        ),
     ]
-    for cls, where in broken:
+    for cls, where, hint in broken:
         if _verdict(fn, cls, where):
-            fail(
-                "your test passed a model whose output depends on the padding",
-                where,
-                "append extra <pad> columns to src (F.pad(src, (0, k), value=PAD_ID)), keep "
-                "tgt_in, and compare all the logits",
-            )
-    passed("check_padding_test", 1 + len(broken), "passes the correct model, fails 2 bugs")
+            fail("your test passed a model whose output depends on the padding", where, hint)
+    passed(
+        "check_padding_test", 1 + len(broken), f"passes the correct model, fails {len(broken)} bugs"
+    )
