@@ -23,6 +23,7 @@ from helpers.benchmark import (
     measure,
     measure_like_reference,
     outcome,
+    record_op_outputs,
     results_table,
     save_results,
     score_matrix_bytes,
@@ -267,3 +268,36 @@ def test_environment_on_cuda(fake_cuda):
     env = environment("cuda")
     assert env["gpu"] == "NVIDIA H200" and env["compute_capability"] == "9.0"
     assert {"driver", "cuda", "cudnn", "tf32_matmul", "date", "torch"} <= set(env)
+
+
+def test_record_op_outputs_sees_new_tensors_not_views():
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+
+    def f(a, b):
+        c = a @ b  # a new [3, 5] tensor
+        d = c.t()  # a view: no new memory
+        e = d.contiguous()  # a copy
+        e.mul_(2)  # in place: no new memory
+        return e.softmax(-1)
+
+    result, ops = record_op_outputs(f, a, b)
+    torch.testing.assert_close(result, ((a @ b).t() * 2).softmax(-1))
+    assert [r.op for r in ops] == ["mm", "clone", "_softmax"]
+    assert [r.shape for r in ops] == [(3, 5), (5, 3), (5, 3)]
+    assert ops[0].input_numels == (12, 20) and ops[0].numel == 15
+
+
+def test_record_op_outputs_sees_the_handwritten_score_matrices():
+    """The passes chapter 19 counts: every [B, h, L, L] tensor the handwritten path makes."""
+    from helpers import MultiHeadAttention, make_causal_mask
+
+    mha = MultiHeadAttention(16, 2, dropout=0.0).eval()
+    x, L = torch.randn(1, 6, 16), 6
+    with torch.no_grad():
+        _, ops = record_op_outputs(mha, x, x, x, attn_mask=make_causal_mask(L), need_weights=True)
+    square = [r.op for r in ops if r.shape[-2:] == (L, L) and r.dtype.is_floating_point]
+    assert square == ["bmm", "div", "masked_fill", "_softmax", "masked_fill"]
+    with torch.no_grad():
+        _, ops = record_op_outputs(mha, x, x, x, attn_mask=make_causal_mask(L), need_weights=False)
+    square = [(r.op, r.shape) for r in ops if r.shape[-2:] == (L, L) and r.dtype.is_floating_point]
+    assert square == [("where", (1, 1, L, L))]  # SDPA's float copy of the mask, no score matrix

@@ -40,7 +40,7 @@ def blocked_attention(Q, K, V, mask=None, block_size=64, scale=True, rescale=Tru
 
 def test_the_books_solution_passes(capsys):
     check_blocked_attention(blocked_attention)
-    assert "check_blocked_attention: all 6 checks passed" in capsys.readouterr().out
+    assert "check_blocked_attention: all 7 checks passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -74,3 +74,47 @@ def test_wrong_shape_and_exceptions_are_explained():
         check_blocked_attention(lambda Q, K, V, mask=None, block_size=64: Q)
     with pytest.raises(ExerciseError, match="your code raised ZeroDivisionError"):
         check_blocked_attention(lambda *a: 1 / 0)
+
+
+def test_a_full_matrix_solution_is_rejected():
+    """Right outputs, but the whole [Lq, Lk] score matrix built at once (block_size ignored)."""
+
+    def full_matrix(Q, K, V, mask=None, block_size=64):
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(mask, NEG_INF)
+        weights = scores.softmax(-1)
+        if mask is not None:
+            weights = weights.masked_fill(mask.all(-1, keepdim=True), 0.0)
+        return weights @ V
+
+    with pytest.raises(ExerciseError, match=r"whole score matrix") as err:
+        check_blocked_attention(full_matrix)
+    assert "96 queries, 96 keys" in str(err.value)  # it passed every case before the last
+
+
+def test_a_full_matrix_per_head_is_rejected():
+    """One head at a time, but all of its keys in one block: one head's whole score matrix."""
+
+    def full_per_head(Q, K, V, mask=None, block_size=64):
+        out = torch.empty(*Q.shape[:-1], V.size(-1), dtype=Q.dtype)
+        for b in range(Q.size(0)):
+            for h in range(Q.size(1)):
+                blocked = (
+                    None
+                    if mask is None
+                    else mask.expand(*Q.shape[:2], -1, -1)[b : b + 1, h : h + 1]
+                )
+                out[b, h] = blocked_attention(
+                    Q[b : b + 1, h : h + 1], K[b : b + 1, h : h + 1], V[b : b + 1, h : h + 1],
+                    blocked, block_size=K.size(-2),
+                )[0, 0]  # fmt: skip
+        return out
+
+    with pytest.raises(ExerciseError, match=r"bmm made a tensor of shape \[1, 96, 96\]"):
+        check_blocked_attention(full_per_head)
+
+
+def test_the_largest_intermediate_is_reported(capsys):
+    check_blocked_attention(blocked_attention)
+    assert "the largest: [2, 2, 96, 10], from new_zeros" in capsys.readouterr().out

@@ -105,6 +105,53 @@ def attention_flops(B: int, heads: int, L: int, d_model: int, causal: bool = Tru
     return proj + (attn / 2 if causal else attn)
 
 
+# ------------------------------------------------------------------ which tensors a call makes
+
+
+@dataclass(frozen=True)
+class OpOutput:
+    """One tensor an ATen operator returned: its name, shape and dtype, and the number of
+    elements of every tensor it read. Views and in-place results (which share an input's
+    memory) are not recorded: they allocate nothing."""
+
+    op: str
+    shape: tuple
+    dtype: torch.dtype
+    input_numels: tuple
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def record_op_outputs(fn, *args, **kwargs) -> tuple[object, list[OpOutput]]:
+    """Used in chapter 19 and by check_blocked_attention. Run fn(*args, **kwargs) under a
+    TorchDispatchMode that sees every ATen operator call (below autograd and Python, so
+    `@`, `.softmax()` and functional calls alike) and records each new tensor it returns.
+    Returns (fn's result, the records in call order)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    records: list[OpOutput] = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            shared = {t.untyped_storage().data_ptr() for t in inputs}
+            reads = tuple(t.numel() for t in inputs)
+            for t in tree_flatten(out)[0]:
+                # a view, an in-place result or _unsafe_view shares an input's storage
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in shared:
+                    name = func.overloadpacket.__name__
+                    records.append(OpOutput(name, tuple(t.shape), t.dtype, reads))
+            return out
+
+    with Recorder():
+        result = fn(*args, **kwargs)
+    return result, records
+
+
 # ------------------------------------------------------------------ CPU peak memory
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter numbers (malloc.h)

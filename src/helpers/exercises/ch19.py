@@ -8,7 +8,11 @@ check_blocked_attention(fn)   fn(Q, K, V, mask=None, block_size=64) -> [B, h, Lq
 The checker compares the reader's function with the book's attention in float64 on fixed
 inputs: several block sizes (one that does not divide the number of keys, one block holding
 every key, blocks of one key), no mask, a causal mask, a padding mask with a fully masked
-query row, and scores large enough to overflow exp() without the running maximum.
+query row, and scores large enough to overflow exp() without the running maximum. A last case
+runs the function on 96 queries and 96 keys in blocks of 8 under a dispatch mode that records
+every tensor it creates (helpers.benchmark.record_op_outputs), and refuses any floating-point
+intermediate with as many elements as one head's L_q x L_k score matrix: a solution that
+builds the full matrix fails there, however right its output.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import math
 
 import torch
 
+from ..benchmark import record_op_outputs
 from ._common import call, expect_shape, fail, passed
 
 __all__ = ["check_blocked_attention"]
@@ -122,4 +127,41 @@ def check_blocked_attention(fn) -> None:
                 _hint(fn, got, Q, K, V, mask, block_size, want),
             )
         n += 1
-    passed("check_blocked_attention", n, "every block size and mask equals full attention")
+    largest = _largest_intermediate(fn)
+    n += 1
+    passed(
+        "check_blocked_attention",
+        n,
+        "every block size and mask equals full attention, and no intermediate holds an "
+        f"L_q x L_k matrix (the largest: {list(largest.shape)}, from {largest.op})",
+    )
+
+
+MEMORY_LQ = MEMORY_LK = 96  # the memory case: one head's score matrix has 96 * 96 elements
+MEMORY_BLOCK = 8
+
+
+def _largest_intermediate(fn):
+    """Run fn on the memory case, check its output, and fail if any floating-point tensor it
+    created holds at least L_q * L_k elements; return the largest one it created."""
+    where = f"{MEMORY_LQ} queries, {MEMORY_LK} keys, a causal mask, blocks of {MEMORY_BLOCK}"
+    Q, K, V = _inputs(4, MEMORY_LQ, MEMORY_LK, B=2, h=2)
+    mask = torch.triu(torch.ones(MEMORY_LQ, MEMORY_LK, dtype=torch.bool), diagonal=1)[None, None]
+    want = reference_attention(Q, K, V, mask)
+    got, ops = call(record_op_outputs, fn, Q, K, V, mask, MEMORY_BLOCK, where=where)
+    expect_shape("the output", got, want.shape, where, "[B, h, Lq, d_v]")
+    if not torch.allclose(got.detach().to(torch.float64), want, atol=1e-6, rtol=1e-5):
+        fail("the output differs from full attention", where, "see the earlier cases' hints")
+    made = [r for r in ops if r.dtype.is_floating_point]
+    limit = MEMORY_LQ * MEMORY_LK
+    full = [r for r in made if r.numel >= limit]
+    if full:
+        r = max(full, key=lambda r: r.numel)
+        fail(
+            f"{r.op} made a tensor of shape {list(r.shape)}: {r.numel:,} numbers, at least the "
+            f"{MEMORY_LQ} x {MEMORY_LK} = {limit:,} of one head's whole score matrix",
+            where,
+            "compute the scores of one block of keys at a time (K[..., start : start + "
+            "block_size, :]) and keep only the running maximum, sum and output across blocks",
+        )
+    return max(made, key=lambda r: r.numel)
