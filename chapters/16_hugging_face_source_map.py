@@ -57,10 +57,10 @@ print(
 assert modeling_bart.BartAttention is not None
 
 # %% [markdown]
-# Importing `transformers` takes noticeably longer than importing `torch` alone (the cell above
-# measures both on this machine; the numbers vary with load, so nbval does not compare them). The
-# version the whole chapter refers to is the one `requirements.txt` pins, and the next cell checks
-# that the installed package is that one:
+# Importing `transformers` takes noticeably longer than importing `torch` alone. The cell above
+# measures both on this machine, and the numbers change with the machine's load. The version the
+# whole chapter refers to is the one `requirements.txt` pins. The next cell checks that the
+# installed package is that one:
 
 # %%
 import importlib
@@ -385,9 +385,11 @@ for name, hf, ours in [
 # %% [markdown]
 # One optimisation to know about when you read the code: when the batch has **no** padding,
 # `create_bidirectional_mask` returns `None` (nothing to mask), and with SDPA `create_causal_mask`
-# returns `None` too, leaving causality to SDPA's own `is_causal` flag. Only the eager path still
-# materialises the causal mask. A mask of `None` in that code does not mean "unmasked by
-# mistake":
+# returns `None` too, leaving causality to SDPA's own `is_causal` flag. The eager path still
+# builds the full causal mask as a dense tensor. `flex_attention` gets a mask too, of another
+# kind: its builder, `flex_attention_mask`, returns a `BlockMask` from PyTorch's
+# `create_block_mask`, which records which blocks of the score matrix need computing. A mask of
+# `None` in that code does not mean "unmasked by mistake":
 
 # %%
 no_padding = torch.ones(B, Lt, dtype=torch.long)
@@ -406,6 +408,17 @@ sdpa_source = inspect.getsource(sdpa_module.sdpa_attention_forward)
 rule = next(ln.strip() for ln in sdpa_source.splitlines() if "is_causal = q_length" in ln)
 print("sdpa_attention_forward:", rule)
 assert "attention_mask is None" in rule
+
+# each attention implementation has its own mask builder; flex_attention's returns a BlockMask
+mask_builders = masking_utils.ALL_MASK_ATTENTION_FUNCTIONS
+flex_builder = mask_builders["flex_attention"]
+print({name: fn.__name__ for name, fn in mask_builders.items()})
+returns = inspect.signature(flex_builder).return_annotation
+returns = getattr(returns, "__name__", returns)  # a class, or its name as a string
+flex_source = inspect.getsource(flex_builder)
+block_call = next(ln.strip() for ln in flex_source.splitlines() if "create_block_mask(" in ln)
+print(f"{flex_builder.__name__} returns {returns}: {block_call} ...")
+assert returns == "BlockMask" and "create_block_mask(" in flex_source
 
 # %% [markdown]
 # ## Differences worth knowing
@@ -515,11 +528,67 @@ only_ours = [n for n, m in ours_model.named_modules() if n.endswith("ln_final")]
 print("only in BART:", only_bart, "| only in ours:", only_ours)
 assert (pe_rows, bart_rows) == (16, 18) and only_bart and "encoder.ln_final" in only_ours
 
+# %% [markdown]
+# The same shape does not mean a tensor of its own. Our model has three separate matrices of
+# shape `[V, d]`: the encoder's embedding, the decoder's embedding and `out_proj`. BART ties
+# them. With `tie_word_embeddings=True` (the default of `BartConfig`), `lm_head`, the encoder's
+# `embed_tokens` and the decoder's `embed_tokens` are one tensor, `model.shared`. So copying our
+# weights pair by pair, as the list above suggests, writes three times into one tensor. The last
+# write wins: after copying `out_proj` into `lm_head`, BART's token embeddings are our output
+# projection.
+#
+# One more difference sits at the output. Our `out_proj` has a bias; BART's `lm_head` has none.
+# Its counterpart is `final_logits_bias`, a buffer of shape `[1, V]` (zeros at initialisation)
+# that `BartForConditionalGeneration.forward` adds to the logits. A port name by name misses it.
+
+# %%
+def token_matrices(model):
+    return {name: model.get_submodule(name).weight for name in
+            ("model.encoder.embed_tokens", "model.decoder.embed_tokens", "lm_head")}  # fmt: skip
+
+
+shared = bart_lm.model.shared.weight
+n_tied = len({w.data_ptr() for w in token_matrices(bart_lm).values()})
+print(f"tie_word_embeddings = {bart_lm.config.tie_word_embeddings}: {n_tied} tensor for "
+      f"{', '.join(token_matrices(bart_lm))}")  # fmt: skip
+assert n_tied == 1 and all(w is shared for w in token_matrices(bart_lm).values())
+
+with torch.no_grad():  # the naive port: one copy per pair of names
+    for ours_name, bart_name in [("encoder.embed.emb", "model.encoder.embed_tokens"),
+                                 ("decoder.embed.emb", "model.decoder.embed_tokens"),
+                                 ("out_proj", "lm_head")]:  # fmt: skip
+        bart_lm.get_submodule(bart_name).weight.copy_(ours_model.get_submodule(ours_name).weight)
+encoder_tokens = bart_lm.model.encoder.embed_tokens.weight
+print(
+    f"after the port, BART's encoder embed_tokens: max |- our encoder embedding| = "
+    f"{(encoder_tokens - ours_model.encoder.embed.emb.weight).abs().max():.2f}, "
+    f"max |- our out_proj| = {(encoder_tokens - ours_model.out_proj.weight).abs().max():.2f}"
+)
+assert torch.equal(encoder_tokens, ours_model.out_proj.weight)
+assert not torch.equal(encoder_tokens, ours_model.encoder.embed.emb.weight)
+
+buffers = dict(bart_lm.named_buffers())
+print(f"lm_head.bias: {bart_lm.lm_head.bias}; final_logits_bias: a buffer of shape "
+      f"{list(buffers['final_logits_bias'].shape)}; ours: out_proj.bias of shape "
+      f"{list(ours_model.out_proj.bias.shape)}")  # fmt: skip
+forward_source = inspect.getsource(modeling_bart.BartForConditionalGeneration.forward)
+assert bart_lm.lm_head.bias is None and "final_logits_bias" not in dict(bart_lm.named_parameters())
+assert "lm_logits + self.final_logits_bias" in forward_source
+
+untied = modeling_bart.BartForConditionalGeneration(tiny_bart_config(tie_word_embeddings=False))
+n_tensors = len({w.data_ptr() for w in token_matrices(untied).values()})
+print(f"tie_word_embeddings=False: {n_tensors} separate [V, d] tensors, as in our model")
+assert n_tensors == 3
+
+# %% [markdown]
+# To port our model, build BART with `tie_word_embeddings=False`: the three matrices are then
+# separate, as ours are. Copy `out_proj.bias` into `final_logits_bias`. To port a tied BART
+# checkpoint into our model, copy its one matrix into all three of ours.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 def draw_name_map():
     rows = [  # (ours, BART's, how they relate)
-        ("encoder.embed.emb  (x sqrt(d))", "encoder.embed_tokens  (x 1 by default)", "same"),
+        ("encoder.embed.emb  (x sqrt(d))", "encoder.embed_tokens  (x 1; = shared)", "tied"),
         ("encoder.embed.pe  (sinusoids, fixed)", "encoder.embed_positions  (learned, +2 rows)",
          "role"),
         ("", "encoder.layernorm_embedding", "none"),
@@ -529,7 +598,7 @@ def draw_name_map():
         ("layers.0.ffn.net.0, net.2", "layers.0.fc1, fc2", "same"),
         ("layers.0.ln2  (before the FFN)", "layers.0.final_layer_norm  (after it)", "role"),
         ("encoder.ln_final", "", "none"),
-        ("out_proj", "lm_head", "same"),
+        ("out_proj  (with a bias)", "lm_head  (= shared) + final_logits_bias", "tied"),
     ]  # fmt: skip
     fig, ax = plt.subplots(figsize=(9.5, 4.6))
     ax.set_xlim(0, 10)
@@ -537,7 +606,7 @@ def draw_name_map():
     ax.axis("off")
     ax.text(2.2, len(rows) + 0.1, "ours (helpers.Transformer)", ha="center", weight="bold")
     ax.text(7.6, len(rows) + 0.1, "BART (BartForConditionalGeneration)", ha="center", weight="bold")
-    style = {"same": ("0.2", "-"), "role": ("tab:orange", "--")}
+    style = {"same": ("0.2", "-"), "role": ("tab:orange", "--"), "tied": ("tab:purple", ":")}
     for i, (ours, theirs, kind) in enumerate(rows):
         y = len(rows) - 1 - i
         box = dict(boxstyle="round,pad=0.3", fc="#eef4fb", ec="0.5")
@@ -549,9 +618,10 @@ def draw_name_map():
         if kind in style:
             color, ls = style[kind]
             ax.plot([4.35, 5.05], [y, y], color=color, ls=ls, lw=1.5)
-    ax.plot([], [], color="0.2", label="same weights, same role")
+    ax.plot([], [], color="0.2", label="same role and shape: copy as is")
     ax.plot([], [], color="tab:orange", ls="--", label="counterparts with another role or shape")
-    ax.legend(loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
+    ax.plot([], [], color="tab:purple", ls=":", label="BART: one tied tensor, model.shared")
+    ax.legend(loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
     ax.set_title("Figure 16.1: one encoder, name by name (prefix model. omitted on BART's side)")
     fig.tight_layout()
 
@@ -653,12 +723,17 @@ print(
 assert pos_rms / tok_rms > 30
 
 # %% [markdown]
-# So for Marian the two do not start at one scale: with its default config, the position signal
-# is about 36 times larger than the token signal at initialisation. That is close to
-# $\sqrt{1/2} / 0.02 \approx 35$: sines and cosines have an RMS of $\sqrt{1/2}$, and the tokens
-# start with standard deviation 0.02 (the printed ratio uses the measured RMS, 0.020 rounded). A
-# checkpoint's config can turn `scale_embedding` on; exercise 16.1 measures what that changes.
-# When you read or port such a model, check the two scales the way this cell does.
+# So a Marian built from `MarianConfig`'s defaults does not start with its two signals at one
+# scale: the position signal is about 36 times larger than the token signal at initialisation.
+# That is close to $\sqrt{1/2} / 0.02 \approx 35$. Sines and cosines have an RMS of
+# $\sqrt{1/2}$, and the tokens start with standard deviation 0.02 (the printed ratio uses the
+# measured RMS, 0.020 rounded).
+#
+# No converted OPUS-MT checkpoint runs this way. Hugging Face's converter builds every OPUS-MT
+# config with `scale_embedding=True` {cite}`hf_marian_converter`. (The converter is in the
+# repository, not in the installed package.) The 36x describes only a Marian you train yourself
+# from the default config. Exercise 16.1 measures what the scale changes. When you read or port
+# such a model, check the two scales the way this cell does.
 
 # %% [markdown]
 # ### 4. The decoder's first token, and the shift
@@ -697,10 +772,13 @@ assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 # BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
 # In our model that would be a bug: our decoder derives its padding mask from the ids
 # (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
-# (chapter 17 shows the damage). Marian gets away with it because its decoder does not derive the
-# padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
-# ones when not given. A tiny Marian, with our PAD id as its PAD and its start symbol, fed a
-# decoder input that starts with PAD shows it: query 0 attends to key 0, the PAD, with weight 1.
+# (chapter 17 shows the damage). Marian works for two reasons. First, its decoder does not derive
+# the padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
+# ones when not given. Second, the start token's embedding row is the padding row, which stays
+# zero, but position 0 still gets its sinusoidal encoding. So the first decoder input is that
+# encoding: a fixed vector, not zero. A tiny Marian, with our PAD id as its PAD and its start
+# symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first
+# input equals position 0's encoding.
 
 # %%
 tiny_marian = MarianConfig(vocab_size=VOCAB_SIZE, d_model=d_model, encoder_layers=1,
@@ -721,6 +799,28 @@ print("decoder input starts with:", pad_start[:, 0].tolist(),
       "| weight of query 0 on key 0:", first_query.unique().tolist())  # fmt: skip
 assert torch.equal(first_query, torch.ones_like(first_query))
 assert out.last_hidden_state.isfinite().all()
+
+# what the decoder's first layer receives: a forward pre-hook records its input
+marian = modeling_marian.MarianModel(tiny_marian).eval()
+seen = {}
+
+
+def record_input(module, args, kwargs):
+    seen["x"] = args[0] if args else kwargs["hidden_states"]
+
+
+hook = marian.decoder.layers[0].register_forward_pre_hook(record_input, with_kwargs=True)
+with torch.no_grad():
+    marian(input_ids=src, attention_mask=to_hf_attention_mask(src), decoder_input_ids=pad_start)
+hook.remove()
+pad_row = marian.decoder.embed_tokens.weight[PAD_ID]
+position_0 = marian.decoder.embed_positions.weight[0]
+first_input = seen["x"][:, 0]  # every sequence's input at position 0, the PAD
+print(f"PAD's embedding row: max |value| = {pad_row.abs().max():.1f}; decoder input at position 0: "
+      f"norm {first_input.norm(dim=-1).min():.2f}, max |- position 0's encoding| = "
+      f"{(first_input - position_0).abs().max():.1f}")  # fmt: skip
+assert torch.equal(pad_row, torch.zeros_like(pad_row))
+assert torch.equal(first_input, position_0.expand_as(first_input)) and position_0.norm() > 1
 
 # %% [markdown]
 # A mask derived from token ids and a mask passed alongside them are different designs; know which
@@ -821,6 +921,8 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 # | decoder padding | derived from `tgt_in == PAD_ID` | passed as `decoder_attention_mask` (all ones by default) |
 # | start symbol | BOS (differs from PAD) | BART: EOS; Marian: PAD |
 # | ignored targets | `ignore_index=PAD_ID` | labels set to -100 |
+# | token matrices | three: two embeddings and `out_proj` | one, `model.shared`, when `tie_word_embeddings=True` (the default) |
+# | output bias | `out_proj.bias` | the buffer `final_logits_bias`; `lm_head` has no bias |
 
 # %% [markdown]
 # ## Summary
@@ -832,8 +934,11 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 #   implementation; our masks converted to its conventions equal the masks `masking_utils` builds.
 # - A `BartEncoderLayer` holding our weights computes the Post-Norm function of our modules, not
 #   our Pre-Norm one.
-# - BART's tokens and learned positions start at the same scale; Marian's fixed sinusoidal
-#   positions start about 36 times louder than its tokens when `scale_embedding` is off.
+# - BART ties its two embeddings and `lm_head` into one tensor by default, and adds a
+#   `final_logits_bias` buffer where we have `out_proj.bias`: a port name by name overwrites.
+# - BART's tokens and learned positions start at the same scale. A Marian built from the default
+#   config starts with positions about 36 times louder than its tokens; Hugging Face's converted
+#   OPUS-MT checkpoints turn `scale_embedding` on.
 # - `generate` with its cache gives the tokens of a plain argmax loop without one.
 # - The one thing to remember: check a source map against the installed code, because the names
 #   move from release to release.
