@@ -161,9 +161,10 @@ assert gap_positions > 1e-2
 # `helpers.Transformer` and a copy whose encoder position table is zero (the decoder keeps
 # its own). It feeds both a source and the same digits reversed, with the same decoder
 # input. With the encoder's positions removed, the two orders give the same logits, up to
-# float rounding. This does not depend on the weights: the encoder is then
-# permutation-equivariant, as shown above, and cross-attention sums over the memory
-# positions, so their order drops out. Yet the first output token is the last source
+# float rounding. This does not depend on the weights. Without positions the encoder is
+# permutation-equivariant: its attention is (as shown above), and its feed-forward
+# networks and LayerNorms act on each position alone. Cross-attention then sums over the
+# memory positions, so their order drops out. Yet the first output token is the last source
 # digit, and it differs between the two orders. Such a model is wrong on at least one of
 # them, however it is trained.
 
