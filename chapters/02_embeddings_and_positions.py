@@ -272,8 +272,8 @@ plt.show()
 # Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions. That is
 # $2\pi$ for the first pair and $2\pi \cdot 10000^{(d-2)/d}$ for the last one,
 # $i = d/2 - 1$. At $d = 128$ the last is $2\pi \cdot 8660$, about 54,410 positions; it
-# nears $2\pi \cdot 10000$ only as $d$ grows. The cell prints the range. With at most 14 positions in our task, the slow pairs are nearly constant:
-# the cell counts the pairs whose angle $\omega_i p$ stays below 0.1 radian up to
+# nears $2\pi \cdot 10000$ only as $d$ grows. The cell prints the range. With at most
+# 14 positions in our task, the slow pairs are nearly constant: the cell counts the pairs whose angle $\omega_i p$ stays below 0.1 radian up to
 # position 13 (their sine stays below 0.1, their cosine above 0.99). Such pairs carry
 # almost no position information here; only much longer sequences move them.
 
@@ -499,8 +499,9 @@ assert ratio_default > 10 and ratio_fixed < 3
 # position part; with $\mathcal{N}(0, d^{-1/2})$ the two are within a small factor of
 # each other. (The standard deviation is a different measure: it subtracts the mean of
 # the entries. The position entries have a mean near 0.5, because the slow cosines sit
-# near 1, so their standard deviation (printed) is smaller than their RMS.) What that means for the model: look at one token (the digit `5`) at
-# positions 0 to 13 and ask how different its input vector is from the same token at
+# near 1, so their standard deviation (printed) is smaller than their RMS.)
+#
+# What that means for the model: look at one token (the digit `5`) at positions 0 to 13 and ask how different its input vector is from the same token at
 # position 0 (cosine similarity; 1 means "the same direction"). With the default
 # initialisation, moving the token from position 0 to position 13 leaves the cosine
 # above 0.99: the model has to hear a whisper under a shout. Figure 2.3 shows all
