@@ -328,9 +328,11 @@ for c in ("triu(diagonal=0)", "no triu (all ones)"):  # over-masking: caught onl
     assert not table[c, "finfo.min"] and not table[c, "-inf"]
 
 # %% [markdown]
-# This explains a claim you may read elsewhere, that `diagonal=0` makes the causality test "fail
-# immediately": true for an attention that leaks (or NaNs) on fully masked rows, false for one
-# that zeroes them, as ours and SDPA (in torch 2.13.0) do.
+# The {ref}`reference chapter <reference-chapter>` says that `diagonal=0`, or no `triu` at all,
+# makes the causality test fail at once. For the reference chapter's own attention that is
+# true. It fills blocked scores with `finfo.min` and has no special case for fully masked rows,
+# like `attention_finfo_min` above, and that column fails. For an attention that zeroes those
+# rows, as ours and SDPA (in torch 2.13.0) do, it is false: the test passes.
 #
 # ## A third property: every query can see something
 #
@@ -525,8 +527,9 @@ assert not tril_causal and not tril_sees
 # positions $\le t$ do not change (within $10^{-5}$) when every target token after $t$ is
 # rewritten, for every $t$, and `False` otherwise. The model you receive may be in training
 # mode. `check_causality_test(is_causal)` runs your test on a correct model, which it must
-# pass, and on three models with a broken causal mask (none, the wrong polarity, and one
-# that lets position $i$ see token $i+1$), which it must fail.
+# pass, and on five models with a broken causal mask, which it must fail: no mask, the wrong
+# polarity, position $i$ sees token $i+1$, only the positions after 0 see token $i+1$, and
+# position $i$ sees token $i+2$ but not $i+1$.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 8.2
@@ -551,8 +554,9 @@ check_causality_test(is_causal)
 #
 # Write `is_padding_invariant(model, src, tgt_in)` that returns `True` when appending
 # `<pad>` columns to the source changes no logit (within $10^{-5}$), else `False`.
-# `check_padding_test(is_padding_invariant)` runs it on a correct model and on two models
-# with a broken padding mask (none, and one that masks padded queries instead of keys).
+# `check_padding_test(is_padding_invariant)` runs it on a correct model and on three models
+# with a broken padding mask: none, one that masks padded queries instead of keys, and one whose
+# cross-attention blocks `<pad>` for target position 0 only.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 8.3
