@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""How close the book's recipe runs to the edge of stability: chapter 10's recorded sweep.
+"""How much higher the book's learning rate can go before training slows down or fails:
+chapter 10's recorded sweep.
 
     python tools/record_ch10_stability.py         # ~10 min -> chapters/data/ch10_stability.json
     python tools/record_ch10_stability.py --keep  # train only the runs the file lacks
@@ -9,7 +10,7 @@ Trains helpers.BOOK_RECIPE from scratch with its peak learning rate multiplied b
 for each of the seeds 0, 1, 2 (the seed sets the initial weights and the batch order; the data is
 the same). For every run it stores whether and when the run reached the recipe's target on the
 validation set, and the per-step curves of the training batch's exact match and loss (rounded),
-so that chapter 10 can plot them and measure each run's collapse after the warmup. Step counts
+so that chapter 10 can plot them and measure each run's fall after the warmup. Step counts
 and accuracies only: no timing is recorded (the machine may be shared). With --keep, runs already
 in the file for the same recipe are kept (training is deterministic on one machine and thread
 count, so a rerun would give the same curves) and only the missing ones are trained.

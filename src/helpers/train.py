@@ -156,11 +156,14 @@ def train_reversal(
     """Built in chapter 10. Train a reversal model from scratch with teacher forcing, Adam and
     the Noam schedule.
 
-    Every cfg.eval_every steps (when the training batch just scored is at least cfg.eval_gate
-    exactly right) the model is scored on the first cfg.eval_size validation sequences with
-    teacher_forced_exact_match, one forward pass. With a target, training stops at the first
-    evaluation that reaches it, once greedy decoding (exact_match) has confirmed the score
-    (confirm=True); the history then records the greedy score. The last step is always evaluated.
+    At every step that is a multiple of cfg.eval_every, and only if the training batch of that
+    step (scored before its update) is at least cfg.eval_gate exactly right, the model is
+    scored on the first cfg.eval_size validation sequences with teacher_forced_exact_match, one
+    forward pass. The gate is tested again at every such step, also after earlier evaluations,
+    so a step whose batch falls below it is not evaluated, even if the model would have reached
+    the target there. With a target, training stops at the first evaluation that takes place and
+    reaches it, once greedy decoding (exact_match) has confirmed the score (confirm=True); the
+    history then records the greedy score. The last step is always evaluated.
 
     device: where to train (default: the CPU); the model stays there. The data is drawn on
     the CPU and moved, and the batches are drawn by a CPU generator, so every device sees
