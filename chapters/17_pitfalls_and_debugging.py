@@ -19,7 +19,7 @@
 # A Transformer has little code, and many of its bugs do not crash. A wrong mask or a wrong scale
 # gives a model that runs without an error (and may look into the future, or average where it
 # should choose); a forgotten `eval()` gives answers that change from one call to the next. This
-# chapter is a checklist: sixteen pitfalls, each **reproduced** (the wrong number or the error is
+# chapter is a checklist: nineteen pitfalls, each **reproduced** (the wrong number or the error is
 # printed and asserted) and then fixed. Several chapters already show one of them in depth; each
 # entry names that chapter, and still reproduces the pitfall in a few lines so this page works on
 # its own.
@@ -35,7 +35,7 @@
 # | 1 | causal mask with `diagonal=0`, or `tril` for `triu` | NaN in row 0; or the decoder sees the future | `triu(..., diagonal=1)`, test causality | chapters 07, 08 |
 # | 2 | the causal mask passed to cross-attention | shape error if $L_s \ne L_t$; otherwise runs, hiding later memory positions | source padding mask only | chapter 07 |
 # | 3 | a fully masked row | NaN in the outputs, the loss and the gradients | no empty rows; guard the softmax | chapter 07 |
-# | 4 | start symbol equal to PAD | the first query sees nothing; NaN or an untrainable start | BOS $\ne$ PAD | this chapter, 16 |
+# | 4 | start symbol equal to PAD | the first query sees nothing; NaN, or no query sees the start | BOS $\ne$ PAD | this chapter, 16 |
 # | 5 | `-1e9` under fp16 | overflow error, or `-inf` and NaN | `torch.finfo(dtype).min` | chapter 03 |
 # | 6 | `uint8` masks, `~` and `\|` | `masked_fill` error; everything or nothing blocked | convert to `bool` once | chapter 07 |
 # | 7 | a mask on another device | error deep inside attention | build masks on the input's device | this chapter |
@@ -48,6 +48,9 @@
 # | 14 | forgetting `eval()` | random outputs at inference | `model.eval()` | chapter 11 |
 # | 15 | forgetting `ignore_index` | padding rewarded in loss and accuracy | `ignore_index=PAD_ID` | chapter 10 |
 # | 16 | label smoothing with `ignore_index`, by hand | a loss that counts PAD rows | `F.cross_entropy(..., label_smoothing=)` | chapter 10 |
+# | 17 | a `[B, L]` padding mask without `unsqueeze` | shape error; silent and wrong when $B = L_q$ | `[B, 1, 1, L]` | this chapter |
+# | 18 | a learning rate too high, or the schedule forgotten | the loss rises far above $\ln V$ | warmup and a small peak | chapter 10 |
+# | 19 | the causal mask rebuilt at every generation step | extra work that grows with the length | build once and slice; one cached query needs none | chapter 13 |
 
 # %%
 import inspect
@@ -75,6 +78,7 @@ from helpers import (
     make_causal_mask,
     make_padding_mask,
     make_reversal_dataset,
+    noam_lambda,
     sinusoidal_position_encoding,
 )
 
@@ -204,15 +208,18 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 # ## 3. A fully masked row turns into NaN
 #
 # If a query may attend to no key at all, the textbook softmax computes $0/0$. An all-PAD row in a
-# batch (an empty example) is enough. One NaN is not local: the loss is a mean over the batch, so
-# it is NaN, and so are the gradients that flow back through it; an optimizer step would write
-# NaN into the weights it updates.
+# batch (an empty example) is enough. The NaN does not stay in its example. The loss is a mean
+# over the batch, so the loss is NaN. The gradients of the inputs stay per example: example 0's
+# are finite. A weight that every example uses is different. Here a projection plays the part of
+# `W_v`. Its gradient sums the contributions of all examples, so one NaN makes every entry NaN.
+# One optimizer step then writes NaN into the whole weight.
 
 # %%
 ids = torch.tensor([[5, 6, 7, 2], [PAD_ID] * 4])  # the second example is empty
 mask = make_padding_mask(ids)
 x2 = torch.randn(2, 1, 4, 8, requires_grad=True)
-out, w = attention_textbook(x2, x2, x2, mask)
+shared = nn.Linear(8, 8)  # one weight for both examples, like W_v in a model
+out, w = attention_textbook(x2, x2, shared(x2), mask)
 print("fully masked rows per example:", fully_masked_rows(mask)[:, 0, 0].tolist())
 print(
     f"NaN outputs: example 0 {int(out[0].isnan().sum())} of {out[0].numel()}, "
@@ -220,8 +227,15 @@ print(
 )
 loss = out.pow(2).mean()
 loss.backward()
-print(f"loss: {loss.item()} | NaN gradients: {int(x2.grad.isnan().sum())} of {x2.grad.numel()}")
-assert out[1].isnan().all() and not out[0].isnan().any() and x2.grad.isnan().any()
+nan_input = [int(g.isnan().sum()) for g in x2.grad]
+nan_shared = int(shared.weight.grad.isnan().sum())
+print(f"loss: {loss.item()} | NaN gradients: input of example 0 {nan_input[0]} of 32, of example 1 "
+      f"{nan_input[1]} of 32; shared weight {nan_shared} of {shared.weight.numel()}")  # fmt: skip
+assert out[1].isnan().all() and not out[0].isnan().any()
+assert nan_input == [0, 32] and shared.weight.grad.isnan().all()
+torch.optim.SGD(shared.parameters(), lr=0.1).step()
+print(f"after one SGD step: {int(shared.weight.isnan().sum())} of 64 weights are NaN")
+assert shared.weight.isnan().all()
 
 # %% [markdown]
 # `helpers.MultiHeadAttention` gives such a row zero attention output on both of its paths, so the
@@ -262,9 +276,12 @@ assert fully_masked_rows(self_mask)[:, 0, 0].all()
 # %% [markdown]
 # With the textbook attention the whole output is NaN: query 0 is NaN after the first layer, and in
 # the second layer every query multiplies that NaN value by its zero weight ($0 \times$ NaN is
-# NaN). With `helpers`' guarded attention the output stays finite, but the start symbol is now the
-# padding row of the embedding, which `padding_idx` keeps at zero and never trains: the model's one
-# fixed cue for "first output" can never be learned.
+# NaN). With `helpers`' guarded attention the output stays finite. The start symbol is now the
+# padding row of the embedding, which `padding_idx` keeps at zero: its row gets no gradient. That
+# alone is harmless. Position 0 still gets its encoding, so the first decoder input is the fixed
+# vector `pe[0]`, which later layers can learn to read. Hugging Face's Marian starts its decoder
+# this way (chapter 16). The harm is in our mask: it is derived from the ids, so key 0 is blocked
+# for every query, and no position can attend to the start.
 
 # %%
 model = new_model().eval()
@@ -284,10 +301,20 @@ for name, inp in [("BOS", tgt_in), ("PAD", tgt_in_pad_start)]:
     print(f"start symbol {name}: gradient norm of its embedding row = {start_grad[name]:.3g}")
 assert start_grad["BOS"] > 0 and start_grad["PAD"] == 0
 
+model.eval()
+with torch.no_grad():
+    first_input = model.decoder.embed(tgt_in_pad_start)[:, 0]  # tokens x sqrt(d) + positions
+pe0 = model.decoder.embed.pe[0]
+print(f"decoder input at position 0 with PAD as start: norm {first_input.norm(dim=-1).min():.2f}, "
+      f"max |- pe[0]| = {(first_input - pe0).abs().max():.1f}; key 0 blocked for "
+      f"{int(self_mask[..., 0].sum())} of {self_mask[..., 0].numel()} queries")  # fmt: skip
+assert torch.equal(first_input, pe0.expand_as(first_input)) and pe0.norm() > 1
+assert self_mask[..., 0].all()
+
 # %% [markdown]
 # **Fix:** give BOS its own id (ours: BOS = 1, PAD = 0). Hugging Face's Marian does start its decoder
-# with PAD, safely, because its decoder padding mask is passed in (`decoder_attention_mask`, all
-# ones by default) rather than derived from the ids (chapter 16).
+# with PAD, safely. Its decoder padding mask is passed in (`decoder_attention_mask`, all ones by
+# default) rather than derived from the ids, and position 0 still gets its encoding (chapter 16).
 #
 # ## 5. `-1e9` under fp16
 #
@@ -329,6 +356,11 @@ assert fixed.isfinite().all() and fixed[0, 1:3].eq(0).all()
 # things go wrong: `masked_fill` refuses them; `~` on integers is a **bitwise** NOT (1 becomes 254,
 # 0 becomes 255, both true), so "inverting" a keep-mask blocks everything; and OR-ing two keep-masks
 # lets a key through when *either* allows it, so every real token in the future becomes visible.
+#
+# This corrects one of the articles this book was written from. It blames `|` on `uint8` masks
+# for being bitwise rather than logical. On values 0 and 1 the bitwise OR equals the logical OR
+# (the cell checks all four pairs). The damage comes from the polarity: OR is the wrong operator
+# for keep-masks in any dtype. Only `~` changes meaning with the dtype.
 
 # %%
 ids6 = torch.tensor([[BOS_ID, 7, 8, EOS_ID, PAD_ID, PAD_ID]])
@@ -348,6 +380,13 @@ causal_keep = (~make_causal_mask(6)[0, 0]).to(torch.uint8)  # 1 = attend, lower 
 either = keep[:, None, :] | causal_keep  # the wrong operator for keep-masks
 print("query 0 may attend to keys (keep | causal_keep):", either[0, 0].tolist())
 assert either[0, 0, :4].all()  # query 0 sees the three real tokens after it
+
+a01 = torch.tensor([0, 0, 1, 1], dtype=torch.uint8)
+b01 = torch.tensor([0, 1, 0, 1], dtype=torch.uint8)
+print("uint8 0/1 pairs: a | b =", (a01 | b01).tolist(), "| logical or:",
+      torch.logical_or(a01, b01).int().tolist())  # fmt: skip
+assert torch.equal((a01 | b01).bool(), torch.logical_or(a01, b01))
+assert torch.equal(a01 | b01, a01.bool().logical_or(b01.bool()).to(torch.uint8))
 
 # bool, True = blocked: the polarity is explicit
 blocked_ok = (keep == 0)[:, None, :] | make_causal_mask(6)[0]
@@ -484,6 +523,11 @@ assert from_one_head == 0 and not torch.equal(wrong_merge, right_merge)
 # A position table has `max_len` rows. Slicing it never raises (`pe[:20]` on 14 rows returns 14
 # rows), so the error appears later as a size mismatch, or not at all: when decoding with a cache,
 # forgetting the offset gives every new token position 0's encoding, and the shapes fit.
+#
+# This corrects one of the articles this book was written from. It reports an `IndexError` for a
+# sinusoidal table that is too short. Slicing the table raises nothing; the addition that follows
+# raises a `RuntimeError` (the size mismatch below). An `IndexError` comes only from indexing a
+# learned table, `nn.Embedding`, past its last row.
 
 # %%
 pe = sinusoidal_position_encoding(14, 16)
@@ -665,6 +709,118 @@ assert abs(by_hand_forgot - builtin) > 0.01
 # loss against `F.cross_entropy` on one batch, as above. (Some implementations, The Annotated
 # Transformer's {cite}`rush2018` among them, also take the PAD *class* out of the smoothing mass;
 # that is a different loss, not a bug, but it changes the numbers you compare with.)
+#
+# ## 17. A `[B, L]` padding mask without `unsqueeze`
+#
+# The scores have shape `[B, h, L_q, L_k]`. A padding mask built as `ids == PAD_ID` has shape
+# `[B, L_k]`. Broadcasting aligns shapes from the right, so PyTorch reads it as
+# `[1, 1, B, L_k]`: the batch dimension lands on the query dimension. When $B \ne L_q$ (and
+# $B > 1$), `masked_fill` raises an error. When $B = L_q$ it runs, and query $i$ of every
+# sequence gets the padding of sequence $i$. (With $B = 1$ the mask broadcasts correctly; chapter
+# 07 shows that case.) Five sequences of five tokens make $B = L_q$:
+
+# %%
+ids17 = torch.tensor([[5, 6, 7, 8, EOS_ID], [5, 6, EOS_ID, PAD_ID, PAD_ID],
+                      [5, EOS_ID, PAD_ID, PAD_ID, PAD_ID], [5, 6, 7, EOS_ID, PAD_ID],
+                      [5, 6, 7, 8, EOS_ID]])  # fmt: skip
+x17 = torch.randn(5, 2, 5, 8)  # [B, h, L, d_k] with B = L = 5
+flat = ids17 == PAD_ID  # [B, L]: no unsqueeze
+assert torch.equal(flat[:, None, None, :], make_padding_mask(ids17))  # the right [B, 1, 1, L]
+_, w_flat = attention_textbook(x17, x17, x17, flat)
+_, w_right = attention_textbook(x17, x17, x17, make_padding_mask(ids17))
+print("sequence 0 has no padding; its query 1 gives weight 0 to keys:",
+      w_flat[0, 0, 1].eq(0).int().tolist(), "(the padding of sequence 1:",
+      flat[1].int().tolist(), ")")  # fmt: skip
+differ = (w_flat != w_right).any(-1)  # [B, h, L_q]
+print(f"query rows whose weights differ from the right mask's: {int(differ.sum())} of "
+      f"{differ.numel()}")  # fmt: skip
+assert torch.equal(w_flat[0, 0, 1].eq(0), flat[1]) and not w_right[0].eq(0).any()
+try:
+    attention_textbook(x17[:4], x17[:4], x17[:4], flat[:4])  # B = 4, L_q = 5
+    raise AssertionError("expected an error")
+except RuntimeError as e:
+    print("B = 4, L_q = 5:", type(e).__name__, "|", str(e).splitlines()[0])
+try:
+    mha(torch.randn(5, 5, 16), torch.randn(5, 5, 16), torch.randn(5, 5, 16), attn_mask=flat)
+    raise AssertionError("expected an error")
+except ValueError as e:
+    print("helpers:", type(e).__name__, "|", e)
+
+# %% [markdown]
+# **Fix:** give the mask its two missing dimensions, `[B, 1, 1, L]` (`helpers.make_padding_mask`),
+# and check a mask's rank where it enters attention, as `helpers.MultiHeadAttention` does.
+#
+# ## 18. A learning rate too high, or the schedule forgotten
+#
+# Chapter 10's Noam schedule runs through `LambdaLR` with a base learning rate of 1.0. The
+# schedule's factor is then the actual learning rate: it warms up from almost 0. Forget to create
+# the scheduler, and Adam runs at 1.0 from the first step. Two of the articles this
+# book was written from name a learning rate that is too high, or no warmup, as a cause of a loss
+# that diverges or turns NaN. Twenty steps of a small model (two layers, width 32) on 32 pairs
+# show it. The loss values depend on the machine, so the cell checks bounds far from them.
+
+# %% tags=["nbval-ignore-output"]
+src18, tgt18 = make_reversal_dataset(32, seed=18)
+
+
+def first_losses(with_schedule, steps=20, warmup=30):
+    torch.manual_seed(0)
+    small = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=2, dff=64, num_layers=2,
+                        max_len=src18.size(1))  # fmt: skip
+    opt = torch.optim.Adam(small.parameters(), lr=1.0)  # Noam's base learning rate
+    if with_schedule:  # LambdaLR sets the learning rate to 1.0 x f(0) when it is created
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(32, warmup))
+    losses = []
+    for _ in range(steps):
+        logits = small(src18, tgt18[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, V), tgt18[:, 1:].reshape(-1), ignore_index=PAD_ID)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if with_schedule:
+            sched.step()
+        losses.append(loss.item())
+    return losses
+
+
+runs = {"with the schedule": first_losses(True), "schedule forgotten": first_losses(False)}
+for name, losses in runs.items():
+    print(f"{name:<18} loss every 5 steps: {[round(v, 1) for v in losses[::5]]}, "
+          f"last {losses[-1]:.2f} (ln V = {math.log(V):.2f})")  # fmt: skip
+assert runs["with the schedule"][-1] < runs["with the schedule"][0] - 0.5  # it learns
+assert min(runs["schedule forgotten"][5:]) > 3 * math.log(V)  # far worse than a uniform guess
+
+# %% [markdown]
+# With the schedule, the loss falls. At a learning rate of 1.0 it jumps within a few steps to
+# many times $\ln V$, the loss of a uniform guess, and stays there. **Fix:** check the learning
+# rate the optimizer actually uses (`opt.param_groups[0]["lr"]`) at the first steps, and warm
+# up to a small peak (chapter 10).
+#
+# ## 19. The causal mask rebuilt at every generation step
+#
+# Without a cache, step $t$ of greedy decoding runs the decoder on $t$ tokens and needs a
+# $t \times t$ causal mask. One of the articles this book was written from rebuilds it at every
+# step. That gives the right mask, but step $t$ allocates and fills $t^2$ entries, about $T^3/3$
+# over $T$ steps. A mask built once for the longest output and sliced is the same mask at every
+# step, and a slice is a view: it allocates nothing. With a KV cache (chapter 13), a step feeds
+# one query, the newest, and its causal row blocks nothing.
+
+# %%
+T = 64
+once = make_causal_mask(T)
+rebuilt = sum(t * t for t in range(1, T + 1))
+for t in range(1, T + 1):
+    sliced = once[..., :t, :t]
+    assert torch.equal(sliced, make_causal_mask(t)) and sliced.data_ptr() == once.data_ptr()
+print(f"T = {T} steps: rebuilt every step {rebuilt:,} mask entries; built once {T * T:,} "
+      f"({rebuilt / T**2:.1f}x as many when rebuilt)")  # fmt: skip
+newest = once[0, 0, T - 1]  # the causal row of the one query a cached step feeds
+print(f"the newest query's causal row blocks {int(newest.sum())} of {T} keys")
+assert rebuilt == T * (T + 1) * (2 * T + 1) // 6 and not newest.any()
+
+# %% [markdown]
+# **Fix:** build the causal mask once, at the maximum length, and slice it; with a cache, pass no
+# causal mask for the one new query.
 #
 # ## A debugging order
 #
@@ -867,7 +1023,7 @@ print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 # %% [markdown]
 # ## Summary
 #
-# - Sixteen pitfalls, each reproduced in a few lines with the wrong number or the error printed
+# - Nineteen pitfalls, each reproduced in a few lines with the wrong number or the error printed
 #   and asserted, then fixed; most of them run without an error.
 # - A debugging order (shapes, masks, data, loss at init, gradients, and NaN/inf at every step),
 #   and `helpers.check_model`, which runs it on one batch by probing what the model does.
@@ -931,28 +1087,17 @@ assert set(empty_report.failed_checks) == {"fully masked rows", "source rows"}
 # %% [markdown]
 # ### Exercise 17.3 (implement): fix a broken model
 #
-# `BuggyTransformer` below has two of this chapter's pitfalls. Run `check_model` on it to find
-# them, then write `FixedTransformer`, a subclass that overrides what is wrong.
-# `check_fixed_model(FixedTransformer)` builds one (with smaller sizes), runs `check_model` on a
-# batch, and then checks that, with the same weights as a `helpers.Transformer`, it computes the
-# same logits.
+# `BuggyTransformer` (printed below) has two of this chapter's pitfalls. Run `check_model` on it
+# to find them, then write `FixedTransformer`, a subclass of it that overrides what is wrong.
+# `check_fixed_model(FixedTransformer)` first checks that it is such a subclass: a model written
+# from a healthy `helpers.Transformer` fixes nothing. It then builds one (with smaller sizes),
+# runs `check_model` on a batch, and checks that, with the same weights as a `helpers.Transformer`,
+# it computes the same logits.
 
 # %%
-class BuggyTransformer(Transformer):
-    """Two pitfalls of this chapter, in the masks."""
+from helpers.exercises.ch17 import BuggyTransformer
 
-    def encode(self, src):
-        src_mask = (src != PAD_ID)[:, None, None, :]
-        return self.encoder(src, src_mask), src_mask
-
-    def decode(self, tgt_in, memory, src_mask, need_weights=True):
-        L = tgt_in.size(1)
-        causal = torch.tril(torch.ones(L, L, dtype=torch.bool, device=tgt_in.device))
-        self_mask = causal | make_padding_mask(tgt_in)
-        hidden, cross = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
-        return self.out_proj(hidden), cross
-
-
+print(inspect.getsource(BuggyTransformer))
 buggy_report = check_model(seeded(lambda: BuggyTransformer(VOCAB_SIZE, VOCAB_SIZE, max_len=Ls)),
                            (src, tgt), verbose=False)  # fmt: skip
 print("flagged:", buggy_report.failed_checks)

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from helpers import PAD_ID, Transformer, make_causal_mask, make_padding_mask
+from helpers import Transformer, make_causal_mask, make_padding_mask
 from helpers.exercises import ExerciseError, check_fixed_model
+from helpers.exercises.ch17 import BuggyTransformer
 
 
 @pytest.fixture(autouse=True)
@@ -15,12 +16,8 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-class Buggy(Transformer):
-    """The chapter's broken model: a keep-mask for the source, tril for the causal mask."""
-
-    def encode(self, src):
-        src_mask = (src != PAD_ID)[:, None, None, :]
-        return self.encoder(src, src_mask), src_mask
+class Buggy(BuggyTransformer):
+    """The chapter's broken model, its causal mask made replaceable by the subclasses below."""
 
     def decode(self, tgt_in, memory, src_mask, need_weights=True):
         L = tgt_in.size(1)
@@ -37,6 +34,28 @@ class SourceFixed(Buggy):
     def encode(self, src):
         src_mask = make_padding_mask(src)
         return self.encoder(src, src_mask), src_mask
+
+
+class ReferenceSolution(BuggyTransformer):
+    """The chapter's solution to exercise 17.3, as written there."""
+
+    def encode(self, src):
+        src_mask = make_padding_mask(src)
+        return self.encoder(src, src_mask), src_mask
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=True):
+        causal = make_causal_mask(tgt_in.size(1), tgt_in.device)
+        self_mask = causal | make_padding_mask(tgt_in)
+        hidden, cross = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
+        return self.out_proj(hidden), cross
+
+
+class FixedTransformer(Transformer):
+    """The answer that fixes nothing: a healthy model that never was the broken one."""
+
+
+class UnchangedSubclass(BuggyTransformer):
+    """A subclass of the broken model that overrides nothing."""
 
 
 class Fixed(SourceFixed):
@@ -66,7 +85,28 @@ class OwnSizes(Fixed):
 
 def test_the_fixed_model_passes(capsys):
     check_fixed_model(Fixed)
-    assert "check_fixed_model: all 20 checks passed" in capsys.readouterr().out
+    assert "check_fixed_model: all 21 checks passed" in capsys.readouterr().out
+
+
+def test_the_reference_solution_passes(capsys):
+    check_fixed_model(ReferenceSolution)
+    assert "check_fixed_model: all 21 checks passed" in capsys.readouterr().out
+
+
+def test_a_healthy_model_that_fixes_nothing_is_rejected():
+    # `class FixedTransformer(Transformer): pass` computes the right logits, but fixes nothing
+    with pytest.raises(ExerciseError, match="is not a subclass of BuggyTransformer"):
+        check_fixed_model(FixedTransformer)
+
+
+def test_a_subclass_that_overrides_nothing_is_rejected():
+    with pytest.raises(ExerciseError, match="check_model still flags"):
+        check_fixed_model(UnchangedSubclass)
+
+
+def test_a_model_instance_is_rejected():
+    with pytest.raises(ExerciseError, match="is not a subclass of BuggyTransformer"):
+        check_fixed_model(Fixed(13, 13))
 
 
 def test_the_broken_model_is_rejected_naming_every_failed_check():

@@ -6,11 +6,12 @@ import torch
 
 from ..data import make_reversal_dataset
 from ..debugging import check_model
+from ..masks import make_padding_mask
 from ..model import Transformer
-from ..vocab import VOCAB_SIZE
+from ..vocab import PAD_ID, VOCAB_SIZE
 from ._common import call, expect_close, fail, passed
 
-__all__ = ["check_fixed_model"]
+__all__ = ["check_fixed_model"]  # BuggyTransformer: import it from helpers.exercises.ch17
 
 SMALL = dict(d_model=32, num_heads=2, dff=64, num_layers=2)
 
@@ -27,12 +28,35 @@ _HINTS = {
 }
 
 
-def check_fixed_model(model_cls) -> None:
-    """Exercise 17.3: model_cls(src_vocab, tgt_vocab, **sizes) fixes the chapter's broken model.
+class BuggyTransformer(Transformer):
+    """Exercise 17.3's broken model: two pitfalls of chapter 17, in the masks."""
 
-    Used in chapter 17. The fixed model must pass every check of check_model on a fixed batch,
-    and, holding the same weights as a helpers.Transformer, compute the same logits.
+    def encode(self, src):
+        src_mask = (src != PAD_ID)[:, None, None, :]
+        return self.encoder(src, src_mask), src_mask
+
+    def decode(self, tgt_in, memory, src_mask, need_weights=True):
+        L = tgt_in.size(1)
+        causal = torch.tril(torch.ones(L, L, dtype=torch.bool, device=tgt_in.device))
+        self_mask = causal | make_padding_mask(tgt_in)
+        hidden, cross = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
+        return self.out_proj(hidden), cross
+
+
+def check_fixed_model(model_cls) -> None:
+    """Exercise 17.3: model_cls(src_vocab, tgt_vocab, **sizes) fixes BuggyTransformer.
+
+    Used in chapter 17. The fixed model must be a subclass of BuggyTransformer (a healthy model
+    written from scratch fixes nothing), pass every check of check_model on a fixed batch, and,
+    holding the same weights as a helpers.Transformer, compute the same logits.
     """
+    if not (isinstance(model_cls, type) and issubclass(model_cls, BuggyTransformer)):
+        fail(
+            f"{getattr(model_cls, '__name__', model_cls)!r} is not a subclass of "
+            "BuggyTransformer: the exercise is to fix that model, not to start from a healthy one",
+            hint="class FixedTransformer(BuggyTransformer): override the methods that build the "
+            "wrong masks",
+        )
     src, tgt = make_reversal_dataset(8, seed=17)
     torch.manual_seed(0)
     model = call(model_cls, VOCAB_SIZE, VOCAB_SIZE, max_len=src.size(1), **SMALL,
@@ -68,4 +92,8 @@ def check_fixed_model(model_cls) -> None:
             "computes: the causal mask | the target padding mask in the decoder, the source "
             "padding mask in the encoder and in cross-attention",
         )
-    passed("check_fixed_model", len(report.findings) + 1, "every check_model check, then logits")
+    passed(
+        "check_fixed_model",
+        len(report.findings) + 2,
+        "a subclass of BuggyTransformer, every check_model check, then logits",
+    )
