@@ -61,6 +61,7 @@ from helpers.benchmark import (
     loglog_slope,
     measure,
     peak_memory_skip_reason,
+    record_op_outputs,
     results_table,
     score_matrix_bytes,
     series,
@@ -121,6 +122,7 @@ def report(name, diffs, tol=1e-5):
     for path, d in diffs.items():
         assert d < tol, (name, path, d)
         print(f"{name:>8}: {path:<17} max |difference| < {tol:g}")
+
 
 # %% [markdown]
 # **Padding.** Three sequences of length 7; the second and third end in padding. The padding
@@ -212,7 +214,8 @@ assert score_matrix_bytes(8, 8, 4096, torch.float32) == 4 * 2**30
 # weights, and zeroing the fully masked rows one more, which is returned to the caller. While
 # that last one is made, three are alive: the masked scores, the softmax output and the
 # re-masked weights. So we expect a peak of three score matrices plus the activations alive
-# with them, the projections $Q$, $K$ and $V$ ($[B, L, d_{model}]$ each). A fused kernel's
+# with them, the projections $Q$, $K$ and $V$ ($[B, L, d_{model}]$ each). This count holds when
+# every tensor has one dtype; section 6 shows what changes under autocast. A fused kernel's
 # peak should be a few $[B, L, d_{model}]$ tensors: $Q$, $K$, $V$, the attention output and
 # the projected output, about $5 \cdot 8 \cdot L \cdot 512 \cdot 4$ bytes in float32,
 # linear in $L$. Section 5 checks both counts against the recorded sweep.
@@ -329,8 +332,9 @@ else:
 # per row; `tools/bench_attention.py` runs the long sweep (section 5), with PyTorch's default
 # kernels. This small sweep runs in the book's pinned kernel, so its times are not PyTorch's
 # default speed (the cell says so). Timings depend on the machine and its load; what the cell
-# asserts is memory: the handwritten path's peak must grow about like $L^2$ (slope near 2 on a log-log scale; the
-# linear terms still pull it a little below 2 at these sizes) and exceed the score matrix it
+# asserts is memory: the handwritten path's peak must grow about like $L^2$ (slope near 2 on a
+# log-log scale; the linear terms still pull it a little below 2 at these sizes) and exceed the
+# score matrix it
 # returns, while SDPA's only doubles from $L=512$ to $L=1024$ and stays below the score matrix
 # it never builds. (The SDPA checks start at $L=512$: five $[B, L, d_{model}]$ activations,
 # $5 B L d_{model}$ numbers, outweigh one score matrix, $B h L^2$ numbers, while
@@ -366,8 +370,8 @@ else:
 
 # %% [markdown]
 # When the reader asks for a CUDA GPU (`TRANSFORMER_BOOK_DEVICE=cuda`, chapter 1's
-# `helpers.device()`), the same live sweep runs there too, in bfloat16, to longer lengths (the
-# stored output comes from the CPU):
+# `helpers.device()`), the same live sweep runs there too, in bfloat16, to longer lengths.
+# Without one, the cell says that it skips the sweep:
 
 # %% tags=["nbval-ignore-output"]
 dev = device()
@@ -463,6 +467,7 @@ plt.show()
 # %% [markdown]
 # The recorded numbers, as ratios and slopes:
 
+
 # %%
 def ratio_table(rows):
     for L in sorted({r["L"] for r in rows}):
@@ -522,6 +527,32 @@ for L in sorted({r["L"] for r in long}):  # at long sequences SDPA is faster, in
             f"{by['handwritten']['min_ms']:.0f} ms"
         )
         assert max(by[v]["max_ms"] for v in ("sdpa", "sdpa_causal")) < by["handwritten"]["min_ms"]
+
+# %% [markdown]
+# From $L = 1024$ on, SDPA with our mask is slower than SDPA with `is_causal=True`, though both
+# compute the same outputs (section 4). The two calls do not do the same work. Given
+# `is_causal=True`, a fused kernel knows that every key block wholly above the diagonal is
+# blocked, and skips it: about half of the $L^2$ work {cite}`dao2024`. Given a mask tensor, it
+# cannot know that, so it computes every block and then applies the mask. `attention_flops`
+# counts both cases (the four projections are the same in both). If that is the whole
+# difference, the time ratio should follow the ratio of the two counts:
+
+# %%
+for L in sorted({r["L"] for r in long}):
+    by = {r["variant"]: r for r in long if r["L"] == L}
+    measured = by["sdpa"]["ms"] / by["sdpa_causal"]["ms"]
+    counted = attention_flops(cfg["B"], cfg["heads"], L, cfg["d_model"], causal=False)
+    counted /= attention_flops(cfg["B"], cfg["heads"], L, cfg["d_model"], causal=True)
+    print(
+        f"L={L}: sdpa / sdpa_causal, median time {measured:.2f}; "
+        f"work with every block / work without the blocks above the diagonal {counted:.2f}"
+    )
+    assert measured > 1.3 and counted > 1.3
+
+# %% [markdown]
+# The measured ratio is close to the counted one at $L = 2048$ and a little above it at 1024 and
+# 4096: the masked call also builds and reads its float32 copy of the mask (section 2), which
+# the count leaves out. The skipped blocks explain most of the gap.
 
 # %% [markdown]
 # **bfloat16 on the CPU.** The same sweep with `--dtype bfloat16` (recorded in
@@ -588,12 +619,63 @@ for variant in ("handwritten", "sdpa_causal"):
 
 # %% [markdown]
 # `record_gpu.py` repeats that protocol on the lent GPU, with this book's layer in place of the
-# reference's: its handwritten path does one more `masked_fill`, for fully masked rows, which
-# by section 2's reading keeps one more score matrix alive at the peak. So the ratios of
-# times and of memory to the RTX 4090 compare like with like for SDPA, and for the
-# handwritten path only up to that extra step. The listing, as we have it, has lost its
-# indentation and does not show whether the timed calls ran under `torch.no_grad()`, so the
-# script measures both.
+# reference's. For SDPA the two layers make the same calls. Their handwritten paths differ by
+# one step: ours zeroes fully masked rows with one more `masked_fill`, on the weights.
+#
+# Under this protocol that step costs more than one bfloat16 score matrix. CUDA autocast runs
+# matrix products in bfloat16 but `softmax` in float32: PyTorch's automatic mixed precision
+# documentation lists softmax among the "CUDA Ops that can autocast to float32". CPU autocast
+# has its own list, without softmax, so this CPU cannot show the CUDA behaviour (the cell below
+# shows the CPU's). On CUDA, then, the weights and the copy that our extra `masked_fill` makes
+# are float32: 4 bytes per entry, as much as two bfloat16 score matrices each. Section 2's count
+# of three score matrices assumed one dtype, so it does not carry over either. The cell lists
+# every score-sized tensor the handwritten path makes (recorded on this CPU by a dispatch mode
+# that sees each operator's output: `helpers.benchmark.record_op_outputs`), with the dtype
+# CUDA autocast gives it, at the reference's $L = 1024$.
+
+# %%
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    s_cpu = torch.randn(2, 3) @ torch.randn(3, 3)
+    print(
+        f"torch {TORCH}, CPU autocast: matmul gives {s_cpu.dtype}, "
+        f"softmax of it {s_cpu.softmax(-1).dtype}"
+    )
+small = MultiHeadAttention(d_model=16, num_heads=2, dropout=0.0).eval()
+xs = torch.randn(1, 6, 16)
+with torch.no_grad():
+    _, ops = record_op_outputs(small, xs, xs, xs, attn_mask=make_causal_mask(6), need_weights=True)
+made = [r.op for r in ops if r.shape[-2:] == (6, 6) and r.dtype.is_floating_point]
+print("score-sized tensors of the handwritten path, in order:", made)
+assert made == ["bmm", "div", "masked_fill", "_softmax", "masked_fill"]
+# under CUDA autocast (the documented lists): matmul -> bfloat16, softmax -> float32, elementwise
+# ops keep their input's dtype, and the matmul weights @ V first casts the weights to bfloat16
+cuda_bytes = {
+    "Q @ K^T (bmm)": 2,
+    "/ sqrt(d_k) (div)": 2,
+    "masked_fill on the scores": 2,
+    "softmax": 4,
+    "our extra masked_fill on the weights": 4,
+    "autocast's bfloat16 copy of the weights for @ V": 2,
+}
+entries = 8 * 8 * 1024 * 1024  # one [8, 8, 1024, 1024] score matrix
+bf16_matrix = score_matrix_bytes(8, 8, 1024, torch.bfloat16) / MiB
+for name, size in cuda_bytes.items():
+    print(f"  {name:<48}: {size} bytes per entry, {size * entries / MiB:4.0f} MiB")
+alive = ("masked_fill on the scores", "softmax", "our extra masked_fill on the weights")
+peak_mib = sum(cuda_bytes[k] for k in alive) * entries / MiB
+print(
+    f"alive during our extra masked_fill: {peak_mib:.0f} MiB = {peak_mib / bf16_matrix:.0f} "
+    f"bfloat16 score matrices of {bf16_matrix:.0f} MiB, not 3"
+)
+assert s_cpu.softmax(-1).dtype == torch.bfloat16  # CPU autocast keeps softmax in bfloat16
+
+# %% [markdown]
+# The extra step alone is a 256 MiB float32 tensor at $L = 1024$, a third of the reference's
+# 712 MiB peak. While it is made, 640 MiB of score-sized tensors are alive. So the ratios of
+# time and of memory to the RTX 4090 compare like with like for SDPA only. For the handwritten
+# path they compare two different layers. The listing,
+# as we have it, has lost its indentation and does not show whether the timed calls ran under
+# `torch.no_grad()`, so the script measures both.
 #
 # **This book's sweep.** The layer and input are themselves bfloat16 (and float32, in a second
 # pass), each call is timed on its own between two CUDA events after warm-up calls, at least 20
@@ -609,8 +691,13 @@ for variant in ("handwritten", "sdpa_causal"):
 # $d_{model} \times d_{model}$ projections, plus $QK^\top$ and the weights times $V$, these two
 # halved for the causal mask (a fused kernel can skip the blocks that lie wholly above the
 # diagonal {cite}`dao2024`). Dividing by the measured time gives the rate a kernel reached. For
-# the handwritten path the bandwidth gives a floor: it must at least write one score matrix and
-# read it back. The limits used, and what they say about the reference chapter's own numbers:
+# the handwritten path the bandwidth gives a floor: the bytes its score-sized tensors must
+# move. The reference's layer makes six passes over the $L^2$ entries under its protocol: it
+# writes $QK^\top$, reads and writes it for the division, again for `masked_fill`, reads it for
+# `softmax` and writes float32 weights, reads those for autocast's bfloat16 copy and writes it,
+# and reads that copy for the product with $V$. The cell adds the bytes up from the table
+# above (ours adds one more float32 read and write). The limits used, and what they say about
+# the reference chapter's own numbers:
 
 # %%
 for name in ("NVIDIA H200", "NVIDIA GeForce RTX 4090"):
@@ -622,28 +709,43 @@ for name in ("NVIDIA H200", "NVIDIA GeForce RTX 4090"):
 L, spec = REFERENCE_RTX4090["L"], GPU_SPECS["NVIDIA GeForce RTX 4090"]
 tflop = attention_flops(8, 8, L, 512, causal=True) / 1e12
 rate = tflop / (REFERENCE_RTX4090["sdpa_causal"]["ms"] / 1000)
-floor_ms = 2 * score_matrix_bytes(8, 8, L, torch.bfloat16) / (spec["bandwidth_tb_s"] * 1e12) * 1e3
 share = rate / spec["bf16_tflops"]
 print(
     f"\nL={L}: one causal call is {tflop * 1000:.1f} GFLOP; the reference's SDPA time "
     f"({REFERENCE_RTX4090['sdpa_causal']['ms']} ms) is {rate:.0f} TFLOP/s = "
     f"{100 * share:.0f} % of the 4090's peak"
 )
+# bytes per score entry: (written, read) by each pass of the reference's layer under autocast
+passes = {
+    "Q @ K^T": (2, 0),
+    "division": (2, 2),
+    "masked_fill": (2, 2),
+    "softmax": (4, 2),
+    "bfloat16 copy of the weights": (2, 4),
+    "weights @ V": (0, 2),
+}
+per_entry = sum(w + r for w, r in passes.values())
+floor_ms = per_entry * entries / (spec["bandwidth_tb_s"] * 1e12) * 1e3
+one_pass_ms = 2 * score_matrix_bytes(8, 8, L, torch.bfloat16) / (spec["bandwidth_tb_s"] * 1e12)
 hand_ms = REFERENCE_RTX4090["handwritten"]["ms"]
 print(
-    f"writing and reading one bfloat16 score matrix at {spec['bandwidth_tb_s']} TB/s takes "
-    f"{floor_ms:.2f} ms; the reference's handwritten call took {hand_ms} ms = "
-    f"{hand_ms / floor_ms:.0f}x that"
+    f"the reference's handwritten path moves {per_entry} bytes per score entry in "
+    f"{len(passes)} passes: {per_entry * entries / 2**30:.2f} GiB, {floor_ms:.2f} ms at "
+    f"{spec['bandwidth_tb_s']} TB/s (one write and one read of a bfloat16 score matrix alone: "
+    f"{one_pass_ms * 1e3:.2f} ms)"
 )
-assert 0.55 < share < 0.65 and 10 < hand_ms / floor_ms < 12  # the prose's 3/5 and 11x
+print(f"its measured call took {hand_ms} ms = {hand_ms / floor_ms:.1f}x that floor")
+assert 0.55 < share < 0.65 and 1.5 < hand_ms / floor_ms < 2.5  # the prose's 3/5 and "twice"
 
 # %% [markdown]
 # So at $L=1024$, going by the one mean of 20 calls the reference chapter reports for each
-# path, its SDPA call ran at about three fifths of the RTX 4090's peak bfloat16 rate, and its
-# handwritten call took about eleven times as long as one write and one read of the score
-# matrix at full bandwidth. A recorded GPU run adds the same two lines for
-# the largest $L$ it measured ("Roofline" at the end of its summary). The run recorded for this
-# book, read from `chapters/data/attention_cuda.json` when it exists:
+# path, its SDPA call ran at about three fifths of the RTX 4090's peak bfloat16 rate. Its
+# handwritten call took about twice as long as its six passes over the score entries need at
+# full bandwidth. Counting only one write and one read of the score matrix would make that
+# look like eleven times. A recorded GPU run adds the rate and a bandwidth line for the
+# largest $L$ it measured ("Roofline" at the end of its summary); that line counts one write
+# and one read of the score matrix only. The run recorded for this book, read from
+# `chapters/data/attention_cuda.json` when it exists:
 
 # %%
 print(gpu_attention_summary(DATA))
@@ -658,19 +760,23 @@ if gpu is not None:
 # - The handwritten path and SDPA give the same outputs, to within $10^{-5}$, under padding,
 #   causal, cross and fully masked rows (section 1); the only thing SDPA withholds is the
 #   weights.
-# - The handwritten path's peak memory is three score matrices plus $Q$, $K$ and $V$, as read
-#   off the code (section 2) and checked against the recorded sweep (section 5): quadratic in
-#   $L$, and at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak on this CPU is about
-#   five $[B, L, d_{model}]$ activations, linear in $L$ (section 5, from $L=512$ on).
+# - In one dtype, the handwritten path's peak memory is three score matrices plus $Q$, $K$ and
+#   $V$, as read off the code (section 2) and checked against the recorded sweep (section 5):
+#   quadratic in $L$, and at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak on this
+#   CPU is about five $[B, L, d_{model}]$ activations, linear in $L$ (section 5, from $L=512$ on).
 # - A boolean mask is an $L^2$ term on the SDPA path too: the module's `~attn_mask` and, in
 #   torch 2.13.0 on the CPU, a float32 copy inside SDPA; `is_causal=True` needs neither.
 # - Time: in the recorded CPU sweep, at every $L$ from 1024 on where the handwritten path ran,
 #   even the slowest SDPA run was faster than the fastest handwritten run; the load average
-#   printed with the record says how busy the machine was.
+#   printed with the record says how busy the machine was. SDPA with `is_causal=True` was
+#   faster than SDPA with our mask by about the share of the work that lies above the diagonal.
+# - Under CUDA autocast, softmax runs in float32. So our handwritten layer's extra
+#   `masked_fill` makes a float32 copy, and its memory cannot be compared like with like with
+#   the reference's layer. The reference's handwritten call took about twice the time its six
+#   passes over the score entries need at full bandwidth.
 # - GPU numbers come from one prepared script, `tools/record_gpu.py`, tested on the CPU first;
-#   it reproduces the reference chapter's protocol for a like-for-like comparison with its
-#   RTX 4090 and measures the book's own sweep; section 6 prints the run, or the command that
-#   records it.
+#   it repeats the reference chapter's protocol and measures the book's own sweep; section 6
+#   prints the run, or the command that records it.
 #
 # ## Exercises
 #
