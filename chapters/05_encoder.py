@@ -187,7 +187,7 @@ with torch.no_grad():
         "h = ln1(x)       ",
         tuple(h.shape),
         f"  largest |per-position mean| {'below 1e-5' if h_mean < 1e-5 else f'{h_mean:.0e}'}, "
-        f"mean std {h_std:.3f}",
+        f"per-position std {'within 1e-3 of 1' if abs(h_std - 1) < 1e-3 else f'{h_std:.4f}'}",
     )
     a, w = pre.mha(h, h, h, attn_mask=pad_mask)
     print("a = MHA(h, h, h) ", tuple(a.shape), "  weights", tuple(w.shape), " [B, h, L, L]")
@@ -279,12 +279,11 @@ print(
     f" Post-Norm {out_post.std(-1, unbiased=False).mean():.3f}"
 )
 assert not torch.allclose(out_post, out, atol=1e-3)
-torch.testing.assert_close(out_post.std(-1, unbiased=False), torch.ones(4, 14), atol=1e-3, rtol=0)
 
 # %% [markdown]
-# A Post-Norm layer's output leaves through a LayerNorm, so while that LayerNorm has its
-# initial scale 1 and shift 0, the output's per-position standard deviation is 1
-# (asserted). A Pre-Norm layer's output is the stream plus two updates, with no
+# A Post-Norm layer's output leaves through a LayerNorm. While that LayerNorm has its
+# initial scale 1 and shift 0, the output's per-position standard deviation is therefore 1,
+# whatever the layer computed. A Pre-Norm layer's output is the stream plus two updates, with no
 # normalisation on the way out.
 #
 # The difference is easiest to see with sub-layers that contribute nothing. Zero the
@@ -396,11 +395,14 @@ for i in (0, 1, 2, 4, 8, 12, 16, 20, 24):
 s = scale["Pre-Norm"]
 assert all(b > a for a, b in zip(s, s[1:]))  # grows at every layer
 assert s[-1] > 3 * s[0]
-for key in ("Pre-Norm + final LN", "Post-Norm"):
-    assert all(abs(v - 1) < 1e-3 for v in scale[key][1:]), key
 pre_u, post_u = relative_update["Pre-Norm"], relative_update["Post-Norm"]
 assert pre_u[-1] < pre_u[0] / 2  # late Pre-Norm layers move the stream less
-assert max(post_u[1:]) < 1.5 * min(post_u[1:])  # Post-Norm: about the same at every depth
+late = post_u[7:]  # Post-Norm, layers 8 to 24
+print(
+    f"\nPost-Norm update / stream: layer 1 {post_u[0]:.2f};"
+    f" layers 8 to 24 {min(late):.2f} to {max(late):.2f}"
+)
+assert post_u[0] < 0.65 and all(0.75 < u < 0.9 for u in late)
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -431,12 +433,13 @@ plt.show()
 # %% [markdown]
 # What the table and Figure 5.2 show:
 #
-# - **Pre-Norm's stream grows at every layer** (asserted), to several times its input's
-#   size after 24 layers: each sub-layer adds its update, and nothing ever scales the sum
-#   back down.
+# - **Pre-Norm's stream grows at every layer**, to several times its input's size after
+#   24 layers: each sub-layer adds its update, and nothing ever scales the sum back down.
 # - **Post-Norm's stream stays at 1**: every layer ends with a LayerNorm.
-# - **One LayerNorm at the end** brings Pre-Norm's output back to 1 at every depth up to
-#   24 (asserted).
+# - **One LayerNorm at the end** brings Pre-Norm's output back to 1 at every depth.
+#
+# The last two curves hold by construction. A LayerNorm at its initial scale 1 and shift 0
+# gives every position mean 0 and standard deviation 1, so RMS 1, whatever it receives.
 #
 # Without that final LayerNorm, whatever reads the encoder's output (the decoder's
 # cross-attention keys and values, chapter 06) would see vectors whose scale depends on
@@ -447,10 +450,11 @@ plt.show()
 #
 # The right panel is Pre-Norm's side effect: the stream grows faster than the updates
 # written into it, so the deeper a layer sits, the less it changes the stream relative to
-# its size: the last layer by less than half as much as the first (asserted). In the
-# Post-Norm stack every layer changes its input by about the same share (within a factor
-# of 1.5 from layer 2 on, asserted). This is a statement about random
-# weights at initialisation; what training does with it is not measured here.
+# its size. The last layer changes it less than half as much as the first. In the
+# Post-Norm stack the share goes the other way at first. It rises from 0.57 at layer 1 to
+# about 0.8 by layer 8. From there to layer 24 it levels off, between 0.79 and 0.89. This
+# is a statement about random weights at initialisation; what training does with it is
+# not measured here.
 #
 # ## The encoder stack
 #
@@ -823,7 +827,8 @@ plt.show()
 # What the recorded runs show, five seeds per setting (the table above, Figure 5.3):
 #
 # - At learning rates $10^{-3}$ and $2 \times 10^{-3}$, all ten Pre-Norm runs leave the
-#   plateau near loss 1.45 and reach held-out exact match 0.85 to 1.00. Of the ten Post-Norm
+#   plateau near loss 1.45 (explained below) and reach held-out exact match above 0.84
+#   (0.846 to 0.999, printed below). Of the ten Post-Norm
 #   runs, from the same initial weights on the same batches, nine never bring their running
 #   mean below 1.3 in 400 steps and end with held-out exact match at most 0.004; one
 #   ($10^{-3}$, seed 4) drops below 1.3 only at step 348 and reaches 0.43.
@@ -836,7 +841,7 @@ plt.show()
 #   $2 \times 10^{-3}$, seed 0, in the middle panel). Post-Norm's, which mostly stays on the
 #   plateau, rises by 0.03 to 0.28 at those rates.
 #
-# In all 15 pairs Pre-Norm's held-out loss is less than half of Post-Norm's (asserted
+# In all 15 pairs Pre-Norm's held-out loss is less than half of Post-Norm's (printed
 # below), five seeds per learning rate. That is one task, one depth and one budget: whether
 # Post-Norm leaves the plateau at smaller learning rates given more steps, or with the
 # learning-rate warmup of the original paper (which chapter 10 uses), this sweep does not
@@ -876,9 +881,65 @@ assert max(ratios) < 0.5 and post_solved == [(1e-3, 4)] and list(below) == post_
 assert max(runs["post", lr, seed]["exact_match"] for lr, seed in post_low) <= 0.004
 assert below[1e-3, 4] > 300 and all(abs(v - math.log(11)) < 0.01 for v in top_post)
 low_lr_pre = torch.cat([stats["pre", lr]["em"] for lr in cfg["lrs"][:2]])
-assert low_lr_pre.min() > 0.8
+print(
+    f"Pre-Norm at lr <= 2e-3: held-out exact match {low_lr_pre.min():.3f} to {low_lr_pre.max():.3f}"
+)
+assert low_lr_pre.min() > 0.84
 
 # %% [markdown]
+# ### What the plateau is
+#
+# The plateau near 1.45 has a plain meaning. Take a model that knows which digits the
+# source holds, and how often, but not their order. At a digit position its best guess
+# spreads over the source's digits by their counts: a digit that occurs twice among eight
+# gets probability 2/8. At the `<eos>` position it is certain, because the source has
+# its `<eos>` at the same place. Its loss needs no training. The cell computes it on the
+# held-out set, with the same averaging as the loss above (every position except
+# padding), and sets it beside the nine Post-Norm runs that stayed on the plateau:
+
+
+# %%
+def order_blind_loss(src, lab):
+    """Cross-entropy of predicting, at each digit position, the source's digit counts / n."""
+    is_digit = src >= helpers.NUM_OFFSET
+    counts = torch.zeros(len(src), VOCAB_SIZE).scatter_add_(1, src, is_digit.float())
+    p_digit = counts / is_digit.sum(1, keepdim=True)  # [N, V]: the multiset of the digits
+    p_label = p_digit.gather(1, lab)  # the probability it gives each position's label
+    p_label[lab == helpers.EOS_ID] = 1.0  # <eos> sits where the source has its <eos>
+    return -p_label[lab != helpers.PAD_ID].log().mean().item()
+
+
+_, _, val_src, val_lab = norm_exp.tagger_data()
+blind = order_blind_loss(val_src, val_lab)
+plateau = {(lr, seed): runs["post", lr, seed]["val_loss"] for lr, seed in post_low}
+print(f"held-out loss of the order-blind guess: {blind:.3f}")
+print(
+    f"held-out loss of the {len(plateau)} Post-Norm runs on the plateau:"
+    f" {min(plateau.values()):.3f} to {max(plateau.values()):.3f}"
+)
+print(f"ln 11, the uniform guess over the eleven labels: {math.log(11):.3f}")
+near = {norm: [] for norm in names}  # steps a run's running mean spends in [1.40, 1.50]
+for lr, seed in pairs:
+    if lr < 4e-3:
+        for norm in names:
+            m = smooth(runs[norm, lr, seed]["losses"])
+            near[norm].append(int(((m > 1.40) & (m < 1.50)).sum()))
+for norm, steps in near.items():
+    print(
+        f"{names[norm]:>9} runs at lr <= 2e-3: {min(steps)} to {max(steps)} of"
+        f" {cfg['steps']} steps with the running mean between 1.40 and 1.50"
+    )
+assert all(abs(v - blind) < 0.03 for v in plateau.values())
+assert max(near["pre"]) < min(near["post"])
+
+# %% [markdown]
+# The plateau runs end within 0.03 of the order-blind guess. So the plateau is the loss of
+# a model that has the digits but not their order. Finding which digits occur needs no
+# positions: attention can gather them from anywhere in the source. Leaving the plateau
+# needs the positions: position $i$ must find position $n - 1 - i$. The Pre-Norm runs
+# stop at the plateau too, for 37 to 91 steps, and then learn the order. Nine of the ten
+# Post-Norm runs at these learning rates stay there for the rest of the 400 steps.
+#
 # ### One run, live
 #
 # To see that the recorded runs come from this code, the next cell repeats the first
@@ -963,7 +1024,8 @@ for name, v in diffs.items():
 # - In a recorded sweep (6 layers, no warmup, 3 learning rates x 5 seeds, each pair from the
 #   same initial weights and batches), Pre-Norm ended with less than half of Post-Norm's
 #   held-out loss in all 15 pairs, and 14 of the 15 Post-Norm runs never left (or rose above)
-#   the loss plateau in 400 steps (Figure 5.3).
+#   the loss plateau in 400 steps (Figure 5.3). The plateau is the loss of a guess that
+#   knows the source's digits but not their order.
 # - The one thing to remember: **Pre-Norm keeps a path of plain additions through the
 #   stack, and pays for it with a final LayerNorm.**
 #
@@ -993,7 +1055,7 @@ print(
     f"RMS after 24 layers {deep_rms[24]:.2f}, after 48 {deep_rms[48]:.2f}:"
     f" ratio {ratio_48_24:.2f} (sqrt 2 = {2**0.5:.2f}); after a final LayerNorm {after_ln:.2f}"
 )
-assert 1.2 < ratio_48_24 < 1.7 and abs(after_ln - 1) < 1e-3
+assert 1.2 < ratio_48_24 < 1.7
 
 # %% [markdown] jupyter={"source_hidden": true}
 # :::{dropdown} Answer to exercise 5.1
@@ -1013,24 +1075,31 @@ assert 1.2 < ratio_48_24 < 1.7 and abs(after_ln - 1) < 1e-3
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.2
+post64, x64 = copy.deepcopy(post).double(), x.double()  # float64: rounding stays far below eps
 with torch.no_grad():
-    once = post.ln1(x)
-    twice = post.ln2(post.ln1(x))
-    many = x
+    once = post64.ln1(x64)
+    twice = post64.ln2(post64.ln1(x64))
+    many = x64
     for _ in range(24):
-        many = silenced(post)(many, pad_mask)[0]
+        many = silenced(post64)(many, pad_mask)[0]
+    no_eps = nn.functional.layer_norm(x64, (d,), eps=0.0)
+    no_eps_gap = (nn.functional.layer_norm(no_eps, (d,), eps=0.0) - no_eps).abs().max().item()
 print(
     f"max |LN(LN(x)) - LN(x)| = {(twice - once).abs().max().item():.1e};"
     f" after 24 silent layers, max |out - LN(x)| = {(many - once).abs().max().item():.1e};"
-    f" max |LN(x) - x| = {(once - x).abs().max().item():.2f}"
+    f" max |LN(x) - x| = {(once - x64).abs().max().item():.2f}"
 )
-assert (twice - once).abs().max() < 1e-3 and (many - once).abs().max() < 1e-3
-assert (once - x).abs().max() > 0.1
+print(
+    f"with eps = 0: max |LN(LN(x)) - LN(x)| {'below 1e-12' if no_eps_gap < 1e-12 else no_eps_gap}"
+)
+assert (twice - once).abs().max() < 1e-4 and (many - once).abs().max() < 1e-4
+assert (once - x64).abs().max() > 0.1 and no_eps_gap < 1e-12
 
 # %% [markdown] jupyter={"source_hidden": true}
 # :::{dropdown} Answer to exercise 5.2
-# A LayerNorm of an already normalised vector changes it only by the $\epsilon$ in its
-# root: a stack of silent Post-Norm layers is one LayerNorm, not the identity. Each
+# A LayerNorm of an already normalised vector changes it only through the $\epsilon$ in
+# its root: with $\epsilon = 0$ the second one changes nothing. So a stack of silent
+# Post-Norm layers is one LayerNorm, not the identity. Each
 # Post-Norm layer can only pass its input on *normalised*; a Pre-Norm layer passes it on
 # unchanged.
 # :::
