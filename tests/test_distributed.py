@@ -1,7 +1,10 @@
 """Data-parallel training (chapter 20): two gloo processes started by torchrun compute the same
-step as one process on the whole batch; rank 0 alone writes the checkpoint; bad launches stop
-with a clear message."""
+step as one process on the whole batch, and train_reversal_ddp's first steps on two processes
+equal its steps in one (so each rank scales its loss by the global token count); each rank
+draws its own dropout stream from the same initial weights; rank 0 alone writes the checkpoint;
+bad launches stop with a clear message."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -21,7 +24,9 @@ from helpers.distributed import (
     port_is_free,
     rank_batches,
     save_on_rank0,
+    seed_rank_stream,
     torchrun_command,
+    train_reversal_ddp,
 )
 from helpers.recipes import BOOK_RECIPE
 from helpers.train import build_model
@@ -68,6 +73,55 @@ def test_rank0_alone_writes_the_checkpoint(one_step):
     assert [r["wrote_checkpoint"] for r in ranks] == [True, False]
     assert [r["replicas_max_diff"] for r in ranks] == [0.0, 0.0]
     assert sorted(p.name for p in one_step.glob("*.pt")) == ["grads.pt", "model.pt"]
+
+
+FEW_STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def few_steps(tmp_path_factory):
+    """train_reversal_ddp for FEW_STEPS steps of the book's recipe on two processes."""
+    out = tmp_path_factory.mktemp("ddp_steps")
+    args = ("--out", str(out), "--max-steps", str(FEW_STEPS), "--log-every", "0")
+    r = run(torchrun_command(SCRIPT, 2, *args))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def test_ddp_training_steps_equal_one_process(few_steps):
+    # Each rank's half of a batch holds its own number of real tokens. Scaling a rank's loss by
+    # its own count instead of the global one changes these weights by up to ~1e-3; rounding
+    # alone moves them by ~5e-8.
+    cfg = dataclasses.replace(
+        BOOK_RECIPE, max_steps=FEW_STEPS, cooldown=0, target_exact_match=None, threads=1
+    )
+    one = train_reversal_ddp(cfg).model.state_dict()
+    two = torch.load(few_steps / "model.pt")["state_dict"]
+    for name, p in one.items():
+        # the key biases' gradient is rounding noise (see the one-step test): Adam moves them
+        # by up to about the learning rate in a direction set by that noise
+        atol = 1e-3 if name.endswith("W_k.bias") else 1e-6
+        torch.testing.assert_close(two[name], p, rtol=1e-5, atol=atol, msg=name)
+
+
+def test_each_rank_draws_its_own_dropout_stream(few_steps):
+    ranks = json.loads((few_steps / "result.json").read_text())
+    assert ranks[0]["stream_seed"] == BOOK_RECIPE.seed  # rank 0: train_reversal's own stream
+    assert ranks[1]["stream_seed"] != ranks[0]["stream_seed"]
+
+
+def test_seed_rank_stream_keeps_rank0_and_the_weights():
+    cfg = dataclasses.replace(BOOK_RECIPE, dropout=0.1)
+    masks, weights = [], []
+    for rank in (None, 0, 1):  # None: one process, as helpers.train_reversal runs
+        model = build_model(cfg)
+        if rank is not None:
+            seed_rank_stream(cfg, rank)
+        weights.append(model.state_dict())
+        masks.append(torch.nn.functional.dropout(torch.ones(64), p=0.5))
+    assert torch.equal(masks[0], masks[1]) and not torch.equal(masks[1], masks[2])
+    for name, w in weights[0].items():
+        assert torch.equal(weights[2][name], w)
 
 
 def test_save_on_rank0_skips_other_ranks(tmp_path):

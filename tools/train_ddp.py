@@ -2,7 +2,7 @@
 """Train the reversal model data-parallel: one process per rank, started by torchrun.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tools/train_ddp.py \\
-        --out /tmp/ddp [--seed 0] [--threads 1] [--log-every 50]
+        --out /tmp/ddp [--seed 0] [--threads 1] [--log-every 50] [--max-steps N] [--dropout P]
     python -m torch.distributed.run --standalone --nproc_per_node=2 tools/train_ddp.py \\
         --out /tmp/ddp --one-step          # one step on a fixed batch (chapter 20's proof)
 
@@ -48,6 +48,8 @@ def main() -> None:
     p.add_argument("--log-every", type=int, default=50, help="rank 0 logs every N steps")
     p.add_argument("--one-step", action="store_true", help="one step on a fixed global batch")
     p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket size")
+    p.add_argument("--max-steps", type=int, default=None, help="train exactly N steps")
+    p.add_argument("--dropout", type=float, default=None, help="override the recipe's dropout")
     args = p.parse_args()
     try:
         info = init_distributed()
@@ -57,6 +59,12 @@ def main() -> None:
     t_joined = time.perf_counter()
     torch.set_num_threads(args.threads)
     cfg = dataclasses.replace(BOOK_RECIPE, seed=args.seed, threads=args.threads)
+    if args.max_steps is not None:  # a fixed number of steps, no early stop (the tests' runs)
+        cfg = dataclasses.replace(
+            cfg, max_steps=args.max_steps, cooldown=0, target_exact_match=None
+        )
+    if args.dropout is not None:
+        cfg = dataclasses.replace(cfg, dropout=args.dropout)
     out = __import__("pathlib").Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mine = {"rank": info.rank, "world_size": info.world_size, "threads": args.threads}
@@ -83,6 +91,7 @@ def main() -> None:
             ms_per_step=round(1000 * res.step_seconds, 2),
             final_rank_loss=h["rank_loss"][-1],
             wrote_checkpoint=res.checkpoint is not None,
+            stream_seed=res.stream_seed,
         )
         if info.is_main:
             mine["loss"] = [round(x, 5) for x in h["loss"]]

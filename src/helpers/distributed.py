@@ -195,6 +195,25 @@ def summed_loss(model, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: fl
     return loss, logits, tgt_out
 
 
+def dropout_seed(seed: int, rank: int) -> int:
+    """The seed of rank `rank`'s own random stream (dropout masks) after the shared init.
+
+    Rank 0 keeps the stream build_model left it (None: not reseeded), so one process draws
+    exactly what helpers.train_reversal draws; rank r > 0 gets a seed of its own, so no two
+    ranks apply the same dropout masks to their different rows."""
+    return None if rank == 0 else 1_000_003 * rank + seed
+
+
+def seed_rank_stream(cfg: TrainConfig, rank: int) -> int:
+    """Reseed torch's global generator for this rank's dropout masks; returns its seed
+    (torch.initial_seed()). Call it after the model is built from cfg.seed: the weights are
+    the same on every rank, the masks are not."""
+    seed = dropout_seed(cfg.seed, rank)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return torch.initial_seed()
+
+
 def make_optimizer(model, cfg: TrainConfig):
     """Adam and the LambdaLR schedule of helpers.train_reversal, for the same cfg."""
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
@@ -363,6 +382,7 @@ class DDPResult:
     seconds: float = 0.0
     step_seconds: float = 0.0  # mean wall time of one training step (evaluations excluded)
     checkpoint: str | None = None
+    stream_seed: int = 0  # the seed of this rank's dropout stream (seed_rank_stream)
 
 
 def train_reversal_ddp(
@@ -375,7 +395,7 @@ def train_reversal_ddp(
     """Train the reversal model data-parallel on every process of the group. Chapter 20.
 
     Every rank builds the same model from cfg.seed (DDP would broadcast rank 0's weights
-    anyway), draws its share of each global batch of cfg.batch_size sequences from
+    anyway), then reseeds its own stream for dropout masks (seed_rank_stream), draws its share of each global batch of cfg.batch_size sequences from
     rank_batches, and takes the same Adam step with the all-reduced gradient. Per step, one
     small all-reduce also sums the token count, the summed loss, each rank's own mean loss and
     the exactly-right sequences, so that every rank normalises the loss by the global token
@@ -389,6 +409,7 @@ def train_reversal_ddp(
     t0 = time.perf_counter()
     model = build_model(cfg)
     net = wrap(model, info)
+    stream_seed = seed_rank_stream(cfg, info.rank)
     src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
     src_eval, tgt_eval = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
@@ -446,7 +467,15 @@ def train_reversal_ddp(
     if checkpoint is not None:
         path = save_on_rank0(model, cfg, checkpoint, info)
     return DDPResult(
-        model, cfg, info.rank, W, hist, time.perf_counter() - t0, train_s / max(step, 1), path
+        model,
+        cfg,
+        info.rank,
+        W,
+        hist,
+        time.perf_counter() - t0,
+        train_s / max(step, 1),
+        path,
+        stream_seed,
     )
 
 
