@@ -840,13 +840,36 @@ for k in theory:
 print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
 
 # %% [markdown]
-# The same call gives `nn.Transformer` other numbers. Its attention keeps the three projections
-# in one fused `in_proj_weight` of shape $[3d, d]$, so Xavier sees $n_{out} = 3d$. Each
-# projection then gets the standard deviation $\sqrt{2/(4d)}$, not $\sqrt{2/(2d)}$. And
+# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$ (the
+# ratio of the two standard deviations above is about $\sqrt 3 \approx 1.73$), and Xavier
+# keeps it near 1. An attention score is the product of *two* projections, $q \cdot k$,
+# so with the default it comes out about $(1/\sqrt 3)^2 = 1/3$ as large, and the softmax starts
+# out flatter. Measured on 64 unit-variance token vectors:
+
+# %%
+torch.manual_seed(2)
+x = torch.randn(1, 64, 128)
+score_std = {}
+with torch.no_grad():
+    for name in ("default", "xavier"):
+        W_q, W_k = nn.Linear(128, 128), nn.Linear(128, 128)
+        if name == "xavier":
+            for lin in (W_q, W_k):
+                nn.init.xavier_uniform_(lin.weight)
+                nn.init.zeros_(lin.bias)
+        score_std[name] = (W_q(x) @ W_k(x).transpose(-2, -1) / math.sqrt(128)).std().item()
+        print(f"{name:<8} std of the attention scores q.k/sqrt(d): {score_std[name]:.2f}")
+print(f"ratio default/xavier: {score_std['default'] / score_std['xavier']:.2f}")
+assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
+
+# %% [markdown]
+# `nn.Transformer` makes the same call with other results. Its attention keeps the three
+# projections in one fused `in_proj_weight` of shape $[3d, d]$, so Xavier sees $n_{out} = 3d$.
+# Each projection then gets the standard deviation $\sqrt{2/(4d)}$, not $\sqrt{2/(2d)}$. And
 # `_reset_parameters` leaves every bias alone. `nn.MultiheadAttention` zeroes its own biases,
-# but the feed-forward biases `linear1` and `linear2` keep `nn.Linear`'s uniform draw. So the
-# model above follows the same idea, not the same numbers. Measured on an `nn.Transformer` of
-# this model's sizes:
+# but the feed-forward biases `linear1` and `linear2` keep `nn.Linear`'s uniform draw. So
+# `MyTransformer` follows the same idea, not the same numbers. Measured on an `nn.Transformer`
+# of its sizes:
 
 # %%
 torch.manual_seed(0)
@@ -880,29 +903,6 @@ for name, bias, fan_in in (
     else:
         assert nonzero > 0 and (bias.abs() <= 1 / math.sqrt(fan_in)).all()
 assert (model.encoder.layers[0].ffn.net[0].bias == 0).all()  # ours: zero
-
-# %% [markdown]
-# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$ (the
-# ratio of the two standard deviations above is about $\sqrt 3 \approx 1.73$), and Xavier
-# keeps it near 1. An attention score is the product of *two* projections, $q \cdot k$,
-# so with the default it comes out about $(1/\sqrt 3)^2 = 1/3$ as large, and the softmax starts
-# out flatter. Measured on 64 unit-variance token vectors:
-
-# %%
-torch.manual_seed(2)
-x = torch.randn(1, 64, 128)
-score_std = {}
-with torch.no_grad():
-    for name in ("default", "xavier"):
-        W_q, W_k = nn.Linear(128, 128), nn.Linear(128, 128)
-        if name == "xavier":
-            for lin in (W_q, W_k):
-                nn.init.xavier_uniform_(lin.weight)
-                nn.init.zeros_(lin.bias)
-        score_std[name] = (W_q(x) @ W_k(x).transpose(-2, -1) / math.sqrt(128)).std().item()
-        print(f"{name:<8} std of the attention scores q.k/sqrt(d): {score_std[name]:.2f}")
-print(f"ratio default/xavier: {score_std['default'] / score_std['xavier']:.2f}")
-assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
 
 # %% [markdown]
 # What the default initialisation costs in training is measured in chapter 12.
