@@ -91,6 +91,7 @@ assert users[0] == "10"
 # produces. The cell changes each field in turn, and then the format number, and checks that
 # every change gives another name.
 
+
 # %%
 def changed(value):
     if isinstance(value, bool):
@@ -189,6 +190,7 @@ except ValueError as exc:
 # stand-in for any function: `torch.load(weights_only=False)` runs it, and `load_checkpoint`
 # refuses the file before anything is built (torch 2.13.0):
 
+
 # %%
 class Payload:
     def __reduce__(self):  # what unpickling would call: here a harmless print
@@ -201,7 +203,8 @@ try:
     load_checkpoint(tampered, tiny)
     raise AssertionError("a file with an arbitrary object loaded")
 except Exception as exc:
-    print(f"load_checkpoint refused it: {type(exc).__name__}")
+    version = torch.__version__.split("+")[0]
+    print(f"load_checkpoint refused it (torch {version}): {type(exc).__name__}")
     assert "weights only" in str(exc).lower().replace("_", " ")
 print("torch.load(weights_only=False) on the same file:")
 unsafe = torch.load(tampered, weights_only=False)  # prints: code from the file ran

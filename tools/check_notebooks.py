@@ -50,6 +50,8 @@ EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+) \(([^)]*)\)", re.M)
 KINDS = {"predict, then run": 0, "modify": 1, "implement": 2}  # the order exercises come in
 SOLUTION_MARK = re.compile(r"^# Solution to exercise (\d+)\.(\d+)\b")
 FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
+# a version number such as 2.13.0 in prose (not "section 3.2.1"): the notebook must print it
+VERSION = re.compile(r"(?<![\w.])(?<!section )(\d+\.\d+\.\d+)(?![\w.]*\d)", re.I)
 
 
 def source(cell) -> str:
@@ -124,6 +126,20 @@ def check(path: Path) -> list[str]:
         for n, line in enumerate(source(cell).splitlines(), 1):
             if len(line) > MAX_LINE:
                 problem(f"cell {i} line {n} has {len(line)} characters (at most {MAX_LINE})")
+    # versions named in prose are printed by a cell (code or output) of the same notebook
+    shown = "\n".join(
+        source(c) + "".join(output_text(o) for o in c.get("outputs", []))
+        for c in cells
+        if c.get("cell_type") == "code"
+    )
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "markdown":
+            for version in dict.fromkeys(VERSION.findall(source(cell))):
+                if version not in shown:
+                    problem(
+                        f"cell {i} names version {version}, which no cell of the notebook "
+                        "prints: print it (or say which package without the number)"
+                    )
     if None in counts:
         problem(f"{counts.count(None)} code cell(s) never executed: re-execute the notebook")
     elif counts != list(range(1, len(counts) + 1)):
