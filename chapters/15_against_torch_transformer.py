@@ -18,15 +18,15 @@
 #
 # PyTorch {cite}`paszke2019` ships its own encoder-decoder, `torch.nn.Transformer`. It is written
 # and tested by other people, which makes it a strong, independent test of ours: load **our**
-# weights into it, feed it the same inputs, and every logit must agree to float precision. If
-# they do, our attention, our Pre-Norm wiring, our GELU feed-forward, our final LayerNorms and our
-# masks all compute what PyTorch computes. If one piece differed, the logits would move: the
-# chapter breaks one piece at a time and watches them (Figure 15.1 follows one such break through
-# the layers).
+# weights into it, feed it the same inputs, and in evaluation mode every logit must agree to
+# float precision. If they do, our attention, our Pre-Norm wiring, our GELU feed-forward, our
+# final LayerNorms and our masks all compute what PyTorch computes. If one piece differed, the
+# logits would move: the chapter breaks one piece at a time and watches them (Figure 15.1
+# follows one such break through the layers).
 #
 # Along the way we learn its interface, whose mask arguments are easy to get wrong (section 4
-# gets them wrong on purpose), and we end with an honest comparison: when to use it and when to
-# write your own.
+# gets them wrong on purpose). We end with what it does not give you, and with what PyTorch's
+# own docstring says it is for.
 #
 # What `nn.Transformer` is: the two **stacks** (encoder layers plus a final LayerNorm, decoder
 # layers plus a final LayerNorm). What it is not: it has no token embeddings, no positional
@@ -36,6 +36,7 @@
 # %%
 import copy
 import inspect
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -97,9 +98,10 @@ assert len(differ) == 8 and differ == [n for n in OPTIONS if n != "dropout"]
 
 # %% [markdown]
 # A wrong size is loud: a different `d_model` or `dim_feedforward` gives weights of other
-# shapes, and the copy fails. Four arguments are quiet: with a wrong value every weight keeps its
+# shapes, and the copy fails. Five arguments are quiet: with a wrong value every weight keeps its
 # shape, the copy succeeds, and the mistake shows only when the model runs (a later cell, after
-# Figure 15.1, runs each one, and one wrong size):
+# Figure 15.1, runs each one, and one wrong size). We leave `layer_norm_eps` at its default,
+# because it equals the `eps` of our `nn.LayerNorm`s (the later cell prints both):
 #
 # | argument | PyTorch default | ours | a wrong value ... |
 # | --- | --- | --- | --- |
@@ -107,6 +109,8 @@ assert len(differ) == 8 and differ == [n for n in OPTIONS if n != "dropout"]
 # | `norm_first` | `False` (Post-Norm) | `True` (Pre-Norm) | computes another function, chapter 05 |
 # | `activation` | `"relu"` | `"gelu"` | computes another function, chapter 04 |
 # | `nhead` | 8 | 4 | splits the same `[d, d]` projections into other heads |
+# | `layer_norm_eps` | `1e-05` | `1e-05` (not passed) | another $\epsilon$ in every LayerNorm |
+
 
 # %%
 def build_reference(**overrides):
@@ -141,6 +145,7 @@ for name, p in layer.named_parameters():
 # | `ffn.net[0]`, `ffn.net[2]` | `linear1`, `linear2` |
 # | `ln1`, `ln2`, `ln3` | `norm1`, `norm2`, `norm3` (same order: before self-attention, cross-attention, FFN) |
 # | `encoder.ln_final`, `decoder.ln_final` | `encoder.norm`, `decoder.norm` |
+
 
 # %%
 @torch.no_grad()
@@ -183,6 +188,7 @@ print("copied; cross-attention W_k of layer 1 is rows 128:256 of in_proj_weight"
 # A batch with padding on both sides, so that every mask has work to do: the first sequence fills
 # the source, the others are padded. The decoder input is one column wider than the source, as
 # happens when a batch's targets are padded to their own longest length.
+
 
 # %%
 def reversal_pair(digits, src_width, tgt_width):
@@ -317,13 +323,14 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each of the four quiet options matters as well. Build the reference with one of them left at
-# its default and copy the same weights: with `norm_first`, `activation` or `nhead` wrong, the
+# Each of the quiet options matters as well. Build the reference with one of the first four left
+# at its default and copy the same weights: with `norm_first`, `activation` or `nhead` wrong, the
 # logits move far beyond the tolerance. With `batch_first=False` our `[B, L, d]` tensors are read
 # as `[L, B, d]`: here the source and target "batch sizes" are then their lengths, 7 and 8, and
 # the call fails. With equal lengths it runs, and attends across the batch instead of along each
 # sequence: the cell changes one sequence of a batch and measures how far another one moves. A
-# wrong size, by contrast, fails at the copy.
+# wrong size, by contrast, fails at the copy. The fifth, `layer_norm_eps`, is printed last: its
+# default against ours, and a wrong value.
 
 # %%
 errors = []
@@ -368,6 +375,54 @@ try:
 except RuntimeError as e:
     mismatch = next(ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln)
     print("dim_feedforward=2048, copy:", type(e).__name__, "|", mismatch)
+
+# layer_norm_eps: PyTorch's default and the eps of our LayerNorms
+eps_default = defaults["layer_norm_eps"]
+our_eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
+print(f"layer_norm_eps: nn.Transformer default {eps_default}, our LayerNorms {our_eps}")
+assert our_eps == {eps_default} and {ref.encoder.layers[0].norm1.eps} == our_eps
+wrong_eps, _ = build_reference(layer_norm_eps=0.1)
+copy_into(wrong_eps, model)
+with torch.no_grad():
+    eps_diff = (reference_logits(wrong_eps, src, tgt_in, **full_masks) - ours).abs().max().item()
+print(f"{'layer_norm_eps=0.1':<28} max |logit diff| = {eps_diff:.1f}")
+assert eps_diff > 1e-3
+
+
+# %% [markdown]
+# ### Only in evaluation mode
+#
+# The two models compute the same function with dropout off. In training mode they do not, even
+# with the same seed. Their feed-forward block has one more dropout than ours, after the
+# activation (`self.dropout` in `_ff_block`, printed from PyTorch's source); ours has one only
+# after the second linear layer (its `dropout2`). The cell prints both, then runs both models
+# in training mode from the same seed, twice.
+
+# %% tags=["nbval-ignore-output"]
+print(inspect.getsource(nn.TransformerEncoderLayer._ff_block).strip())
+print("ours:", model.encoder.layers[0].ffn.net)
+
+
+def train_mode_logits(seed=0):
+    model.train(), ref.train()
+    try:
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            a = model(src, tgt_in)
+            torch.manual_seed(seed)
+            b = reference_logits(ref, src, tgt_in, **full_masks)
+    finally:
+        model.eval(), ref.eval()
+    return a, b
+
+
+(a1, b1), (a2, b2) = train_mode_logits(), train_mode_logits()
+train_gap = (a1 - b1).abs().max().item()
+print(f"training mode, same seed: max |logit diff|, ours vs nn.Transformer {train_gap:.1f}")
+repeat = [(a1 - a2).abs().max().item(), (b1 - b2).abs().max().item()]
+print(f"training mode, same seed twice: max |logit diff|, ours {repeat[0]}, theirs {repeat[1]}")
+assert train_gap > 0.1 and torch.equal(a1, a2) and torch.equal(b1, b2)
+assert not model.training and not ref.training
 
 # %% [markdown]
 # ## 4. Its mask arguments, against ours
@@ -483,6 +538,7 @@ assert ((change > 1e-3) | change.isnan()).all()
 # numbers. One bug, two symptoms, depending on where you look (this is PyTorch 2.13's behaviour;
 # other versions may differ).
 
+
 # %%
 def nan_per_sequence():
     """How many of each sequence's logits are NaN."""
@@ -545,9 +601,20 @@ assert layer_args == ["d_model", "nhead", "dim_feedforward", "dropout", "activat
                       "dtype"]  # fmt: skip
 
 # %% [markdown]
-# **When to use which.** For a standard encoder or decoder block, `nn.Transformer` (or
-# `nn.TransformerEncoderLayer` alone) is the sensible default: it is tested, it is one line, and at
-# inference it has fused fast paths. Its limits are the ones shown above: no per-layer attention
+# **When to use which.** PyTorch's own docstring answers part of it. In torch 2.13 it calls
+# `nn.Transformer` a reference implementation and points elsewhere for efficient layers (the
+# cell prints the sentences):
+
+# %%
+doc = " ".join(nn.Transformer.__doc__.split())
+intent = doc[doc.index("The intent") : doc.index("Args:")].strip()
+print(f"torch {torch.__version__.split('+')[0]}, nn.Transformer.__doc__:")
+print(textwrap.fill(intent, 100))
+assert "reference implementation" in intent and "building blocks" in intent
+
+# %% [markdown]
+# That is the role it plays in this chapter: an independent reference to test ours against.
+# Its limits are the ones shown above: no per-layer attention
 # weights (the heatmaps of the cross-attention chapter need them), no KV cache (greedy decoding
 # recomputes the whole prefix at every step; the KV cache chapter shows what a cache saves), and the
 # block is fixed: the constructor's arguments, printed above, choose sizes, the activation and where
@@ -555,8 +622,7 @@ assert layer_args == ["d_model", "nhead", "dim_feedforward", "dropout", "activat
 # or grouped-query attention {cite}`ainslie2023`; any of those means writing your own layer. Its
 # masks, split by role and with the opposite polarity from SDPA, are easy to get wrong, as the last
 # cells show. Libraries such as Hugging Face `transformers` write their own layers too (chapter 16).
-# The value of a handwritten model is that you know exactly what every line computes, and the value
-# of `nn.Transformer` here is as an independent reference to test it against.
+# The value of a handwritten model is that you know exactly what every line computes.
 #
 # ## 6. Parameter count
 #
@@ -609,14 +675,16 @@ print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forwa
 # - With our weights copied in, `nn.Transformer`'s two stacks between our embeddings and our
 #   output projection give our logits to within 1e-5, on a batch padded on both sides.
 # - The check is sharp: one weight moved by 0.015 moves the logits beyond the tolerance, from
-#   the layer that holds it on (Figure 15.1). Three quiet constructor options (`norm_first`,
-#   `activation`, `nhead`) move them too; `batch_first=False` fails at the call here and, with
+#   the layer that holds it on (Figure 15.1). Four quiet constructor options (`norm_first`,
+#   `activation`, `nhead`, `layer_norm_eps`) move them too; `batch_first=False` fails at the call here and, with
 #   equal lengths, lets the sequences of a batch change each other's outputs.
+# - The match holds in evaluation mode only: in training mode their feed-forward block drops
+#   out once more than ours, after the activation.
 # - `nn.Transformer` splits each mask by role (`tgt_mask` `[Lt, Lt]`, `*_key_padding_mask`
 #   `[B, L]`) with our polarity (True = blocked); forgetting `memory_key_padding_mask` or
 #   reversing the polarity runs without an error and changes the logits.
 # - It returns no attention weights and has no KV cache; the parameter count of its stacks is
-#   ours exactly.
+#   ours exactly. Its docstring (torch 2.13) calls it a reference implementation.
 # - The one thing to remember: an independent implementation makes a strong test of a model,
 #   if the test can be shown to fail.
 #
