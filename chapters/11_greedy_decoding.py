@@ -29,6 +29,7 @@
 
 # %%
 import dataclasses
+from contextlib import contextmanager
 
 import matplotlib.pyplot as plt
 import torch
@@ -37,6 +38,7 @@ from helpers import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
+    SHARP_ATTENTION_RECIPE,
     Transformer,
     decode_digits,
     describe,
@@ -46,6 +48,7 @@ from helpers import (
     test_set,
     trained_reversal_model,
 )
+from helpers.train import build_model
 
 _ = torch.manual_seed(0)
 
@@ -165,21 +168,37 @@ assert all((t != PAD_ID).all() for t in after_eos)  # never padding
 # a target, the gradient of the cross-entropy lowered its logit at every position it scored. The
 # fix takes a few lines: keep a `finished` flag per row, overwrite the next token of a finished
 # row with `<pad>`, and stop as soon as every row is finished.
+#
+# The loop also runs the model in evaluation mode (dropout off) and gives the caller's mode back
+# at the end, even when it raises. The small context manager `eval_mode` does both. The last
+# section shows why.
+
 
 # %%
+@contextmanager
+def eval_mode(model):
+    """Evaluation mode inside the block; the caller's mode back afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def greedy(model, src, max_len=14):
-    model.eval()  # dropout off: see the last section
-    memory, src_mask = model.encode(src)
-    out = torch.full((src.size(0), 1), BOS_ID)
-    finished = torch.zeros(src.size(0), dtype=torch.bool)
-    for _ in range(max_len - 1):
-        nxt = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1].argmax(-1)
-        nxt = nxt.masked_fill(finished, PAD_ID)  # finished rows only get padding
-        out = torch.cat([out, nxt[:, None]], dim=1)
-        finished |= nxt == EOS_ID
-        if finished.all():
-            break
+    with eval_mode(model):
+        memory, src_mask = model.encode(src)
+        out = torch.full((src.size(0), 1), BOS_ID)
+        finished = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_len - 1):
+            nxt = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1].argmax(-1)
+            nxt = nxt.masked_fill(finished, PAD_ID)  # finished rows only get padding
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            finished |= nxt == EOS_ID
+            if finished.all():
+                break
     return out
 
 
@@ -199,7 +218,9 @@ for row, digits in zip(pred, ("123", "480265", "9081726354")):
 # Token accuracy is forgiving: a 12-digit answer with one wrong digit is still 92 % right
 # (12 of its 13 tokens, counting `<eos>`). The task's real metric is **exact match**: the
 # fraction of sequences whose output equals the target at every position up to and including
-# `<eos>` (what comes after `<eos>` is padding and does not count). One wrong digit, a missing `<eos>`, or an extra digit all make the sequence wrong.
+# `<eos>` (what comes after `<eos>` is padding and does not count). One wrong digit, a missing
+# `<eos>`, or an extra digit all make the sequence wrong.
+
 
 # %% tags=["nbval-ignore-output"]
 def my_exact_match(pred, tgt):
@@ -244,9 +265,10 @@ assert exact_match(model, src_val, tgt_val) == em
 # others apart). The cell decodes all of them greedily (with the KV cache, in batches of
 # 1,000) and prints the exact match with its 95 % Wilson interval {cite}`wilson1927`. It also
 # checks the claim chapter 10 relies on during training: the teacher-forced count, one forward
-# pass per batch, is the same number. (Chapter 10 trained the same recipe on four kernel paths
-# and got four models, which scored from 98.91 % (this one) to 99.77 %. The cell asserts chapter
-# 10's floor of 98 %, which all four clear.)
+# pass per batch, is the same number. Chapter 10 trained the same recipe on four kernel paths
+# and got four models. They scored from 98.91 % (the book's pinned kernels) to 99.77 %. A model
+# trained on your CPU may be any of them, or another. The cell asserts chapter 10's floor of
+# 98 %, which all four clear.
 
 # %% tags=["nbval-ignore-output"]
 src_test, tgt_test = test_set()
@@ -281,19 +303,27 @@ assert long_errors > int((~right).sum()) / 2
 # Dropout zeroes a random subset of activations **in training mode** and does nothing in
 # evaluation mode. A model left in training mode at inference is therefore a random function:
 # the same input gives different outputs on every call. Nothing raises an error: the outputs
-# still have the shape of an answer, only they are wrong far more often and not reproducible
+# still have the shape of an answer, only they are wrong more often and not reproducible
 # (the decoding cell below counts both). `torch.no_grad()` does not help either: it turns off
 # gradient tracking, not dropout.
 #
-# The book's model was trained without dropout (chapter 10's ablation: without it, the runs
-# needed fewer steps), so its dropout layers have probability 0 and the bug is invisible here:
-# the cell checks that two calls in training mode agree. To see the bug, we load the same weights
-# into a model built with dropout 0.1, as in {ref}`the reference chapter <reference-chapter>`.
-# Dropout has no weights, so the state dict fits as is.
+# The book's model was trained without dropout (chapter 10). Its dropout layers have
+# probability 0, so training mode changes nothing: the cell checks that two calls agree. Two
+# other models show the bug:
+#
+# - **trained with dropout**: chapter 18's model, trained with dropout 0.15 (its weights are
+#   stored in `chapters/data/`).
+# - **an extreme case**: the book's weights loaded into a model built with dropout 0.1, as in
+#   {ref}`the reference chapter <reference-chapter>`. These weights never saw dropout in
+#   training. Dropout has no weights, so the state dict fits as is.
 
 # %% tags=["nbval-ignore-output"]
-leaky = Transformer.from_config(dataclasses.replace(model.config, dropout=0.1))
-leaky.load_state_dict(model.state_dict())
+stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
+assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # chapter 18's recipe, dropout 0.15
+with_dropout = build_model(SHARP_ATTENTION_RECIPE)
+with_dropout.load_state_dict(stored["state_dict"])
+never_dropout = Transformer.from_config(dataclasses.replace(model.config, dropout=0.1))
+never_dropout.load_state_dict(model.state_dict())
 x, y = src_val[:200], tgt_val[:200]
 
 model.train()  # the book's model, dropout 0: training mode changes nothing
@@ -304,23 +334,28 @@ print(f"book's model (dropout {model.config.dropout}), train mode: max |differen
 print(f"{(a - b).abs().max().item():.2f}")
 assert model.config.dropout == 0 and torch.equal(a, b)
 
-leaky.eval()
-with torch.no_grad():
-    a, b = leaky(x, y[:, :-1]), leaky(x, y[:, :-1])
-print(f"eval mode,  two calls: max |logit difference| = {(a - b).abs().max().item():.2f}")
-assert torch.equal(a, b)
-
-leaky.train()  # the bug: still in training mode
-with torch.no_grad():  # no_grad does not switch dropout off
-    a, b = leaky(x, y[:, :-1]), leaky(x, y[:, :-1])
-diff = (a - b).abs().max().item()
-print(f"train mode, two calls: max |logit difference| = {diff:.2f}")
-assert diff > 0.1
+two_models = {
+    "trained with dropout 0.15": with_dropout,
+    "never trained with it, 0.1": never_dropout,
+}
+for name, m in two_models.items():
+    m.eval()
+    with torch.no_grad():
+        a, b = m(x, y[:, :-1]), m(x, y[:, :-1])
+    assert torch.equal(a, b)
+    m.train()  # the bug: still in training mode
+    with torch.no_grad():  # no_grad does not switch dropout off
+        a, b = m(x, y[:, :-1]), m(x, y[:, :-1])
+    diff = (a - b).abs().max().item()
+    print(f"{name}: eval mode, two calls agree; train mode, max |logit difference| {diff:.2f}")
+    assert diff > 0.1
 
 # %% [markdown]
-# What this does to decoding: the hand-written loop below has no `model.eval()` in it, so it keeps
-# whatever mode the model is in. In training mode, decoding the same sequences twice gives different
-# outputs, and exact match drops.
+# What this does to decoding: the hand-written loop below has no `eval_mode` in it, so it keeps
+# whatever mode the model is in. The cell decodes the 1,000 validation sequences in evaluation
+# mode, then three times in training mode (three draws of the dropout masks). It counts how
+# many outputs differ between the first two draws.
+
 
 # %% tags=["nbval-ignore-output"]
 @torch.no_grad()
@@ -339,30 +374,66 @@ def greedy_keeps_mode(model, src, max_len=14):
 
 
 torch.manual_seed(0)
-x, y = src_val[:300], tgt_val[:300]
-leaky.train()
-first, second = greedy_keeps_mode(leaky, x), greedy_keeps_mode(leaky, x)
-n_diff = sum(p != q for p, q in zip(first.tolist(), second.tolist()))
-em_train_mode = my_exact_match(first, y)
-leaky.eval()
-eval_pred = greedy_keeps_mode(leaky, x)
-em_eval_mode = my_exact_match(eval_pred, y)
-shaped = sum(  # <bos>, then only digits up to an <eos>
-    EOS_ID in row and all(t > EOS_ID for t in row[1 : row.index(EOS_ID)]) for row in first.tolist()
-)
-print(f"train mode: {n_diff} of {len(x)} outputs differ between two runs")
-print(f"train mode: {shaped} of {len(x)} outputs are digits followed by <eos>")
-print(f"  e.g. {describe(x[0][x[0] != PAD_ID])} -> {describe(first[0][first[0] != PAD_ID])}")
-print(f"train mode: exact match {em_train_mode:.3f}")
-print(f"eval mode : exact match {em_eval_mode:.3f}")
-assert n_diff > 0 and em_train_mode < em_eval_mode and shaped > len(x) / 2
-assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout off: the trained model
+em_eval, em_train = {}, {}
+for name, m in two_models.items():
+    m.eval()
+    em_eval[name] = my_exact_match(greedy_keeps_mode(m, src_val), tgt_val)
+    m.train()
+    draws = [greedy_keeps_mode(m, src_val) for _ in range(3)]
+    m.eval()
+    em_train[name] = [my_exact_match(d, tgt_val) for d in draws]
+    n_diff = sum(p != q for p, q in zip(draws[0].tolist(), draws[1].tolist()))
+    shaped = sum(  # <bos>, then only digits up to an <eos>
+        EOS_ID in row and all(t > EOS_ID for t in row[1 : row.index(EOS_ID)])
+        for row in draws[0].tolist()
+    )
+    print(f"{name}:")
+    print(f"  eval mode : exact match {em_eval[name]:.3f}")
+    print(f"  train mode: exact match {', '.join(f'{e:.3f}' for e in em_train[name])} (3 draws)")
+    print(f"  train mode: {n_diff} of {len(src_val):,} outputs differ between two draws")
+    print(f"  train mode: {shaped} of {len(src_val):,} outputs are digits followed by <eos>")
+    wrong = next(i for i, (p, t) in enumerate(zip(draws[0], tgt_val)) if p.tolist() != t.tolist())
+    print(f"  e.g. {describe(src_val[wrong][src_val[wrong] != PAD_ID])} -> ", end="")
+    print(describe(draws[0][wrong][draws[0][wrong] != PAD_ID]))
+    assert n_diff > 0 and shaped > len(src_val) / 2
+realistic, extreme = two_models
+assert em_eval[realistic] >= 0.99 and max(em_train[realistic]) < 0.95
+assert em_eval[extreme] == em and max(em_train[extreme]) < 0.1  # same weights as the book's
 
 # %% [markdown]
-# The fix is the first line of `greedy` above: call `model.eval()` inside the decoding function
-# (as `helpers.greedy_decode` does), so that callers cannot forget it. Remember to switch back with
-# `model.train()` when training resumes, as the training loop of chapter 10 does after each
-# evaluation.
+# In training mode, the model trained with dropout gets many more sequences wrong than in
+# evaluation mode (the cell prints each draw). The model that never saw dropout gets more than
+# nine sequences in ten wrong. In both, two draws give different
+# outputs for the same input.
+#
+# The fix is `eval_mode` in `greedy` above: the decoding function switches dropout off itself,
+# so that no caller can forget it. It also gives the caller's mode back when it returns, so a
+# training loop that scores its model mid-run keeps training with dropout on. It gives it back
+# even when decoding raises: that is what the `try`/`finally` is for. `helpers.greedy_decode`
+# and `helpers.exact_match_with_interval` do the same. The cell checks all three on the model
+# trained with dropout, left in training mode, and once with a source that is too long.
+
+# %% tags=["nbval-ignore-output"]
+reference = greedy_keeps_mode(with_dropout.eval(), src_val[:300])
+for name, decode in (("greedy", greedy), ("helpers.greedy_decode", greedy_decode)):
+    with_dropout.train()
+    out = decode(with_dropout, src_val[:300])
+    n_rows = sum(p != q for p, q in zip(out.tolist(), reference.tolist()))
+    mode = "training" if with_dropout.training else "eval"
+    print(f"{name}: {n_rows} of {len(out)} rows differ from eval mode; mode after the call: {mode}")
+    assert torch.equal(out, reference) and with_dropout.training
+score = exact_match_with_interval(with_dropout, src_val, tgt_val)
+mode = "training" if with_dropout.training else "eval"
+print(f"exact_match_with_interval: {score.exact_match:.3f}; mode after the call: {mode}")
+assert score.exact_match == em_eval[realistic] and with_dropout.training
+too_long = torch.cat([src_val[:1], src_val[:1]], dim=1)  # 28 tokens; the model holds 14
+try:
+    greedy(with_dropout, too_long)
+except ValueError:
+    mode = "training" if with_dropout.training else "eval"
+    print(f"greedy raised ValueError on 28 tokens; mode after it: {mode}")
+assert with_dropout.training
+_ = with_dropout.eval()
 
 # %% [markdown]
 # ## Summary
@@ -374,8 +445,8 @@ assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout of
 #   interval, and the same count from one teacher-forced pass per batch.
 # - The same weights in training mode decode differently on every call: dropout is on, and
 #   `torch.no_grad()` does not switch it off.
-# - The one thing to remember: call `model.eval()` inside the decoding function, so that no caller
-#   can forget it.
+# - The one thing to remember: switch to evaluation mode inside the decoding function, so that
+#   no caller can forget it, and give the caller's mode back when it returns (`try`/`finally`).
 #
 # ## Exercises
 #
@@ -384,6 +455,7 @@ assert em_eval_mode == my_exact_match(ours[:300], y)  # same weights, dropout of
 # `greedy` above decodes the batch of three sources with 3, 6 and 10 digits. How many times does it
 # call `model.decode`, and how many times `model.encode`? And for a batch of one source with 12
 # digits? Predict, then count by wrapping the two methods.
+
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 11.1
@@ -469,7 +541,7 @@ from helpers.exercises import check_beam_search
 
 @torch.no_grad()
 def beam_search(model, src, k):
-    model.eval()
+    model.eval()  # the checker's models; greedy above shows how to give the mode back
     memory, src_mask = model.encode(src)  # once, as in greedy decoding
     beams = [([BOS_ID], 0.0)]  # (tokens, sum of log-probabilities)
     for _ in range(model.max_len - 1):
