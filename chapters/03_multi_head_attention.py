@@ -442,10 +442,10 @@ assert not t.is_contiguous() and "view size is not compatible" in str(caught)
 
 # %% [markdown]
 # The bug hides when there is one position. A decoder that generates one token at a time
-# can run attention on a single query, so $L = 1$. Then the transpose swaps a dimension of
-# size 1. The stride of a size-1 dimension is never used, so the result still counts as
-# contiguous, and the same `view` works. Code run only on one-token steps passes, then
-# fails on the first longer sequence:
+# can run attention on a single query (with the cache of chapter 13), so $L = 1$. Then the
+# transpose swaps a dimension of size 1. The stride of a size-1 dimension is never used,
+# so the result still counts as contiguous, and the same `view` works. A test that runs
+# only one-token steps passes; the first longer sequence fails:
 
 # %%
 x1 = x[:, :1]  # one position per sequence: L = 1

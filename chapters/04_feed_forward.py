@@ -350,8 +350,8 @@ assert 0.4 < negative < 0.6
 # curve: its gradient is small, but not zero. How far a training step moves it depends
 # on the optimiser. Plain SGD moves a weight by the learning rate times its gradient, so
 # a small gradient gives a small step. Adam, which this book trains with (chapter 10),
-# divides each gradient by a running estimate of its own size. Its first step therefore
-# moves every weight with a non-zero gradient by about the learning rate. A zero gradient
+# divides each gradient by the square root of a running average of its squares. Its first
+# step therefore moves every weight with a non-zero gradient by about the learning rate. A zero gradient
 # moves nothing under either. The cell takes one step of each, with learning rate
 # $10^{-3}$, and compares how far unit 0's weights move with how far a typical unit's do
 # (the median over the other units):
