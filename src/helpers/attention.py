@@ -18,9 +18,9 @@ class MultiHeadAttention(nn.Module):
     [B, h, Lq, Lk] (the heatmap chapters need them); need_weights=False calls
     F.scaled_dot_product_attention, whose fused CPU kernel keeps no weights (its math
     fallback does; chapter 3 shows which backend ran). Both paths compute the same function,
-    including on a fully masked query row, whose output is zero in both: the handwritten path
-    zeroes such rows itself, and SDPA returns zeros there in torch 2.13 (older releases
-    returned NaN).
+    including on a fully masked query row: its attention weights are zero in both (the
+    handwritten path zeroes such rows itself, and SDPA returns zeros there in torch 2.13; older
+    releases returned NaN), so the module's output on that row is W_o's bias.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.1):
