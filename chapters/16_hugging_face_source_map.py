@@ -533,7 +533,7 @@ assert (pe_rows, bart_rows) == (16, 18) and only_bart and "encoder.ln_final" in 
 # shape `[V, d]`: the encoder's embedding, the decoder's embedding and `out_proj`. BART ties
 # them. With `tie_word_embeddings=True` (the default of `BartConfig`), `lm_head`, the encoder's
 # `embed_tokens` and the decoder's `embed_tokens` are one tensor, `model.shared`. So copying our
-# weights pair by pair, as the list above suggests, writes three times into one tensor. The last
+# three matrices pair by pair writes three times into one tensor. The last
 # write wins: after copying `out_proj` into `lm_head`, BART's token embeddings are our output
 # projection.
 #
@@ -774,7 +774,7 @@ assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 # (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
 # (chapter 17 shows the damage). Marian works for two reasons. First, its decoder does not derive
 # the padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
-# ones when not given. Second, the start token's embedding row is the padding row, which stays
+# ones when not given. Second, the start token's embedding row is the padding row, which is
 # zero, but position 0 still gets its sinusoidal encoding. So the first decoder input is that
 # encoding: a fixed vector, not zero. A tiny Marian, with our PAD id as its PAD and its start
 # symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first

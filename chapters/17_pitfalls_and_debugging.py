@@ -210,9 +210,9 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 # If a query may attend to no key at all, the textbook softmax computes $0/0$. An all-PAD row in a
 # batch (an empty example) is enough. The NaN does not stay in its example. The loss is a mean
 # over the batch, so the loss is NaN. The gradients of the inputs stay per example: example 0's
-# are finite. A weight that every example uses is different. Here a projection plays the part of
-# `W_v`. Its gradient sums the contributions of all examples, so one NaN makes every entry NaN.
-# One optimizer step then writes NaN into the whole weight.
+# are finite. A weight that every example uses can be different. Here a projection computes the
+# values, as `W_v` does. Its gradient sums the contributions of all examples, and the NaN of
+# example 1 makes every entry NaN. One optimizer step then writes NaN into the whole weight.
 
 # %%
 ids = torch.tensor([[5, 6, 7, 2], [PAD_ID] * 4])  # the second example is empty
@@ -278,10 +278,10 @@ assert fully_masked_rows(self_mask)[:, 0, 0].all()
 # the second layer every query multiplies that NaN value by its zero weight ($0 \times$ NaN is
 # NaN). With `helpers`' guarded attention the output stays finite. The start symbol is now the
 # padding row of the embedding, which `padding_idx` keeps at zero: its row gets no gradient. That
-# alone is harmless. Position 0 still gets its encoding, so the first decoder input is the fixed
-# vector `pe[0]`, which later layers can learn to read. Hugging Face's Marian starts its decoder
-# this way (chapter 16). The harm is in our mask: it is derived from the ids, so key 0 is blocked
-# for every query, and no position can attend to the start.
+# does not remove the cue for the first position. Position 0 still gets its encoding, so the
+# first decoder input is the fixed vector `pe[0]`, not zero. Hugging Face's Marian starts its
+# decoder this way (chapter 16). The harm is in our mask: it is derived from the ids, so key 0 is
+# blocked for every query, and no position can attend to the start.
 
 # %%
 model = new_model().eval()
@@ -714,10 +714,12 @@ assert abs(by_hand_forgot - builtin) > 0.01
 #
 # The scores have shape `[B, h, L_q, L_k]`. A padding mask built as `ids == PAD_ID` has shape
 # `[B, L_k]`. Broadcasting aligns shapes from the right, so PyTorch reads it as
-# `[1, 1, B, L_k]`: the batch dimension lands on the query dimension. When $B \ne L_q$ (and
-# $B > 1$), `masked_fill` raises an error. When $B = L_q$ it runs, and query $i$ of every
-# sequence gets the padding of sequence $i$. (With $B = 1$ the mask broadcasts correctly; chapter
-# 07 shows that case.) Five sequences of five tokens make $B = L_q$:
+# `[1, 1, B, L_k]`: the batch dimension lands on the query dimension. When $B$ and $L_q$ differ
+# and neither is 1, `masked_fill` raises an error. When $B = L_q$ it runs, and query $i$ of every
+# sequence gets the padding of sequence $i$. With one query per sequence ($L_q = 1$, a cached
+# decoding step) it runs too, and the scores grow from `[B, h, 1, L_k]` to `[B, h, B, L_k]`.
+# (With $B = 1$ the mask broadcasts correctly; chapter 07 shows that case.) Five sequences of five
+# tokens make $B = L_q$:
 
 # %%
 ids17 = torch.tensor([[5, 6, 7, 8, EOS_ID], [5, 6, EOS_ID, PAD_ID, PAD_ID],
@@ -740,6 +742,9 @@ try:
     raise AssertionError("expected an error")
 except RuntimeError as e:
     print("B = 4, L_q = 5:", type(e).__name__, "|", str(e).splitlines()[0])
+grown = torch.randn(4, 2, 1, 5).masked_fill(flat[:4], float("-inf"))  # B = 4, L_q = 1
+print("B = 4, L_q = 1: scores [4, 2, 1, 5] come out as", list(grown.shape))
+assert grown.shape == (4, 2, 4, 5)
 try:
     mha(torch.randn(5, 5, 16), torch.randn(5, 5, 16), torch.randn(5, 5, 16), attn_mask=flat)
     raise AssertionError("expected an error")
@@ -754,10 +759,9 @@ except ValueError as e:
 #
 # Chapter 10's Noam schedule runs through `LambdaLR` with a base learning rate of 1.0. The
 # schedule's factor is then the actual learning rate: it warms up from almost 0. Forget to create
-# the scheduler, and Adam runs at 1.0 from the first step. Two of the articles this
-# book was written from name a learning rate that is too high, or no warmup, as a cause of a loss
-# that diverges or turns NaN. Twenty steps of a small model (two layers, width 32) on 32 pairs
-# show it. The loss values depend on the machine, so the cell checks bounds far from them.
+# the scheduler, and Adam runs at 1.0 from the first step. The articles this book was written
+# from recommend warmup, and one lists a learning rate that is too high as a cause of a NaN loss.
+# Twenty steps of a small model (two layers, width 32) on 32 pairs show the divergence.
 
 # %% tags=["nbval-ignore-output"]
 src18, tgt18 = make_reversal_dataset(32, seed=18)
