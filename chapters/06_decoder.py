@@ -440,10 +440,11 @@ for b in range(B):
 # %% [markdown]
 # This decoder and the encoder above keep PyTorch's default initialisation of `nn.Linear`. The
 # model the book trains uses Xavier-uniform for every linear layer instead, which makes the
-# attention scores larger (chapter 07 measures by how much). So the same measurement is repeated on the
-# untrained models that `helpers.train_reversal` starts from (`build_model`), for five seeds and
-# both decoder layers: at the reference chapter's size ($d = 128$, `SEED_RECIPE`) and at the
-# size the book trains ($d = 32$, `BOOK_RECIPE`).
+# attention scores larger (chapter 07 measures by how much). So the cell below repeats the
+# measurement on the untrained models that `helpers.train_reversal` starts from (its
+# `build_model`), for five seeds and both decoder layers. It does so at the size of
+# {ref}`the reference chapter <reference-chapter>` ($d = 128$, `SEED_RECIPE`) and at the size
+# the book trains ($d = 32$, `BOOK_RECIPE`).
 
 
 # %%

@@ -306,6 +306,7 @@ attentions = {
     "-inf": attention_neg_inf,
 }
 table = {}
+print("torch", torch.__version__.split("+")[0])
 print(f"{'causal mask':<26}" + "".join(f"{a:>27}" for a in attentions))
 for cname, cfn in causal_variants.items():
     row = []
