@@ -351,9 +351,9 @@ assert min(test["xavier_only"]) < max(test["default"]) and min(test["default"]) 
 )
 
 # %% [markdown]
-# Section 3 trained the two seed-0 configs live. Under the book's pinned kernels these are,
-# bit for bit, the runs of the same configs that `chapters/data/kernel_spread.json` records for
-# the pinned path, so the cell asserts the same test counts. On other kernels it allows twice
+# Section 3 trained the two seed-0 configs live. `chapters/data/kernel_spread.json` records the
+# same two configs trained on the book's pinned kernels. Where the pin holds, the cell asserts
+# the same test counts. On other kernels it allows twice
 # the largest gap that record measured between kernel paths, and at least 0.5 %. The 2 x 2
 # record's seed-0 runs came from yet other kernels: the cell prints how far they sit from the
 # pinned runs.
