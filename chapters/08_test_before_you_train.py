@@ -271,9 +271,10 @@ assert results["triu(diagonal=1), correct"] and not results["no causal mask"]
 # which *every* key is blocked (position 0 with `diagonal=0`, every position without `triu`).
 # What happens next depends on how the attention treats such a row (chapters 03 and 07):
 #
-# - `helpers.MultiHeadAttention` and `F.scaled_dot_product_attention` (in torch 2.13.0) return
-#   **zero** for a fully masked row. The query takes nothing from attention, nothing leaks, and
-#   the causality test cannot tell. The model is merely crippled: without `triu`, decoder
+# - `helpers.MultiHeadAttention` and `F.scaled_dot_product_attention` (in torch 2.13.0) give a
+#   fully masked row **zero** attention weights. The query takes nothing from the other
+#   positions (the module's output there is `W_o`'s bias, chapter 03), nothing leaks, and the
+#   causality test cannot tell. The model is merely crippled: without `triu`, decoder
 #   self-attention is dead.
 # - Masking with `finfo.min` but without that guard turns a fully masked row into **uniform**
 #   attention over all keys, the future included: a leak.
