@@ -20,7 +20,9 @@ def xavier_init_linears(module: nn.Module) -> None:
     """Built in chapter 7. Xavier-uniform weights, zero biases, for every nn.Linear in module.
 
     PyTorch's nn.Linear default (Kaiming-uniform with a=sqrt(5)) has a smaller variance;
-    nn.Transformer and The Annotated Transformer both switch to Xavier, and so do we.
+    we switch to Xavier per projection matrix. nn.Transformer also uses xavier_uniform_, but on
+    every >1-D parameter (its fused [3d, d] in_proj_weight included, so a smaller std per
+    projection) and without zeroing biases: chapter 07 prints both.
     """
     for m in module.modules():
         if isinstance(m, nn.Linear):
