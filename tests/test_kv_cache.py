@@ -136,6 +136,7 @@ def test_bench_decoding_rows_and_final_line():
     rows = bench.bench([4, 8], repeats=1)
     assert [r["new_tokens"] for r in rows] == [4, 8]
     assert all(r["identical"] and r["naive_ms"] > 0 and r["cached_ms"] > 0 for r in rows)
+    assert all(r["static_ms"] > 0 for r in rows)
     fake = [
         dict(new_tokens=256, speedup=6.66, identical=True),
         dict(new_tokens=16, speedup=1.2, identical=False),

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark greedy decoding: naive (re-run the decoder over the whole prefix every step)
-versus the KV cache (feed only the newest token), side by side in one run.
+versus the KV cache (feed only the newest token), side by side in one run; the cache both
+as it grows with torch.cat and preallocated (helpers.greedy_decode_static, chapter 13).
 
 Usage:
     python tools/bench_decoding.py                  # lengths 16 64 256 512
@@ -15,9 +16,11 @@ runs is kept, which makes the ratio robust to other processes on a shared machin
 thread by default: the tensors are small, and several threads fighting other processes for
 two cores make tiny operations wildly slower (the chapter uses one thread too).
 
-Prints a table (new tokens, naive ms, cached ms, speedup, identical) and, last, the line
+Prints a table (new tokens, naive ms, cached ms, preallocated ms, speedup, identical) and,
+last, the line
     speedup_at_256=<x> identical=<True|False>
-where identical is True only if the two paths produced the same tokens at every length.
+where speedup is naive over the torch.cat cache, and identical is True only if the three
+paths produced the same tokens at every length.
 """
 
 from __future__ import annotations
@@ -27,28 +30,42 @@ import time
 
 import torch
 
-from helpers import VOCAB_SIZE, Transformer, greedy_decode, make_reversal_dataset
+from helpers import (
+    VOCAB_SIZE,
+    Transformer,
+    greedy_decode,
+    greedy_decode_static,
+    make_reversal_dataset,
+)
 
 
-def time_decoding(model, src, new_tokens: int, use_cache: bool):
-    """(seconds, tokens) for one greedy decoding of exactly new_tokens tokens."""
+def time_decoding(model, src, new_tokens: int, use_cache):
+    """(seconds, tokens) for one greedy decoding of exactly new_tokens tokens.
+    use_cache: False (naive), True (the torch.cat cache) or "static" (preallocated)."""
     t0 = time.perf_counter()
-    out = greedy_decode(model, src, max_len=new_tokens + 1, use_cache=use_cache, stop_at_eos=False)
+    if use_cache == "static":
+        out = greedy_decode_static(model, src, max_len=new_tokens + 1, stop_at_eos=False)
+    else:
+        out = greedy_decode(
+            model, src, max_len=new_tokens + 1, use_cache=use_cache, stop_at_eos=False
+        )
     return time.perf_counter() - t0, out
 
 
 def bench(lengths, repeats: int = 3, batch: int = 1, seed: int = 0):
-    """-> list of dicts: new_tokens, naive_ms, cached_ms, speedup, identical."""
+    """-> list of dicts: new_tokens, naive_ms, cached_ms, static_ms, speedup, identical."""
     src, _ = make_reversal_dataset(batch, seed=seed)
     torch.manual_seed(seed)
     model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=max(max(lengths) + 1, src.size(1))).eval()
-    time_decoding(model, src, 4, False), time_decoding(model, src, 4, True)  # warm-up
+    paths = (False, True, "static")
+    for use_cache in paths:  # warm-up
+        time_decoding(model, src, 4, use_cache)
     rows = []
     for n in lengths:
-        best = {False: float("inf"), True: float("inf")}
+        best = {p: float("inf") for p in paths}
         outs = {}
         for _ in range(repeats):
-            for use_cache in (False, True):
+            for use_cache in paths:
                 sec, outs[use_cache] = time_decoding(model, src, n, use_cache)
                 best[use_cache] = min(best[use_cache], sec)
         rows.append(
@@ -56,8 +73,9 @@ def bench(lengths, repeats: int = 3, batch: int = 1, seed: int = 0):
                 new_tokens=n,
                 naive_ms=1e3 * best[False],
                 cached_ms=1e3 * best[True],
+                static_ms=1e3 * best["static"],
                 speedup=best[False] / best[True],
-                identical=bool(torch.equal(outs[False], outs[True])),
+                identical=all(torch.equal(outs[False], outs[p]) for p in paths[1:]),
             )
         )
     return rows
@@ -93,11 +111,14 @@ def main() -> None:
         f"best of {args.repeats}"
     )
     rows = bench(lengths, repeats=args.repeats, batch=args.batch)
-    print(f"{'new tokens':>10}  {'naive ms':>10}  {'cached ms':>10}  {'speedup':>8}  identical")
+    print(
+        f"{'new tokens':>10}  {'naive ms':>10}  {'cached ms':>10}  {'prealloc ms':>11}  "
+        f"{'speedup':>8}  identical"
+    )
     for r in rows:
         print(
             f"{r['new_tokens']:>10}  {r['naive_ms']:>10.1f}  {r['cached_ms']:>10.1f}  "
-            f"{r['speedup']:>7.1f}x  {r['identical']}"
+            f"{r['static_ms']:>11.1f}  {r['speedup']:>7.1f}x  {r['identical']}"
         )
     print(final_line(rows))
 
