@@ -347,14 +347,15 @@ assert 0.4 < negative < 0.6
 
 # %% [markdown]
 # The ReLU unit's gradient is exactly zero. The GELU unit sits in the flat tail of the
-# curve: its gradient is small, but not zero. How far a training step moves it depends
-# on the optimiser. Plain SGD moves a weight by the learning rate times its gradient, so
-# a small gradient gives a small step. Adam, which this book trains with (chapter 10),
+# curve: its gradient is small, but not zero. How far a training step moves it depends on
+# the optimiser. Plain SGD moves a weight by the learning rate times its gradient, so a
+# small gradient gives a small step. Adam, which this book trains with (chapter 10),
 # divides each gradient by the square root of a running average of its squares. Its first
-# step therefore moves every weight with a non-zero gradient by about the learning rate. A zero gradient
-# moves nothing under either. The cell takes one step of each, with learning rate
-# $10^{-3}$, and compares how far unit 0's weights move with how far a typical unit's do
-# (the median over the other units):
+# step therefore moves every weight with a non-zero gradient by about the learning rate
+# (as long as the gradient is well above Adam's $\epsilon$, here $10^{-9}$). On this first
+# step, a zero gradient moves nothing under either. The cell takes one step of each, with
+# learning rate $10^{-3}$, and compares how far unit 0's weights move with how far a
+# typical unit's do (the median over the other units):
 
 
 # %%
@@ -393,10 +394,10 @@ assert 0.95 < ratios["Adam", "GELU"] < 1.05
 #
 # Even for healthy units, ReLU passes no gradient wherever their pre-activation is
 # negative. That is half of the pre-activations here (50 %, printed; random weights and
-# inputs). GELU's gradient is zero only at the single point $x \approx -0.752$. Its authors put the difference as
-# weighting inputs by their value rather than gating them by their sign, and report
-# improvements over ReLU and ELU on their vision, language and speech tasks
-# {cite}`hendrycks2016`.
+# inputs). GELU's gradient is zero only at the single point $x \approx -0.752$. Its
+# authors put the difference as weighting inputs by their value rather than gating them by
+# their sign, and report improvements over ReLU and ELU on their vision, language and
+# speech tasks {cite}`hendrycks2016`.
 #
 # Is a dead ReLU unit dead for good, then? Not necessarily: "dead" is a property of the
 # unit *and its inputs*. Its own weights get no gradient, but its inputs are the outputs
@@ -483,8 +484,8 @@ assert 0.65 < shares[4][0] < 0.68 and 0.48 < shares[4][1] < 0.51
 # encoder layer and half of a decoder layer (the table's 4x row). Doubling the ratio
 # roughly doubles the FFN while the attention stays fixed, so the share climbs towards 1.
 # The factor 4 comes from the original paper ($d = 512$, $d_{ff} = 2048$
-# {cite}`vaswani2017`); the paper gives no derivation for it. Models that replace GELU with a gated unit such as
-# SwiGLU have *three* $d \times d_{ff}$ matrices, and shrink $d_{ff}$ to
+# {cite}`vaswani2017`); the paper gives no derivation for it. Models that replace GELU
+# with a gated unit such as SwiGLU have *three* $d \times d_{ff}$ matrices, and shrink $d_{ff}$ to
 # $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget (exercise 4.3 builds one).
 #
 # The parameters are also the compute. Every FFN weight is used exactly once per token
@@ -504,8 +505,9 @@ for L_seq in (14, 128, 512, 2048):
 
 # %% [markdown]
 # For the reversal task ($L \le 14$) the FFN does 37 times more arithmetic per token than
-# attention's two length-dependent products; by this count, attention's length-dependent cost catches up only
-# at $L = d_{ff} = 512$ (the benchmark chapter, 19, measures attention's cost directly).
+# attention's two length-dependent products; by this count, attention's length-dependent
+# cost catches up only at $L = d_{ff} = 512$ (the benchmark chapter, 19, measures
+# attention's cost directly).
 #
 # ## Dropout: on in training, off in eval
 #
