@@ -67,8 +67,8 @@ SEED_RECIPE = TrainConfig()
 
 # The recipe the book trains with. Chapter 10 measures each change against SEED_RECIPE
 # (tools/bench_training.py): a 60,781-parameter model (d_model 32), no dropout, batch 128, a
-# short warmup and a linear cooldown to 0 at step 500, one thread, and a cheap evaluation every
-# 10 steps once the training batch is at least 98 % exactly right. It stops at 99.5 %.
+# short warmup and a linear cooldown to 0 at step 500, one thread, and a cheap evaluation at
+# every 10th step whose training batch is at least 98 % exactly right. It stops at 99.5 %.
 BOOK_RECIPE = TrainConfig(
     d_model=32,
     num_heads=4,
