@@ -215,7 +215,8 @@ print("no attention weight lands on a PAD key")
 # the variance, is a slip found in tutorial code (The Annotated Transformer
 # {cite}`rush2018` writes its `LayerNorm` this way): at $d = 128$ its outputs are off by
 # about $\sqrt{128/127} - 1 \approx 0.4\,\%$, enough to fail an equality check against
-# `nn.LayerNorm` even with a tolerance of $10^{-3}$ (asserted):
+# `nn.LayerNorm` even with a tolerance of $10^{-3}$. The cell compares both versions with
+# `nn.LayerNorm`:
 
 
 # %%
@@ -329,12 +330,12 @@ assert grad_gap["Pre-Norm"] == 0 and grad_gap["Post-Norm"] > 0.1
 
 # %% [markdown]
 # In a deep Post-Norm stack, the gradient that reaches an early layer has passed through
-# two LayerNorm Jacobians per layer above it; in a Pre-Norm stack there is always a
-# direct path of plain additions from the top of the stack to every layer. Xiong et al.
-# {cite}`xiong2020` analyse the gradients of the two orders at initialisation to explain why
-# Post-Norm needs a learning-rate warmup and Pre-Norm can do without; the experiment at the end of this chapter measures how the two
-# fare without warmup on our task. Pre-Norm pays for its clean path elsewhere, as the next
-# section measures.
+# two LayerNorm Jacobians per layer above it; in a Pre-Norm stack there is always a direct
+# path of plain additions from the top of the stack to every layer. Xiong et al.
+# {cite}`xiong2020` analyse the gradients of the two orders at initialisation to explain
+# why Post-Norm needs a learning-rate warmup and Pre-Norm can do without; the experiment
+# at the end of this chapter measures how the two fare without warmup on our task.
+# Pre-Norm pays for its clean path elsewhere, as the next section measures.
 #
 # ## Through a deep stack: the residual stream's scale
 #
@@ -402,7 +403,7 @@ print(
     f"\nPost-Norm update / stream: layer 1 {post_u[0]:.2f};"
     f" layers 8 to 24 {min(late):.2f} to {max(late):.2f}"
 )
-assert post_u[0] < 0.65 and all(0.75 < u < 0.9 for u in late)
+assert post_u[0] < 0.65 and all(0.7 < u < 1 for u in late)  # a rise, then a level below 1
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -753,9 +754,9 @@ assert post_gap < 1e-6
 #
 # Thirty runs of 400 steps are 300 times the 40-step run below, too much to repeat every
 # time the chapter runs, and one run proves little: runs at a constant learning rate are
-# noisy. So the comparison was recorded once by `tools/record_ch05_norm_sweep.py`: both orders, three learning rates, five seeds
-# each (seed = initial weights and batch order), 400 steps, every step's training loss
-# kept. The chapter loads the file:
+# noisy. So the comparison was recorded once by `tools/record_ch05_norm_sweep.py`: both
+# orders, three learning rates, five seeds each (seed = initial weights and batch order),
+# 400 steps, every step's training loss kept. The chapter loads the file:
 
 # %%
 sweep = json.loads(Path("data/ch05_norm_sweep.json").read_text())
@@ -933,12 +934,13 @@ assert all(abs(v - blind) < 0.03 for v in plateau.values())
 assert max(near["pre"]) < min(near["post"])
 
 # %% [markdown]
-# The plateau runs end within 0.03 of the order-blind guess. So the plateau is the loss of
-# a model that has the digits but not their order. Finding which digits occur needs no
-# positions: attention can gather them from anywhere in the source. Leaving the plateau
-# needs the positions: position $i$ must find position $n - 1 - i$. The Pre-Norm runs
-# stop at the plateau too, for 37 to 91 steps, and then learn the order. Nine of the ten
-# Post-Norm runs at these learning rates stay there for the rest of the 400 steps.
+# The plateau runs end within 0.03 of the order-blind guess. So the plateau is the loss
+# of a model that has the digits but not their order. Finding which digits occur needs
+# no positions: attention can gather them from anywhere in the source. Leaving the
+# plateau needs the positions: position $i$ must find position $n - 1 - i$. The running
+# mean of the Pre-Norm runs also sits between 1.40 and 1.50, for 37 to 91 steps, before
+# they learn the order. Nine of the ten Post-Norm runs at these learning rates stay there
+# for the rest of the 400 steps.
 #
 # ### One run, live
 #
