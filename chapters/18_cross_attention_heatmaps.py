@@ -51,6 +51,7 @@ from IPython.display import display
 from helpers import (
     BOOK_RECIPE,
     MEAN_OF_HEADS,
+    SEED_RECIPE,
     SHARP_ATTENTION_RECIPE,
     AttentionExplorer,
     AttentionMap,
@@ -311,11 +312,10 @@ assert beyond("d64h2droplr2", "mirror") and delta["d64h2droplr2"]["eos_peak"] > 
 assert delta["sharp1000"]["mirror"] < -band["mirror"] and delta["sharp1000"]["eos_peak"] < -0.15
 assert delta["sharp1200bucket"]["mirror"] < -0.1
 assert final("d32h4") < 0.65  # the book's architecture, three times the book's budget
-below = [n for (n, seed) in runs if seed == 0 and final(n) < 0.94]
-print(
-    f"\nruns below the reference's 0.94 on the last layer: {len(below)} of {len({n for n, _ in runs})}"
-)
-assert final("d64h2droplr2") >= 0.935 and len(below) == len({n for n, _ in runs}) - 1
+names = {n for n, _ in runs}
+below = [n for n in names if final(n) < 0.94]
+print(f"\nruns below the reference's 0.94 on the last layer (seed 0): {len(below)} of {len(names)}")
+assert final("d64h2droplr2") >= 0.935 and len(below) == len(names) - 1
 
 # %% [markdown]
 # What these runs show, on the last layer (seed 0 each; a change inside the seed band may be
@@ -524,6 +524,36 @@ assert final("d64h2droplr2") > last_mirror.max()
 # the training steps (one seed only). The book keeps 1000 steps.
 
 # %% [markdown]
+# What about the reference chapter's own recipe, `SEED_RECIPE`? Its model is not measured here.
+# It is larger than the sharp model and trains for more steps, and chapter 10 recorded what
+# one run of it cost:
+
+# %%
+ref_run = json.loads(Path("data/seed_recipe_run.json").read_text())
+for name, cfg, params in (
+    ("SEED_RECIPE", SEED_RECIPE, count_parameters(build_model(SEED_RECIPE))),
+    ("SHARP_ATTENTION_RECIPE", SHARP_ATTENTION_RECIPE, count_parameters(model)),
+):
+    print(
+        f"{name:>22}: d_model {cfg.d_model}, {cfg.num_heads} heads of d_k "
+        f"{cfg.d_model // cfg.num_heads}, {cfg.max_steps} steps of batch {cfg.batch_size}, "
+        f"{params:,} parameters"
+    )
+print(
+    f"training time with the CPU's own kernels: SEED_RECIPE {ref_run['seconds_total']} s "
+    f"(chapter 10's record, {ref_run['numerics']['cpu']}), "
+    f"SHARP_ATTENTION_RECIPE {timing['median_seconds']['1']} s (the record above)"
+)
+assert ref_run["config"]["max_steps"] == SEED_RECIPE.max_steps
+assert ref_run["seconds_total"] > 3 * timing["median_seconds"]["1"]
+
+# %% [markdown]
+# In these two records, made on two different CPUs, training it cost more than three times the
+# sharp recipe, and the book stores no weights for it. So this chapter cannot say how sharp the reference's own recipe is on the probe set. Its
+# heads have $d_k = 32$, the width that section 2 found to matter; whether that makes its last
+# layer sharp is not measured here.
+
+# %% [markdown]
 # Figure 18.2 is the map the reference chapter shows, for this model: last layer, mean of
 # heads, input `7 3 0 9 5 1 8`, with the weights written in the cells.
 
@@ -559,7 +589,7 @@ on_mirror = w[torch.arange(n + 1), torch.as_tensor(mirrored_columns(n))]
 print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mirror.tolist()])
 print(f"rows below the reference's 0.94: {(on_mirror < 0.94).sum()} of {n + 1}")
 assert (w.argmax(dim=-1).numpy() == mirrored_columns(n)).all()
-assert 1 <= (on_mirror < 0.94).sum() and on_mirror[-1] < 0.9  # the <eos> row
+assert (on_mirror < 0.94).sum() >= 1 and on_mirror[-1] < 0.9  # the <eos> row
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, ax = plt.subplots(figsize=(5.6, 4.6))
@@ -781,6 +811,8 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 #   neighbouring positions, most of it further away. It is not the reference chapter's 0.60
 #   default-init model, and the reference's "smeared over 2 to 3 neighbours" holds for it only
 #   in part.
+# - The reference chapter's own recipe, `SEED_RECIPE` (four heads of $d_k = 32$), is not
+#   measured here: it costs more than three times the sharp recipe to train.
 # - The one thing to remember: a heatmap shows what one trained model does, not what the task
 #   requires. An accurate model can have a blurred map; how sharp it is depends on the recipe.
 #
