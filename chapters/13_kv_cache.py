@@ -33,9 +33,12 @@
 #    dimension);
 # 5. checks that the hand-built cache is **token-identical** to naive decoding and to
 #    `helpers.greedy_decode(use_cache=True)`, on the trained reversal model and on random models;
-# 6. measures the speed-up against output length and batch size, and the cache's memory.
+# 6. measures the speed-up against output length and batch size, and the cache's memory;
+# 7. replaces the growing `torch.cat` cache with a preallocated one, written at a position
+#    index, and checks that it decodes the same tokens.
 
 # %%
+import textwrap
 import time
 from types import SimpleNamespace
 
@@ -441,7 +444,8 @@ for mistake in ("position 0", "first causal row", "full causal mask", "cat on he
         assert frac < 0.5
         outcome[mistake] = "runs"
     except (RuntimeError, ValueError) as e:
-        print(f"{mistake:>16}: {type(e).__name__}: {str(e).splitlines()[0][:90]}")
+        message = f"{mistake:>16}: {type(e).__name__}: {e}"
+        print(textwrap.fill(message, 96, subsequent_indent=" " * 18))
         outcome[mistake] = "raises"
 assert outcome == {
     "position 0": "runs",
@@ -462,12 +466,13 @@ assert agreement(ours) == 1.0
 #   That row blocks every key except the first, so the new query sees only `<bos>`. Silent.
 # - **full causal mask**: the `[1, 1, t, t]` causal mask, combined with the `[B, 1, 1, t]`
 #   padding mask, is `[B, 1, t, t]`: one row per query, but the single query's scores are
-#   `[B, h, 1, t]`. At least it fails loudly, from the second step on: the book's attention
-#   checks that the mask broadcasts to the scores' shape and names both shapes (the error
-#   printed above).
+#   `[B, h, 1, t]`. At least it fails loudly, from the second step on. The book's attention
+#   checks that the mask broadcasts to the scores' shape. The printed error names the
+#   dimension that does not fit: `Lq`, 2 rows in the mask for 1 query.
 # - **cat on heads**: appending along `dim=1` (heads) instead of `dim=2` (positions) makes a key
-#   tensor with $2h$ "heads" of one position each. The mask still covers $t = 2$ keys, so the
-#   attention's mask check fails (the error printed above).
+#   tensor with $2h$ "heads" of one position each. The error comes from the same mask check,
+#   before any product is computed. At the second step the padding mask covers $t = 2$ keys,
+#   but the key tensor holds 1 position: the printed error names `Lk`, mask 2 vs scores 1.
 #
 # ## 5. Token-identical: the trained model and random models
 #
@@ -571,9 +576,12 @@ print(timing_label())
 # %% [markdown]
 # Figure 13.3 shows the same timings, and the milliseconds per generated token. The cell prints
 # how the time per token changed from 16 to 512 tokens for each loop. The counts of section 1
-# predict that the naive loop's grows with the length, because step $t$ reprocesses $t$ tokens,
-# and that the cached loop's grows far less: a cached step processes one new token, whose
-# attention row grows by one key. The figure is redrawn from your run's timings.
+# predict that the naive loop's grows with the length, because step $t$ reprocesses $t$ tokens.
+# The cached loop's grows less, but a cached step still does work that grows with $t$. Its one
+# query attends to $t$ keys. In every layer, `torch.cat` copies the whole cached K and V into
+# new tensors one position longer: $2\, t\, d_{model}$ numbers per sequence. And the step builds
+# a new padding mask of $t$ entries. Section 8 removes the copy. The figure is redrawn from
+# your run's timings.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "nbval-ignore-output"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -760,10 +768,148 @@ assert per_tok_big == 32 * 2 * 4096 * 2 and cache_big > weights_big
 # plan for when they partition large models for inference. Exercise 13.2 computes what sharing
 # saves.
 #
+# ## 8. A preallocated cache
+#
+# The cache of section 3 grows with `torch.cat`. At every step, in every layer, that allocates
+# new K and V tensors one position longer and copies all $t$ cached positions into them. Code
+# written for long generation usually allocates the cache once instead. Each layer gets two
+# buffers of shape `[B, h, L_max, d_k]`. Step $t$ writes its key and value at position $t$,
+# and attention reads positions $0..t$.
+#
+# `helpers.static_cache` does this for the book's `Transformer`, with the same weights and the
+# same sub-modules as `greedy_decode_by_hand`. `write_kv(buf, new, pos)` writes `new` into the
+# buffer at `pos` and returns the written positions as a view of the buffer, so nothing is
+# copied. The padding mask is a preallocated `[B, 1, 1, L_max]` buffer too, filled one column
+# per step. The cache dicts keep the names of section 3 (`self_k`, `self_v`, `cross_k`,
+# `cross_v`).
+#
+# Hugging Face's `StaticCache` writes the same way. The cell prints the lines of its update
+# that do it, for the installed version:
+
+# %%
+import inspect
+
+import transformers
+from transformers.cache_utils import StaticLayer
+
+from helpers.static_cache import allocate_static_caches, greedy_decode_static, write_kv
+
+hf_lines = [
+    line.strip()
+    for line in inspect.getsource(StaticLayer.update).splitlines()
+    if line.strip().startswith(("self.keys.index_copy_", "self.values.index_copy_", "return"))
+]
+print(f"transformers {transformers.__version__}, StaticLayer.update:")
+print("\n".join("    " + line for line in hf_lines))
+assert any("index_copy_(2, cache_position" in line for line in hf_lines)
+print(inspect.getsource(write_kv))
+
+# %% [markdown]
+# `index_copy_(2, cache_position, key_states)` writes the new keys along dimension 2 at the
+# positions `cache_position`. Its update returns the whole buffers, all `L_max` positions;
+# `write_kv` returns only the positions written so far.
+#
+# The check, as in section 5: the two sources of section 3, the 1000 validation sequences, and
+# the four random models, until `<eos>` and without stopping. For the two sources the cell also
+# compares the buffers with the `torch.cat` cache of section 3, and checks that the buffers are
+# never reallocated.
+
+# %%
+static2 = allocate_static_caches(model, src2.size(0), model.max_len)
+ptrs = [(c["self_k"].data_ptr(), c["self_v"].data_ptr()) for c in static2]
+out_static = greedy_decode_static(model, src2, caches=static2)
+t2 = out2.size(1) - 1  # positions fed: the last token is never fed back
+assert torch.equal(out_static, out2)
+assert [(c["self_k"].data_ptr(), c["self_v"].data_ptr()) for c in static2] == ptrs
+for mine, cat in zip(static2, caches2):
+    for key in ("self_k", "self_v"):
+        torch.testing.assert_close(mine[key][:, :, :t2], cat[key])
+        assert not mine[key][:, :, t2:].any()  # never written
+print(
+    f"layer 0 buffer {tuple(static2[0]['self_k'].shape)}: the first {t2} positions hold the "
+    f"torch.cat cache {tuple(caches2[0]['self_k'].shape)}, the rest is unwritten"
+)
+assert torch.equal(greedy_decode_static(model, src_val), naive_val)
+print(f"validation: identical tokens on all {src_val.size(0)} sequences")
+for i, c in enumerate(configs):
+    torch.manual_seed(100 + i)
+    rand = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=24, **c).eval()
+    for stop in (True, False):
+        a = greedy_decode(rand, src_r, use_cache=False, stop_at_eos=stop)
+        assert torch.equal(greedy_decode_static(rand, src_r, stop_at_eos=stop), a), (c, stop)
+print(f"random models: identical tokens for all {len(configs)} configurations, both ways")
+
+# %% [markdown]
+# The buffers reserve `L_max` positions from the first step: here 14 per sequence where the
+# `torch.cat` cache held the positions decoded so far. In section 7's formula, $t$ becomes
+# `L_max`.
+#
+# What the copy costs, measured: the long model of section 6, one source decoded for 512 new
+# tokens, and 16 sources for 256 new tokens, with both caches (alternating, the fastest of two
+# runs each). The cell also times the two operations that differ, for one layer's K at
+# $t = 511$: `torch.cat` of the cache with one new position, and `write_kv` of that position.
+
+# %% tags=["nbval-ignore-output"]
+def fastest_of(runs, repeats):
+    """runs: {name: f()}. The fastest of `repeats` alternating calls of each, and the outputs."""
+    best, outs = {k: float("inf") for k in runs}, {}
+    for _ in range(repeats):
+        for k, f in runs.items():
+            t0 = time.perf_counter()
+            outs[k] = f()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best, outs
+
+
+greedy_decode_static(long_model, src_t, max_len=9, stop_at_eos=False)  # warm-up
+static_speed = {}
+for B, n_new in ((1, 512), (16, 256)):
+    s_ = src_val[:B]
+    runs = {
+        "cat": lambda s_=s_, n=n_new: greedy_decode(
+            long_model, s_, max_len=n + 1, use_cache=True, stop_at_eos=False
+        ),
+        "static": lambda s_=s_, n=n_new: greedy_decode_static(
+            long_model, s_, max_len=n + 1, stop_at_eos=False
+        ),
+    }
+    best, outs = fastest_of(runs, 2)
+    assert torch.equal(outs["cat"], outs["static"])
+    static_speed[B, n_new] = best["cat"] / best["static"]
+    print(
+        f"batch {B:>2}, {n_new} new tokens: torch.cat {1e3 * best['cat']:7.0f} ms, "
+        f"preallocated {1e3 * best['static']:7.0f} ms, ratio {static_speed[B, n_new]:.2f}, "
+        "identical tokens"
+    )
+k_cache = torch.randn(1, lc.num_heads, 511, lc.d_model // lc.num_heads)
+k_new = torch.randn(1, lc.num_heads, 1, lc.d_model // lc.num_heads)
+k_buf = torch.zeros(1, lc.num_heads, 513, lc.d_model // lc.num_heads)
+op_us, _ = fastest_of(
+    {
+        "torch.cat": lambda: [torch.cat([k_cache, k_new], dim=2) for _ in range(200)],
+        "write_kv": lambda: [write_kv(k_buf, k_new, 511) for _ in range(200)],
+    },
+    3,
+)
+print(
+    f"one layer's K at t = 511: torch.cat {op_us['torch.cat'] / 200 * 1e6:.1f} us, "
+    f"write_kv {op_us['write_kv'] / 200 * 1e6:.1f} us"
+)
+print(timing_label())
+
+# %% [markdown]
+# The cell prints the time of each cache and their ratio; in the printed run the preallocated
+# cache was the faster one at both sizes. One step of the long model makes four such copies,
+# K and V in each of its two layers. The cell's last timing line compares one of them with a
+# write in place. How much of a whole step the copies cost depends on the batch, the length
+# and the machine: the ratio is the measured answer for this run. Either way the tokens are
+# the same.
+#
 # ## The finished piece
 #
-# `helpers.DecoderLayer` keeps exactly this cache when `greedy_decode(use_cache=True)` passes it a
-# dict: `self_k`/`self_v` grow along `dim=2`, `cross_k`/`cross_v` are projected on the first call.
+# `helpers.DecoderLayer` keeps the cache of section 3 when `greedy_decode(use_cache=True)` passes
+# it a dict: `self_k`/`self_v` grow along `dim=2`, `cross_k`/`cross_v` are projected on the first
+# call. (Section 8's preallocated cache is `helpers.greedy_decode_static`.)
 # Drive the library decoder step by step with the tokens we decoded in section 3, and compare every
 # cached tensor with ours:
 
@@ -791,7 +937,7 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 # The library's cache holds the same tensors as the one we built, and section 5 showed that both
 # decode exactly what the naive loop decodes. The next chapter removes the encoder altogether: a
 # decoder-only character model, whose generation loop keeps the same kind of self-attention
-# cache, plus temperature and top-k sampling.
+# cache, under the same names (`self_k`, `self_v`), plus temperature and top-k sampling.
 #
 # ## Summary
 #
@@ -807,6 +953,9 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 # - The cache costs $2 \cdot d_{model}$ numbers per position and layer, for the target positions
 #   and the source positions; for section 7's large model and 8 sequences of 4096 tokens, that
 #   is more memory than the weights.
+# - A preallocated cache writes each step's keys and values at a position index instead of
+#   copying the cache with `torch.cat` (section 8). It decoded the same tokens, and it reserves
+#   `L_max` positions from the first step.
 #
 # ## Exercises
 #
