@@ -72,6 +72,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch.nn as nn
+from torch.nn.attention.flex_attention import create_block_mask
 
 from helpers import (
     BOS_ID,
@@ -388,8 +389,10 @@ for name, hf, ours in [
 # returns `None` too, leaving causality to SDPA's own `is_causal` flag. The eager path still
 # builds the full causal mask as a dense tensor. `flex_attention` gets a mask too, of another
 # kind: its builder, `flex_attention_mask`, returns a `BlockMask` from PyTorch's
-# `create_block_mask`, which records which blocks of the score matrix need computing. A mask of
-# `None` in that code does not mean "unmasked by mistake":
+# `create_block_mask`. A `BlockMask` cuts the score matrix into blocks of 128 x 128 and records
+# which blocks hold any score to compute. For a causal mask at length 512, 6 of the 16 blocks lie
+# wholly above the diagonal and are left out. A mask of `None` in that code does not mean
+# "unmasked by mistake":
 
 # %%
 no_padding = torch.ones(B, Lt, dtype=torch.long)
@@ -419,6 +422,13 @@ flex_source = inspect.getsource(flex_builder)
 block_call = next(ln.strip() for ln in flex_source.splitlines() if "create_block_mask(" in ln)
 print(f"{flex_builder.__name__} returns {returns}: {block_call} ...")
 assert returns == "BlockMask" and "create_block_mask(" in flex_source
+
+# PyTorch's own builder, on a causal mask of length 512 (torch's, not the transformers wrapper)
+block_mask = create_block_mask(lambda b, h, q, k: q >= k, None, None, 512, 512, device="cpu")
+print(block_mask)
+blocks = block_mask.kv_num_blocks.sum() + block_mask.full_kv_num_blocks.sum()
+print(f"blocks of {block_mask.BLOCK_SIZE}: {int(blocks)} of 16 computed")
+assert block_mask.BLOCK_SIZE == (128, 128) and int(blocks) == 10
 
 # %% [markdown]
 # ## Differences worth knowing
@@ -538,7 +548,7 @@ assert (pe_rows, bart_rows) == (16, 18) and only_bart and "encoder.ln_final" in 
 # projection.
 #
 # One more difference sits at the output. Our `out_proj` has a bias; BART's `lm_head` has none.
-# Its counterpart is `final_logits_bias`, a buffer of shape `[1, V]` (zeros at initialisation)
+# Its counterpart is `final_logits_bias`, a buffer of shape `[1, V]`, zeros at initialisation,
 # that `BartForConditionalGeneration.forward` adds to the logits. A port name by name misses it.
 
 # %%
@@ -568,9 +578,11 @@ assert torch.equal(encoder_tokens, ours_model.out_proj.weight)
 assert not torch.equal(encoder_tokens, ours_model.encoder.embed.emb.weight)
 
 buffers = dict(bart_lm.named_buffers())
+logits_bias = buffers["final_logits_bias"]
 print(f"lm_head.bias: {bart_lm.lm_head.bias}; final_logits_bias: a buffer of shape "
-      f"{list(buffers['final_logits_bias'].shape)}; ours: out_proj.bias of shape "
-      f"{list(ours_model.out_proj.bias.shape)}")  # fmt: skip
+      f"{list(logits_bias.shape)}, max |value| {logits_bias.abs().max():.1f}; ours: out_proj.bias "
+      f"of shape {list(ours_model.out_proj.bias.shape)}")  # fmt: skip
+assert not logits_bias.any()
 forward_source = inspect.getsource(modeling_bart.BartForConditionalGeneration.forward)
 assert bart_lm.lm_head.bias is None and "final_logits_bias" not in dict(bart_lm.named_parameters())
 assert "lm_logits + self.final_logits_bias" in forward_source
@@ -775,7 +787,8 @@ assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 # (chapter 17 shows the damage). Marian works for two reasons. First, its decoder does not derive
 # the padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
 # ones when not given. Second, the start token's embedding row is the padding row, which is
-# zero, but position 0 still gets its sinusoidal encoding. So the first decoder input is that
+# zero: at initialisation, and in converted checkpoints, where the converter appends the PAD row
+# as zeros {cite}`hf_marian_converter`. Position 0 still gets its sinusoidal encoding. So the first decoder input is that
 # encoding: a fixed vector, not zero. A tiny Marian, with our PAD id as its PAD and its start
 # symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first
 # input equals position 0's encoding.

@@ -360,7 +360,7 @@ assert fixed.isfinite().all() and fixed[0, 1:3].eq(0).all()
 # This corrects one of the articles this book was written from. It blames `|` on `uint8` masks
 # for being bitwise rather than logical. On values 0 and 1 the bitwise OR equals the logical OR
 # (the cell checks all four pairs). The damage comes from the polarity: OR is the wrong operator
-# for keep-masks in any dtype. Only `~` changes meaning with the dtype.
+# for keep-masks in any dtype. Of the two operators, only `~` changes meaning with the dtype.
 
 # %%
 ids6 = torch.tensor([[BOS_ID, 7, 8, EOS_ID, PAD_ID, PAD_ID]])
@@ -524,10 +524,11 @@ assert from_one_head == 0 and not torch.equal(wrong_merge, right_merge)
 # rows), so the error appears later as a size mismatch, or not at all: when decoding with a cache,
 # forgetting the offset gives every new token position 0's encoding, and the shapes fit.
 #
-# This corrects one of the articles this book was written from. It reports an `IndexError` for a
-# sinusoidal table that is too short. Slicing the table raises nothing; the addition that follows
-# raises a `RuntimeError` (the size mismatch below). An `IndexError` comes only from indexing a
-# learned table, `nn.Embedding`, past its last row.
+# This corrects one of the articles this book was written from. It reports an `IndexError` when
+# it slices a sinusoidal table that is too short. Slicing the table raises nothing; the addition
+# that follows raises a `RuntimeError` (the size mismatch below). An `IndexError` needs an index
+# past the last row: a tensor of positions used as an index into the table, or a learned table,
+# `nn.Embedding`, looked up past its end.
 
 # %%
 pe = sinusoidal_position_encoding(14, 16)
@@ -543,6 +544,11 @@ gap = (wrong[0] - pe[step]).abs().max().item()
 print(f"cached step 9 with pe[:1]: max |pe[:1] - pe[9]| = {gap:.2f}, the wrong position")
 assert gap > 0.1
 
+try:
+    pe[torch.arange(20)]  # positions as an index: rows 14..19 do not exist
+    raise AssertionError("expected an error")
+except IndexError as e:
+    print("pe[torch.arange(20)]:", type(e).__name__, "|", e)
 learned_positions = nn.Embedding(14, 16)  # a learned table has no row 14 or beyond
 try:
     learned_positions(torch.arange(20))
@@ -758,7 +764,8 @@ except ValueError as e:
 # ## 18. A learning rate too high, or the schedule forgotten
 #
 # Chapter 10's Noam schedule runs through `LambdaLR` with a base learning rate of 1.0. The
-# schedule's factor is then the actual learning rate: it warms up from almost 0. Forget to create
+# schedule's factor is then the actual learning rate: it warms up from almost 0 (0.0011 at the
+# first step here). Forget to create
 # the scheduler, and Adam runs at 1.0 from the first step. The articles this book was written
 # from recommend warmup, and one lists a learning rate that is too high as a cause of a NaN loss.
 # Twenty steps of a small model (two layers, width 32) on 32 pairs show the divergence.
@@ -774,7 +781,7 @@ def first_losses(with_schedule, steps=20, warmup=30):
     opt = torch.optim.Adam(small.parameters(), lr=1.0)  # Noam's base learning rate
     if with_schedule:  # LambdaLR sets the learning rate to 1.0 x f(0) when it is created
         sched = torch.optim.lr_scheduler.LambdaLR(opt, noam_lambda(32, warmup))
-    losses = []
+    losses, first_lr = [], opt.param_groups[0]["lr"]  # the rate of the first step
     for _ in range(steps):
         logits = small(src18, tgt18[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, V), tgt18[:, 1:].reshape(-1), ignore_index=PAD_ID)
@@ -784,13 +791,16 @@ def first_losses(with_schedule, steps=20, warmup=30):
         if with_schedule:
             sched.step()
         losses.append(loss.item())
-    return losses
+    return losses, first_lr
 
 
-runs = {"with the schedule": first_losses(True), "schedule forgotten": first_losses(False)}
-for name, losses in runs.items():
-    print(f"{name:<18} loss every 5 steps: {[round(v, 1) for v in losses[::5]]}, "
-          f"last {losses[-1]:.2f} (ln V = {math.log(V):.2f})")  # fmt: skip
+runs, first_lrs = {}, {}
+for name, with_schedule in [("with the schedule", True), ("schedule forgotten", False)]:
+    runs[name], first_lrs[name] = first_losses(with_schedule)
+    print(f"{name:<18} first lr {first_lrs[name]:.4f}; loss every 5 steps: "
+          f"{[round(v, 1) for v in runs[name][::5]]}, last {runs[name][-1]:.2f} "
+          f"(ln V = {math.log(V):.2f})")  # fmt: skip
+assert first_lrs["with the schedule"] < 0.01 and first_lrs["schedule forgotten"] == 1.0
 assert runs["with the schedule"][-1] < runs["with the schedule"][0] - 0.5  # it learns
 assert min(runs["schedule forgotten"][5:]) > 3 * math.log(V)  # far worse than a uniform guess
 
