@@ -34,7 +34,9 @@
 # 3. train it for 800 steps on a CPU, and watch it over-fit;
 # 4. generate text greedily and by sampling, and measure what temperature and top-k do;
 # 5. use the KV cache of chapter 13 for generation, and check that it changes no token, greedy
-#    or sampled.
+#    or sampled, for prompts of several lengths;
+# 6. try three speed tools on this CPU: the fused attention kernel with `is_causal`, bfloat16,
+#    and `torch.compile`.
 
 # %%
 import math
@@ -417,6 +419,9 @@ assert hist["best_val_loss"] < math.log(tok.vocab_size) - 1.5  # and yet it lear
 # al. {cite}`holtzman2020` document it for GPT-2. The cell measures it here: for four prompts,
 # the longest substring that occurs twice in the text, greedy against sampled (at temperature 1,
 # explained next). The cell asserts that greedy text repeats itself more.
+#
+# The four prompts are all 10 characters long. `generate` takes one tensor `[B, T]`, so the
+# prompts of one batch must have the same length. Section 7 tries other lengths.
 
 # %% tags=["nbval-ignore-output"]
 def longest_repeat(s: str) -> int:
@@ -600,10 +605,10 @@ with torch.no_grad():
         nxt = logits[:, -1].argmax(-1, keepdim=True)
         print(
             f"fed {tuple(feed.shape)} -> logits {tuple(logits.shape)} | block 0 cache K "
-            f"{tuple(caches[0]['k'].shape)}, V {tuple(caches[0]['v'].shape)}"
+            f"{tuple(caches[0]['self_k'].shape)}, V {tuple(caches[0]['self_v'].shape)}"
         )
         seq = torch.cat([seq, nxt], dim=1)
-assert caches[0]["k"].shape == (1, cfg.num_heads, prompt.size(1) + 2, cfg.d_k)
+assert caches[0]["self_k"].shape == (1, cfg.num_heads, prompt.size(1) + 2, cfg.d_k)
 
 # %% [markdown]
 # Now the check that matters: `generate(..., use_cache=True)` against `use_cache=False`, for the
@@ -632,6 +637,35 @@ for label, kw in (
 # another seed gives other samples: the sampled comparison is not trivially true
 other = generate(model, prompts, 100, temperature=1.0, generator=torch.Generator().manual_seed(43))
 assert not torch.equal(other, outs["sampled, T=1"])
+
+# %% [markdown]
+# Those four prompts have one length, 10 characters. Prompts of different lengths cannot share
+# a batch: `torch.stack` refuses rows of different sizes, and `generate` has no padding mask.
+# So each of the prompts below goes in its own call: 1 character, 20, and 100 characters of
+# held-out text. The limit is the model's `max_len`: the prompt and the new characters together
+# must fit in 128 positions, the length of the sinusoidal table and of the training windows.
+# A request for more is a `ValueError`.
+
+# %%
+try:
+    torch.stack([tok.encode("A"), tok.encode("The model ")])
+    raise AssertionError("expected a RuntimeError")
+except RuntimeError as e:
+    print(f"torch.stack of a 1- and a 10-character prompt: RuntimeError: {e}")
+for p_text in ("A", "Attention is a soft ", tok.decode(val_ids[:100])):
+    p_ids = tok.encode(p_text)[None]
+    n_new = min(60, cfg.max_len - p_ids.size(1))
+    naive_out, cached_out = [
+        generate(model, p_ids, n_new, temperature=0, use_cache=c) for c in (False, True)
+    ]
+    assert torch.equal(naive_out, cached_out) and cached_out.size(1) == p_ids.size(1) + n_new
+    new_text = tok.decode(cached_out[0, p_ids.size(1) :])
+    print(f"prompt of {p_ids.size(1):>3}, {n_new} new: naive = cached | ...{new_text[:40]!r}")
+try:
+    generate(model, tok.encode(tok.decode(val_ids[:100]))[None], 29)
+    raise AssertionError("expected a ValueError")
+except ValueError as e:
+    print(f"100 + 29 characters: ValueError: {e}")
 
 # %% [markdown]
 # And the time, for a prompt of 10 characters and 118 new ones (the longest the model's
@@ -666,9 +700,145 @@ print(timing_label())
 # - **positions**: learned position vectors (GPT-2), or, in later models, rotations of the queries
 #   and keys (RoPE {cite}`su2021`) instead of fixed sinusoids;
 # - **data and size**: many more parameters, trained on far more text;
-# - **speed**: in PyTorch, fused attention kernels (`F.scaled_dot_product_attention` with
-#   `is_causal=True`; chapter 19 measures the fused path), 16-bit floats, `torch.compile`; this
-#   chapter uses none of them.
+# - **speed**: fused attention kernels, 16-bit floats, and compiled code (`torch.compile`).
+#   The next cells try each of them on this CPU.
+#
+# ### Fused attention, with an explicit mask or `is_causal`
+#
+# `GPTBlock` already runs a fused kernel. Its attention is `MultiHeadAttention.attend` with
+# `need_weights=False`, which calls `F.scaled_dot_product_attention` (chapter 03) with the
+# explicit causal mask that `MiniGPT.forward` builds. `helpers.benchmark.record_op_outputs`
+# (chapter 19) records every ATen operator a call runs; the cell lists the attention operators
+# of one forward pass:
+
+# %%
+from helpers.benchmark import record_op_outputs
+
+with torch.no_grad():
+    _, ops = record_op_outputs(model, xv[:2])
+sdpa_ops = {r.op for r in ops if "scaled_dot_product" in r.op}
+print(f"torch {torch.__version__.split('+')[0]}, attention operators: {sorted(sdpa_ops)}")
+assert sdpa_ops == {"_scaled_dot_product_flash_attention_for_cpu"}
+
+# %% [markdown]
+# SDPA can also build the causal mask itself: `is_causal=True` and no `attn_mask`. The cell
+# computes block 0's attention on the held-out windows both ways, from the same queries, keys
+# and values, and prints the largest difference (and the time of each, best of five).
+
+# %% tags=["nbval-ignore-output"]
+from helpers.numerics import timing_label
+
+mha0 = model.blocks[0].mha
+with torch.no_grad():
+    h0 = model.blocks[0].ln1(model.embed(xv))
+    Q, K, V = mha0.split_heads(mha0.W_q(h0)), *mha0.project_kv(h0, h0)
+    may_attend = ~make_causal_mask(xv.size(1))  # SDPA: True = may attend
+    by_mask = F.scaled_dot_product_attention(Q, K, V, attn_mask=may_attend)
+    by_flag = F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+gap = (by_mask - by_flag).abs().max().item()
+print(f"{tuple(Q.shape)}: max |explicit mask - is_causal| = {gap:.1e}")
+assert gap < 1e-5
+
+# a prefill of queries 4..6 after 4 cached keys (section 7): 3 queries, 7 keys
+Qp, Kp, Vp = Q[:, :, 4:7], K[:, :, :7], V[:, :, :7]
+with torch.no_grad():
+    p_mask = F.scaled_dot_product_attention(Qp, Kp, Vp, attn_mask=~causal_mask_with_past(3, past=4))
+    p_flag = F.scaled_dot_product_attention(Qp, Kp, Vp, is_causal=True)
+    top_left = torch.ones(3, 7, dtype=torch.bool).tril()  # query i may see keys 0..i
+    p_top_left = F.scaled_dot_product_attention(Qp, Kp, Vp, attn_mask=top_left)
+gap_mask = (p_mask - by_mask[:, :, 4:7]).abs().max().item()
+gap_flag = (p_flag - by_mask[:, :, 4:7]).abs().max().item()
+print(f"prefill, 3 queries after 4 cached keys: mask {gap_mask:.1e}, is_causal {gap_flag:.2f}")
+assert gap_mask < 1e-5 and gap_flag > 0.01
+torch.testing.assert_close(p_flag, p_top_left)  # is_causal: query i sees keys 0..i
+
+
+def best_ms(f, repeats=5):
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        runs.append(time.perf_counter() - t0)
+    return 1e3 * min(runs)
+
+
+with torch.no_grad():
+    ms_mask = best_ms(lambda: F.scaled_dot_product_attention(Q, K, V, attn_mask=may_attend))
+    ms_flag = best_ms(lambda: F.scaled_dot_product_attention(Q, K, V, is_causal=True))
+print(f"explicit mask {ms_mask:.2f} ms, is_causal {ms_flag:.2f} ms")
+print(timing_label())
+
+# %% [markdown]
+# On the full windows the two agree to float rounding (the cell prints the largest difference).
+# On a prefill they do not. With 3 queries and 7 keys, `is_causal=True` lets query $i$ see keys
+# $0..i$, as if the queries started at position 0; the queries sit at positions 4 to 6, so the
+# mask of section 7 lets them see keys $0..4+i$. That is why `MiniGPT` passes an explicit mask.
+# Chapter 19 measures the two paths at larger sizes.
+#
+# ### 16-bit floats and `torch.compile`, on this CPU
+#
+# Two more tools from the list above, each measured on the held-out windows `xv` with the
+# trained model. First **bfloat16**: a copy of the model in 16-bit floats, against the float32
+# model. The cell prints the validation loss of both, how often their top character agrees, the
+# time of one forward pass (best of three), and the CPU's bfloat16 instruction flags.
+
+# %% tags=["nbval-ignore-output"]
+import copy
+
+from helpers.numerics import cpu_flags
+
+with torch.no_grad():
+    model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    logits32, logits16 = model(xv), model_bf16(xv).float()
+    ms32, ms16 = best_ms(lambda: model(xv), 3), best_ms(lambda: model_bf16(xv), 3)
+loss32 = F.cross_entropy(logits32.flatten(0, 1), yv.flatten()).item()
+loss16 = F.cross_entropy(logits16.flatten(0, 1), yv.flatten()).item()
+agree = (logits16.argmax(-1) == logits32.argmax(-1)).float().mean().item()
+print(f"validation loss: float32 {loss32:.4f}, bfloat16 {loss16:.4f}")
+print(f"top character agrees at {agree:.1%} of {logits32.shape[0] * logits32.shape[1]} positions")
+print(
+    f"one forward pass of {tuple(xv.shape)}: float32 {ms32:.0f} ms, bfloat16 {ms16:.0f} ms "
+    f"({ms16 / ms32:.2f} times the float32 time)"
+)
+print("bfloat16 flags of this CPU:", sorted(f for f in cpu_flags() if "bf16" in f) or "none")
+print(timing_label())
+assert abs(loss16 - loss32) < 0.02 and agree > 0.95
+
+# %% [markdown]
+# bfloat16 keeps 8 significant bits, against float32's 24. The loss moved by less than 0.02
+# nats and the top character changed at few positions (the cell asserts both bounds).
+# The time is the other half: the cell prints how many times the float32 time one bfloat16
+# pass took, and which bfloat16 instructions the CPU reports.
+#
+# Then **`torch.compile`**: PyTorch traces the model's forward pass, and its default backend
+# (inductor) generates C++ code for it, compiled with the machine's C++ compiler. The first call
+# pays for the compilation. The cell compiles the model for the shape of `xv`, checks the
+# compiled logits against the eager ones, and times both.
+
+# %% tags=["nbval-ignore-output"]
+import logging
+
+logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # quiet its notes on the checks
+compiled = torch.compile(model)
+with torch.no_grad():
+    t0 = time.perf_counter()
+    logits_compiled = compiled(xv)
+    first_s = time.perf_counter() - t0
+    ms_compiled, ms_eager = best_ms(lambda: compiled(xv), 3), best_ms(lambda: model(xv), 3)
+gap = (logits_compiled - logits32).abs().max().item()
+print(f"first call (tracing and compiling): {first_s:.0f} s")
+print(f"max |compiled - eager| logit: {gap:.1e}")
+print(
+    f"one forward pass: eager {ms_eager:.0f} ms, compiled {ms_compiled:.0f} ms "
+    f"({ms_compiled / ms_eager:.2f} times the eager time)"
+)
+print(timing_label())
+assert gap < 1e-4
+
+# %% [markdown]
+# The compiled model computes the same logits up to float rounding (the cell asserts
+# $10^{-4}$). The cell prints what the first call cost, and how many times the eager time a
+# later call took. The compiled code here serves one shape, that of `xv`.
 #
 # The pieces of this chapter live in `helpers.gpt`: `CharTokenizer`, `GPTBlock`, `MiniGPT`,
 # `train_gpt`, `generate` (with `temperature`, `top_k`, `top_p`, `use_cache` and `generator`) and
@@ -687,7 +857,12 @@ print(timing_label())
 #   keeps the best weights.
 # - On four prompts, greedy text repeated itself more than text sampled with seed 0; temperature
 #   raises the entropy of what the sampler draws from, and top-k lowers it (Figure 14.3).
-# - The KV cache changed no token on four prompts, greedy or sampled with the same seed.
+# - The KV cache changed no token on four prompts of 10 characters, greedy or sampled with the
+#   same seed, nor on greedy runs from prompts of 1, 20 and 100 characters. A prompt and its new
+#   characters must fit in `max_len` = 128 positions.
+# - `GPTBlock` already runs SDPA's fused CPU kernel, with an explicit mask; `is_causal=True`
+#   gives the same output on full windows but not on a prefill after cached keys. bfloat16 and
+#   `torch.compile` kept the results within their bounds; their timings are printed above.
 # - The one thing to remember: a GPT block is not a new kind of layer; the causal mask and the
 #   next-token target are what make the stack a language model.
 #
