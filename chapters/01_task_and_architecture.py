@@ -649,15 +649,16 @@ with torch.no_grad():
 # gets right (chance is $1/13 \approx 8\%$) and its cross-entropy loss.
 #
 # A model that gives each of the 13 tokens probability $1/13$ scores $\ln 13$ on any
-# target. The random model scores worse, for two reasons. Its predictions are far from
-# uniform: on average its top token gets a third of the probability. And they carry almost
-# no information about the target. Such a prediction loses on average. For a target drawn
-# uniformly from the 13 tokens, a prediction $q$ costs on average the mean of $-\ln q_k$
-# over the 13 tokens. Because $\ln$ is concave, that mean is at least $\ln 13$, and equal
-# to it only when $q$ is uniform (Jensen's inequality). The cell prints this mean for the
-# model's predictions. It also prints the loss against targets drawn independently of the
-# predictions, with the real targets' frequencies. The real loss is close to both.
-# Training (chapter 10) is what changes that.
+# target. The random model scores worse. Its predictions are far from uniform: on average
+# its top token gets a third of the probability. And they carry almost no information
+# about the target. Such a prediction costs more than $\ln 13$ on average. Take a target
+# drawn uniformly from the 13 tokens. A prediction $q$ then costs on average the mean of
+# $-\ln q_k$ over the 13 tokens. Because $\ln$ is concave, that mean is at least
+# $\ln 13$, and equal to it only when $q$ is uniform (Jensen's inequality). The cell
+# prints this mean for the model's predictions. It also prints the loss against targets
+# drawn independently of the predictions, with the real targets' frequencies. The real
+# loss is close to both: the predictions know next to nothing about the target. Training
+# (chapter 10) is what changes that.
 
 # %%
 src_k, tgt_k = make_reversal_dataset(1000, seed=0)

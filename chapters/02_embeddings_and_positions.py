@@ -198,6 +198,7 @@ print(
     " for b",
     helpers.token_name(first_b.item()),
 )
+assert torch.equal(no_positions.decoder.embed.pe, full.decoder.embed.pe)  # decoder keeps its own
 assert gaps["encoder positions zeroed"] < 1e-5 and gaps["with positions"] > 0.1
 assert first_a != first_b
 
@@ -215,8 +216,9 @@ assert first_a != first_b
 # The first pair turns once every $2\pi \approx 6.3$ positions; the frequencies then fall
 # geometrically, so that the last pair barely moves over hundreds of positions. Each
 # position gets a distinct pattern (the cell prints the smallest distance between two
-# rows), like the hands of a clock that has many hands turning at different speeds. We build the table for the book's defaults, `max_len` $= 64$ and
-# $d = 128$, straight from the formula.
+# rows), like the hands of a clock that has many hands turning at different speeds. We
+# build the table for the book's defaults, `max_len` $= 64$ and $d = 128$, straight from
+# the formula.
 
 # %%
 max_len, d = 64, 128
@@ -273,8 +275,9 @@ plt.show()
 # $2\pi$ for the first pair and $2\pi \cdot 10000^{(d-2)/d}$ for the last one,
 # $i = d/2 - 1$. At $d = 128$ the last is $2\pi \cdot 8660$, about 54,410 positions; it
 # nears $2\pi \cdot 10000$ only as $d$ grows. The cell prints the range. With at most
-# 14 positions in our task, the slow pairs are nearly constant: the cell counts the pairs whose angle $\omega_i p$ stays below 0.1 radian up to
-# position 13 (their sine stays below 0.1, their cosine above 0.99). Such pairs carry
+# 14 positions in our task, the slow pairs are nearly constant: the cell counts the pairs
+# whose angle $\omega_i p$ stays below 0.1 radian up to position 13 (their sine stays
+# below 0.1, their cosine above 0.99). Such pairs carry
 # almost no position information here; only much longer sequences move them.
 
 # %%
@@ -484,7 +487,9 @@ print(f"{'embedding init':18s} {'token RMS':>10s} {'position RMS':>13s} {'ratio'
 for name, (tok, pos) in sizes.items():
     print(f"{name:18s} {tok:10.2f} {pos:13.2f} {tok / pos:7.1f}")
 print(
-    f"position part: mean {position_part.mean().item():.2f},"
+    f"position part: mean {position_part.mean().item():.2f}"
+    f" (cosine entries {position_part[:, 1::2].mean().item():.2f},"
+    f" sine entries {position_part[:, 0::2].mean().item():.2f}),"
     f" standard deviation {position_part.std().item():.2f}"
 )
 
@@ -498,11 +503,13 @@ assert ratio_default > 10 and ratio_fixed < 3
 # With the default initialisation the token part is more than ten times larger than the
 # position part; with $\mathcal{N}(0, d^{-1/2})$ the two are within a small factor of
 # each other. (The standard deviation is a different measure: it subtracts the mean of
-# the entries. The position entries have a mean near 0.5, because the slow cosines sit
-# near 1, so their standard deviation (printed) is smaller than their RMS.)
+# the entries. The position entries have a mean near 0.5, because at positions 0 to 13
+# most cosines sit near 1 (printed). So their standard deviation is smaller than their
+# RMS.)
 #
-# What that means for the model: look at one token (the digit `5`) at positions 0 to 13 and ask how different its input vector is from the same token at
-# position 0 (cosine similarity; 1 means "the same direction"). With the default
+# What that means for the model: look at one token (the digit `5`) at positions 0 to 13
+# and ask how different its input vector is from the same token at position 0 (cosine
+# similarity; 1 means "the same direction"). With the default
 # initialisation, moving the token from position 0 to position 13 leaves the cosine
 # above 0.99: the model has to hear a whisper under a shout. Figure 2.3 shows all
 # fourteen positions.
