@@ -487,9 +487,9 @@ assert abs(fresh["mirror"][SHOWN] - sharp["mirror"][SHOWN]) < 0.01
 
 # %% [markdown]
 # On the fresh sequences the last layer still puts more than 0.90 on the mirrored position and
-# peaks on `<eos>` in more than 95 % of them, within 0.01 of the probe set's mirror weight. The
-# choice of recipe and seed was made on the probe set, but the fresh set does not undo it.
-# Is that the recipe or the seed? Over three seeds
+# peaks on `<eos>` in more than 95 % of them, within 0.01 of the probe set's mirror weight.
+# Choosing on the probe set did not inflate these two numbers for this model. Is that the
+# recipe or the seed? Over three seeds
 # (0, 1, 2: different initial weights and batch order, recorded by the same script):
 
 # %%
@@ -549,9 +549,9 @@ assert ref_run["seconds_total"] > 3 * timing["median_seconds"]["1"]
 
 # %% [markdown]
 # In these two records, made on two different CPUs, training it cost more than three times the
-# sharp recipe, and the book stores no weights for it. So this chapter cannot say how sharp the reference's own recipe is on the probe set. Its
-# heads have $d_k = 32$, the width that section 2 found to matter; whether that makes its last
-# layer sharp is not measured here.
+# sharp recipe, and the book stores no weights for it. So this chapter cannot say how sharp the
+# reference's own recipe is on the probe set. Its heads have $d_k = 32$, the width that section
+# 2 found to matter; whether that makes its last layer sharp is not measured here.
 
 # %% [markdown]
 # Figure 18.2 is the map the reference chapter shows, for this model: last layer, mean of
@@ -669,7 +669,7 @@ assert share["uniform rows"] < share["default init"] < 0.5 < share["sharp model"
 # This twin is not the reference chapter's default-init model. That model is the reference's
 # own recipe with PyTorch's default initialisation, and it reached 0.60 exact match. The twin
 # is the sharp recipe with the same initialisation, and it reaches under half. The reference
-# says its model's map is smeared over the 2 to 3 positions next to the right one. For the twin
+# says its model's rows are smeared over 2 to 3 neighbouring positions. For the twin
 # that is only partly true. Of the weight it puts off the mirrored column, a larger share lands
 # on the two neighbouring columns than uniform rows would put there. But that share is under
 # half, and smaller than in the sharp model, whose little off-mirror weight sits mostly next
@@ -804,8 +804,8 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 #   learning rate, 1000 steps) gives a map close to the reference chapter's, below its 0.94:
 #   with seed 0, at least 0.90 on the mirrored position and `<eos>` peaks in at least 90 % of
 #   sequences in its last layer, on the probe set that chose it and on 1000 fresh sequences,
-#   and over 99.9 % test exact match. Over three seeds it sits at the edge of both targets. With the CPU's own kernels its 1000 steps took 75 s on the recipe's one thread
-#   (recorded).
+#   and over 99.9 % test exact match. Over three seeds it sits at the edge of both targets.
+#   With the CPU's own kernels its 1000 steps took 75 s on the recipe's one thread (recorded).
 # - Its twin with PyTorch's default initialisation, same recipe (recorded; its first 100 steps
 #   reproduced live), learns far less, and its map is blurred: some of the blur sits on
 #   neighbouring positions, most of it further away. It is not the reference chapter's 0.60
@@ -861,7 +861,8 @@ check_mirror_weight(mirror_weight)
 # $\log_2 L_s$ for a uniform one. Write `row_entropy_bits(weights)` for a tensor of any shape
 # `[..., L_s]` returning `[...]`, with $0 \log 0 = 0$. Then compare the mean row entropy of the
 # last layer (mean of heads) of the sharp model and of its default-init twin (its recorded map,
-# `twin_maps`) on `7 3 0 9 5 1 8`. `check_row_entropy` tests one-hot rows, uniform rows and a random batch.
+# `twin_maps`) on `7 3 0 9 5 1 8`. `check_row_entropy` tests one-hot rows, uniform rows and a
+# random batch.
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input", "nbval-ignore-output"]
