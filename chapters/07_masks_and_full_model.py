@@ -127,7 +127,9 @@ assert src_pad.shape == (2, 1, 1, 7) and src_pad[1, 0, 0].tolist() == [False] * 
 # What happens then depends on the sizes. When $B = L_q$ by coincidence, it runs, and query $i$
 # of *every* sequence gets the padding of sequence $i$. When $B = 1$, it runs and is even right:
 # the `1` broadcasts over the queries, as in `[1, 1, 1, L]`. So a check on one sequence cannot
-# find the bug. For any other $B$ it is an error. The cell tries all three:
+# find the bug. When $L_q = 1$ (one query per sequence), it runs too, and the scores grow from
+# `[B, h, 1, L_k]` to `[B, h, B, L_k]`. When $B \ne L_q$ and neither is 1, it is an error. The
+# cell tries all four:
 
 # %%
 flat = src == PAD_ID  # [B, Ls], the two singleton dims forgotten
@@ -155,6 +157,10 @@ print(
     (got - want).abs().max().item(),
 )
 assert torch.equal(got, want) and (got[..., 6] == 0).all()
+
+grown = torch.zeros(2, 4, 1, 7).masked_fill(flat, float("-inf"))  # B = 2, Lq = 1
+print("B = 2, Lq = 1: runs; scores (2, 4, 1, 7) come out as", tuple(grown.shape))
+assert grown.shape == (2, 4, 2, 7)
 
 # %% [markdown]
 # ## The causal mask: `[1, 1, L, L]`
@@ -497,8 +503,7 @@ assert final_gap[0] < 0  # seed 0: the wrong model's validation exact match is t
 #   below the correct model's at 9, 12 and 12 of the 15 evaluations (seeds 0, 1, 2); at step
 #   200 it is 0.88 to 0.95 against 0.98 to 0.99 (Figure 7.2, left). At step 300 the two differ
 #   by at most 0.005, and their 95 % intervals on the 1,000 validation sequences overlap in
-#   every seed: this validation set cannot tell them apart at the end. In seed 0 the wrong
-#   model's is the higher.
+#   every seed. In seed 0 the wrong model's is the higher.
 #
 # So on this task the bug is close to invisible in the final accuracy, which is exactly why it
 # needs a check rather than a glance at the results. A one-line guard catches it wherever
@@ -967,7 +972,7 @@ print(
 # - Masks block *keys*; the singleton dimensions of `[B, 1, 1, L]` are what make a padding mask
 #   broadcast correctly. A `[B, L]` mask lines $B$ up with the queries: a wrong mask and no
 #   error when $B = L_q$, the right mask when $B = 1$ (so a one-sequence check misses the bug),
-#   and an error otherwise.
+#   scores that grow to `[B, h, B, L_k]` when $L_q = 1$, and an error otherwise.
 # - A causal mask on cross-attention raises an error only when $L_t \ne L_s$; in training
 #   batches $L_t = L_s$. It does not blind position 0 to the end of the source (memory rows mix
 #   the whole source): trained on the same budget (seeds 0-2), it ended 0.0005 to 0.0044 lower
