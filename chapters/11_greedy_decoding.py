@@ -322,6 +322,7 @@ stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
 assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # chapter 18's recipe, dropout 0.15
 with_dropout = build_model(SHARP_ATTENTION_RECIPE)
 with_dropout.load_state_dict(stored["state_dict"])
+assert with_dropout.config.dropout == 0.15
 never_dropout = Transformer.from_config(dataclasses.replace(model.config, dropout=0.1))
 never_dropout.load_state_dict(model.state_dict())
 x, y = src_val[:200], tgt_val[:200]
@@ -403,15 +404,15 @@ assert em_eval[extreme] == em and max(em_train[extreme]) < 0.1  # same weights a
 # %% [markdown]
 # In training mode, the model trained with dropout gets many more sequences wrong than in
 # evaluation mode (the cell prints each draw). The model that never saw dropout gets more than
-# nine sequences in ten wrong. In both, two draws give different
-# outputs for the same input.
+# nine sequences in ten wrong. In both, two draws give different outputs for the same input.
 #
 # The fix is `eval_mode` in `greedy` above: the decoding function switches dropout off itself,
 # so that no caller can forget it. It also gives the caller's mode back when it returns, so a
 # training loop that scores its model mid-run keeps training with dropout on. It gives it back
 # even when decoding raises: that is what the `try`/`finally` is for. `helpers.greedy_decode`
 # and `helpers.exact_match_with_interval` do the same. The cell checks all three on the model
-# trained with dropout, left in training mode, and once with a source that is too long.
+# trained with dropout, left in training mode. Then it feeds `greedy` a source that is too
+# long, and does the same with a version of `eval_mode` that has no `finally`.
 
 # %% tags=["nbval-ignore-output"]
 reference = greedy_keeps_mode(with_dropout.eval(), src_val[:300])
@@ -432,7 +433,26 @@ try:
 except ValueError:
     mode = "training" if with_dropout.training else "eval"
     print(f"greedy raised ValueError on 28 tokens; mode after it: {mode}")
+else:
+    raise AssertionError("greedy accepted a source longer than the model's max_len")
 assert with_dropout.training
+
+
+@contextmanager
+def eval_mode_without_finally(model):  # the bug: an error skips the last line
+    was_training = model.training
+    model.eval()
+    yield model
+    model.train(was_training)
+
+
+try:
+    with eval_mode_without_finally(with_dropout):
+        with_dropout.encode(too_long)
+except ValueError:
+    mode = "training" if with_dropout.training else "eval"
+    print(f"without finally: ValueError on 28 tokens; mode after it: {mode}")
+assert not with_dropout.training  # left in eval mode
 _ = with_dropout.eval()
 
 # %% [markdown]
