@@ -59,7 +59,7 @@ from helpers.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, 
 from helpers.exercises import check_book_init
 from helpers.model import Transformer, apply_default_init
 from helpers.numerics import kernel_spread, largest_gap, tolerance
-from helpers.train import build_model, train_reversal
+from helpers.train import build_model, lr_factor, train_reversal
 from helpers.vocab import VOCAB_SIZE
 
 _ = torch.manual_seed(0)
@@ -171,11 +171,12 @@ assert abs(louder / d**0.5 - 1) < 0.1
 
 # %% [markdown]
 # With the fix, the token part is about twice as loud as the position part (by standard
-# deviation): both are clearly present. With PyTorch's defaults it is more than five times louder again (the cell prints the
-# factor), and the positions are a ripple. That factor is about $\sqrt{d_\text{model}}$ (the cell
-# prints both and checks that they agree within 10 %), so the effect grows with the width: the
-# reference chapter's model has $d_\text{model} = 128$, twice ours in $\sqrt{d}$ (exercise 12.1
-# measures its ratio, and compares it with the reference chapter's "10 times").
+# deviation): both are clearly present. With PyTorch's defaults it is more than five times
+# louder again (the cell prints the factor), and the positions are a ripple. That factor is
+# about $\sqrt{d_\text{model}}$ (the cell prints both and checks that they agree within 10 %),
+# so the effect grows with the width: the reference chapter's model has $d_\text{model} = 128$,
+# twice ours in $\sqrt{d}$ (exercise 12.1 measures its ratio, and compares it with the
+# reference chapter's "10 times").
 #
 # ## 3. Training both, side by side
 #
@@ -271,8 +272,8 @@ plt.show()
 # `chapters/data/ch12_init_2x2.json` (the command is stored with the record); the cell below
 # loads it. Every run is scored on the 10,000 test sequences by greedy decoding. The record
 # predates the book's pinned numerics. Its seed-0 rows use the configs of section 3's two
-# models, but ran on other kernels, so their scores differ from section 3's (the cell after
-# the table prints both).
+# models, but ran on other kernels, so their scores can differ from section 3's (the cell
+# after the table prints both).
 
 # %%
 record = json.loads(Path("data/ch12_init_2x2.json").read_text())
@@ -459,11 +460,15 @@ def without_sqrt_d(cfg):
 
 
 cfg_100 = dataclasses.replace(fixed_budget_recipe(init="xavier_only"), max_steps=100, cooldown=0)
+cfg_300 = fixed_budget_recipe(init="xavier_only")  # the record's xavier_only runs
+assert dataclasses.replace(cfg_100, max_steps=300, cooldown=200) == cfg_300  # only the length
+assert all(lr_factor(cfg_100)(s) == lr_factor(cfg_300)(s) for s in range(100))  # same lr
 probe = without_sqrt_d(cfg_100)
-assert torch.equal(  # the raw parameters are the xavier_only run's N(0, 1) embedding
-    probe.encoder.embed.emb.parametrizations.weight.original,
-    build_model(cfg_100).encoder.embed.emb.weight,
-)
+raw = {n.replace(".parametrizations.weight.original", ".weight"): p
+       for n, p in probe.named_parameters()}  # fmt: skip
+start_300 = dict(build_model(cfg_300).named_parameters())
+assert raw.keys() == start_300.keys()  # the same starting weights, every one of them
+assert all(torch.equal(raw[n], p) for n, p in start_300.items())
 tok, pos = token_and_position_std(probe, src_val)
 print(f"without sqrt(d): token std {tok:.2f}, position std {pos:.2f}, ratio {tok / pos:.1f}")
 with mock.patch.object(train_module, "build_model", without_sqrt_d):
@@ -489,17 +494,18 @@ for label, inits in groups.items():
 print(
     f"xavier_only without sqrt(d) (live):   exact match {probe_at[0]:.2f}, loss {probe_at[1]:.2f}"
 )
-without = band["without it"]
+without, fix = band["without it"], band["with the embedding fix"]
 assert abs(tok / pos - ratios["fixed"]) < 0.3  # as quiet as the fix at the input
+assert probe_at[0] >= min(v[0] for v in fix) and probe_at[1] <= max(v[1] for v in fix)
 assert probe_at[0] > 2 * max(v[0] for v in without)
 assert probe_at[1] < 0.8 * min(v[1] for v in without)
 
 # %% [markdown]
-# Without the factor, the "xavier_only" model is at step 100 with the runs that have the fix,
-# far from the runs without it (the cell prints both bands). The same starting parameters learn
-# slowly with the factor and fast without it. So the size of the token signal at the
-# input is what separates the two inits here. This run does not show how the layers use the
-# positions.
+# Without the factor, the "xavier_only" model is at step 100 among the runs that have the fix,
+# or ahead of them, and far from the runs without it (the cell prints both bands). The same
+# starting parameters learn slowly with the factor and fast without it. So, on this seed and at
+# step 100, the size of the token signal at the input accounts for the gap. This run does not
+# show how the layers use the positions.
 
 # %% [markdown]
 # ## 5. How many more steps?
@@ -615,8 +621,9 @@ assert after["default"] > 3 * after["fixed"] and after["default"] > 0.9 * ratios
 # section 2. The position part does not grow with d (its entries are sines and cosines in
 # [-1, 1]), so the ratio doubles too: about 2 x 11 = 22.
 # The reference chapter's "10 times" divides the token std (about 11) by the bound 1 of the
-# position entries. The RMS of the sinusoids is sqrt(1/2) = 0.71. Their standard deviation over
-# these positions is lower still (0.52): at 14 positions, the slow dimensions barely move.
+# position entries. The RMS of the sinusoids is sqrt(1/2) = 0.71. Their standard deviation is
+# lower still (0.52): it subtracts their mean, which is far from 0 (printed), because over 14
+# positions the slow cosines stay near 1.
 _ = torch.manual_seed(0)
 wide = apply_default_init(Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=128, max_len=14))
 tok, pos = token_and_position_std(wide, src_val)
@@ -628,6 +635,7 @@ pe = wide.encoder.embed.pe[: src_val.size(1)].expand(src_val.size(0), -1, -1)[sr
 measures = {"bound": pe.abs().max().item(), "RMS": pe.pow(2).mean().sqrt().item(), "std": pos}
 for name, value in measures.items():
     print(f"token std / position {name} ({value:.2f}): {tok / value:.0f}")
+print(f"mean of the position entries: {pe.mean().item():.2f}")
 assert measures["bound"] == 1.0 and round(tok / measures["bound"]) in (10, 11, 12)
 
 # %% [markdown]
