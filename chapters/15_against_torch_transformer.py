@@ -392,11 +392,12 @@ assert eps_diff > 1e-3
 # %% [markdown]
 # ### Only in evaluation mode
 #
-# The two models compute the same function with dropout off. In training mode they do not, even
-# with the same seed. Their feed-forward block has one more dropout than ours, after the
-# activation (`self.dropout` in `_ff_block`, printed from PyTorch's source); ours has one only
-# after the second linear layer (its `dropout2`). The cell prints both, then runs both models
-# in training mode from the same seed, twice.
+# The two models compute the same function with dropout off. In training mode they do not.
+# Their feed-forward block has one more dropout than ours, after the activation (`self.dropout`
+# in `_ff_block`, printed from PyTorch's source). Ours has one only after the second linear
+# layer (`net[3]`, where theirs has `dropout2`). So even the same seed cannot give the two
+# models the same masks: from the first feed-forward block on, theirs draws one mask more. The
+# cell prints both blocks, then runs both models in training mode from the same seed, twice.
 
 # %% tags=["nbval-ignore-output"]
 print(inspect.getsource(nn.TransformerEncoderLayer._ff_block).strip())
@@ -676,8 +677,9 @@ print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forwa
 #   output projection give our logits to within 1e-5, on a batch padded on both sides.
 # - The check is sharp: one weight moved by 0.015 moves the logits beyond the tolerance, from
 #   the layer that holds it on (Figure 15.1). Four quiet constructor options (`norm_first`,
-#   `activation`, `nhead`, `layer_norm_eps`) move them too; `batch_first=False` fails at the call here and, with
-#   equal lengths, lets the sequences of a batch change each other's outputs.
+#   `activation`, `nhead`, `layer_norm_eps`) move them too; `batch_first=False` fails at the
+#   call here and, with equal lengths, lets the sequences of a batch change each other's
+#   outputs.
 # - The match holds in evaluation mode only: in training mode their feed-forward block drops
 #   out once more than ours, after the activation.
 # - `nn.Transformer` splits each mask by role (`tgt_mask` `[Lt, Lt]`, `*_key_padding_mask`
