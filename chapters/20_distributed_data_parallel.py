@@ -187,10 +187,10 @@ assert again == epoch0 and epoch1 != epoch0
 #
 # What must differ per rank is the randomness *inside* each rank's batch, such as dropout
 # masks. `build_model` seeds torch's generator, so ranks that stop there draw the same masks
-# for their different sequences. `helpers.train_reversal_ddp` therefore reseeds each rank
-# after building the model (`seed_rank_stream`). Rank 0 keeps its stream, so one process draws
-# what `helpers.train_reversal` draws. The cell builds a model with dropout 0.1 twice, once per
-# rank, and feeds both the same sequence in training mode:
+# for their different sequences. `helpers.train_reversal_ddp` therefore calls
+# `seed_rank_stream` after building the model. It reseeds every rank but rank 0. Rank 0 keeps
+# the stream `build_model` left, as a single process does. The cell builds a model with
+# dropout 0.1 twice, once per rank, and feeds both the same sequence in training mode:
 
 # %%
 shards = [
@@ -203,6 +203,7 @@ print(
 )
 with_dropout = dataclasses.replace(BOOK_RECIPE, dropout=0.1)
 one_src, one_tgt = make_reversal_dataset(1, seed=1)
+rank0_out = []
 for reseed in (False, True):
     outs, weights = [], []
     for rank in range(2):
@@ -219,7 +220,10 @@ for reseed in (False, True):
         f"{how:26s}: weights differ in {w_differ} of {len(weights[0])} tensors; outputs {outputs}"
     )
     assert w_differ == 0 and (out_diff > 0.1 if reseed else out_diff == 0)
-assert len(shards[0] & shards[1]) > 0
+    rank0_out.append(outs[0])
+same0 = torch.equal(*rank0_out)
+print(f"rank 0's output with and without seed_rank_stream: {'equal' if same0 else 'different'}")
+assert same0 and len(shards[0] & shards[1]) > 0
 
 # %% [markdown]
 # ## One loss for the whole global batch
@@ -507,7 +511,8 @@ print(
 target = BOOK_RECIPE.target_exact_match
 assert all(r["validation_exact_match"] >= target for r in rec["runs"])
 assert all(r["test_exact_match"] >= 0.98 for r in rec["runs"])
-assert summary[TWO]["ms_per_step"] < summary[ONE]["ms_per_step"]
+assert summary[TWO]["ms_per_step"] < summary[ONE]["ms_per_step"] and fewer == len(seeds)
+assert fastest == ["1 process x 2 threads"] * len(seeds)
 assert 0 < higher < len(seeds) and max(abs(g) for g in gap) <= spread[TWO]
 
 # %% [markdown]
@@ -560,8 +565,10 @@ plt.show()
 # their separate intervals is not a test. A paired test looks at the sequences on which the two
 # models disagree. McNemar's exact test counts the sequences only model A gets right ($b$) and
 # only model B gets right ($c$). If both models were equally good, each disagreement would be a
-# fair coin, and $\min(b, c)$ follows a binomial law with $b + c$ trials. The cell trains the
-# same loop in this one process (seed 0) and pairs it with the two-process model above:
+# fair coin: $b$ would follow a binomial law with $b + c$ trials and probability 1/2. The
+# two-sided $p$ is twice the chance of a split at least as uneven as $\min(b, c)$. The cell
+# checks the test on a case small enough to count by hand. It then trains the same loop in
+# this one process (seed 0) and pairs it with the two-process model above:
 
 
 # %% tags=["nbval-ignore-output"]
@@ -590,9 +597,11 @@ print(
 )
 print(f"only the 2-process model right: {b}; only the 1-process model right: {c}")
 print(f"McNemar exact test: p = {p_value:.2g}")
-n_test = len(test_src)
-assert int(two_ok.sum()) - int(one_ok.sum()) == b - c  # the disagreements carry the whole gap
-assert int(two_ok.sum()) == ddp_test.correct and 0.0 <= p_value <= 1.0
+wrong6, right6 = torch.zeros(6, dtype=torch.bool), torch.ones(6, dtype=torch.bool)
+assert mcnemar_exact(wrong6, right6) == (0, 6, 2 / 64)  # by hand: 6 of 6 to B, p = 2 * (1/2)**6
+assert mcnemar_exact(one_ok, two_ok) == (c, b, p_value)  # the test does not depend on the order
+assert mcnemar_exact(two_ok, two_ok) == (0, 0, 1.0)  # a model against itself: no evidence
+assert int(two_ok.sum()) == ddp_test.correct  # the count exact_match_with_interval printed
 
 # %% [markdown]
 # A small $p$ says that these two *models* differ. It says nothing about the two *ways of
@@ -762,11 +771,12 @@ assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 # - With sequences of different lengths, the per-rank loss must be normalised by the global
 #   token count; then two processes with 32 rows each computed the gradient of one process
 #   with 64 rows to within float32 rounding.
-# - Every rank builds the same weights; each then reseeds its own stream for dropout masks.
+# - Every rank builds the same weights; every rank but rank 0 then reseeds torch's generator,
+#   so each rank draws its own dropout masks.
 # - Two scores on one test set are compared with a paired test (McNemar's); whether two ways
 #   of training differ needs many seeds.
 # - `no_sync()` accumulates micro-batch gradients without an all-reduce each;
-#   `torchrun` sets `OMP_NUM_THREADS=1` when it is unset.
+#   `torchrun` sets `OMP_NUM_THREADS=1` when it is unset and it starts several processes.
 # - `tools/train_ddp.py`, started by `torchrun`, trained the book's recipe to the target on
 #   two processes; rank 0 alone logged and wrote the checkpoint.
 # - Two processes split each step's arithmetic and pay a fixed start-up (two interpreters,
