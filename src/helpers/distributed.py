@@ -395,8 +395,9 @@ def train_reversal_ddp(
     """Train the reversal model data-parallel on every process of the group. Chapter 20.
 
     Every rank builds the same model from cfg.seed (DDP would broadcast rank 0's weights
-    anyway), then reseeds its own stream for dropout masks (seed_rank_stream), draws its share of each global batch of cfg.batch_size sequences from
-    rank_batches, and takes the same Adam step with the all-reduced gradient. Per step, one
+    anyway); every rank but rank 0 then reseeds its own stream for dropout masks
+    (seed_rank_stream). Each draws its share of each global batch of cfg.batch_size sequences
+    from rank_batches, and takes the same Adam step with the all-reduced gradient. Per step, one
     small all-reduce also sums the token count, the summed loss, each rank's own mean loss and
     the exactly-right sequences, so that every rank normalises the loss by the global token
     count and decides the evaluation gate the same way. Evaluations are sharded
