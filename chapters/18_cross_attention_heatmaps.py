@@ -170,7 +170,7 @@ assert book["mirror"].min() > uniform
 # fields; the table lists each run's last point. Only `sharp1000d15` (seeds 0 to 2) and
 # `sharp1000d15default` were recorded in the book's pinned kernel; the others are earlier records
 # made with a CPU's own kernels. Section 3 shows how much the kernels alone move these numbers:
-# less than 0.02 for the sharp recipe.
+# at most 0.02 for the sharp recipe.
 
 # %%
 data = json.loads(Path("data/ch18_sharpness.json").read_text())
@@ -315,7 +315,7 @@ assert final("d32h4") < 0.65  # the book's architecture, three times the book's 
 names = {n for n, _ in runs}
 below = [n for n in names if final(n) < 0.94]
 print(f"\nruns below the reference's 0.94 on the last layer (seed 0): {len(below)} of {len(names)}")
-assert final("d64h2droplr2") >= 0.935 and len(below) == len(names) - 1
+assert set(below) == names - {"d64h2droplr2"}  # the one run at 0.94 or above
 
 # %% [markdown]
 # What these runs show, on the last layer (seed 0 each; a change inside the seed band may be
@@ -476,7 +476,7 @@ for key in ("mirror", "eos_peak"):  # the stored weights, evaluated on each kern
 # pass:
 
 # %% tags=["nbval-ignore-output"]
-FRESH_SEED = 18  # also tools/record_ch18_seed_recipe.py's fresh set
+FRESH_SEED = 18
 src_f, tgt_f = make_reversal_dataset(1000, seed=FRESH_SEED)
 print(f"fresh sequences that are also probe sequences: {train_test_overlap(src_f, src_p).sum()}")
 fresh = alignment_stats(model, src_f, tgt_f)
@@ -484,10 +484,12 @@ report("probe (200)", sharp)
 report("fresh (1000)", fresh)
 assert fresh["mirror"][SHOWN] > 0.90 and fresh["eos_peak"][SHOWN] > 0.95
 assert abs(fresh["mirror"][SHOWN] - sharp["mirror"][SHOWN]) < 0.01
+assert fresh["eos_peak"][SHOWN] > sharp["eos_peak"][SHOWN] - 0.02  # within 4 of the 200
 
 # %% [markdown]
 # On the fresh sequences the last layer still puts more than 0.90 on the mirrored position and
-# peaks on `<eos>` in more than 95 % of them, within 0.01 of the probe set's mirror weight.
+# peaks on `<eos>` in more than 95 % of them. The mirror weight is within 0.01 of the probe
+# set's, the `<eos>` peak within 0.02.
 # Choosing on the probe set did not inflate these two numbers for this model. Is that the
 # recipe or the seed? Over three seeds
 # (0, 1, 2: different initial weights and batch order, recorded by the same script):
@@ -587,7 +589,8 @@ torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
 n = len(digits)
 on_mirror = w[torch.arange(n + 1), torch.as_tensor(mirrored_columns(n))]
 print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mirror.tolist()])
-print(f"rows below the reference's 0.94: {(on_mirror < 0.94).sum()} of {n + 1}")
+low = [round(v, 3) for v in on_mirror[on_mirror < 0.94].tolist()]
+print(f"rows below the reference's 0.94: {len(low)} of {n + 1}, to 3 decimals {low}")
 assert (w.argmax(dim=-1).numpy() == mirrored_columns(n)).all()
 assert (on_mirror < 0.94).sum() >= 1 and on_mirror[-1] < 0.9  # the <eos> row
 
@@ -602,8 +605,8 @@ plt.show()
 # Every row peaks on its mirrored column, the anti-diagonal, and the last row on `<eos>`. But
 # this map is less sharp than the reference chapter's, which had at least 0.94 in every row.
 # Here some rows fall below 0.94 (the cell before the figure counts them), and the `<eos>` row
-# puts less than 0.9 on `<eos>`. The targets of section 3 are about the 200-sequence average,
-# and they are lower than the reference's 0.94.
+# puts less than 0.9 on `<eos>`. The mirror target of section 3, 0.90, is about the
+# 200-sequence average, and it is lower than the reference's 0.94.
 
 # %% [markdown]
 # ## 4. The default-init twin
