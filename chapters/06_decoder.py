@@ -484,10 +484,10 @@ assert all_xavier.min().item() > 1.5 and all_xavier.max().item() < 4  # measured
 assert (all_xavier / src_len < 0.5).all()  # on average no row puts half its weight on one key
 
 # %% [markdown]
-# With the book's initialisation the largest weight of a row is 1.8 to 3.2 times the uniform
-# value; with PyTorch's default it is about 1.5 times. Both are far from a row that reads one
-# token: an untrained decoder reads a blend of many source tokens. What training does to these
-# rows is measured in chapter 18, the cross-attention heatmaps.
+# With the book's initialisation a row's largest weight is, on average over the rows, 1.8 to 3.2
+# times the uniform value; with PyTorch's default it is about 1.5 times. Both are far from a
+# row that reads one token: an untrained decoder reads a blend of many source tokens. What
+# training does to these rows is measured in chapter 18, the cross-attention heatmaps.
 #
 # ## Checking against `helpers`
 #
