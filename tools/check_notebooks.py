@@ -50,6 +50,9 @@ EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+) \(([^)]*)\)", re.M)
 KINDS = {"predict, then run": 0, "modify": 1, "implement": 2}  # the order exercises come in
 SOLUTION_MARK = re.compile(r"^# Solution to exercise (\d+)\.(\d+)\b")
 FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
+# words about the test harness or this project's machines: the introduction explains the
+# convention once, chapter prose teaches the Transformer
+HARNESS = re.compile(r"\bnbval\b|stored outputs?\b|\bmake test\b|\bthis project\b", re.I)
 # a version number such as 2.13.0 in prose (not "section 3.2.1"): the notebook must print it
 VERSION = re.compile(r"(?<![\w.])(?<!section )(\d+\.\d+\.\d+)(?![\w.]*\d)", re.I)
 
@@ -126,6 +129,13 @@ def check(path: Path) -> list[str]:
         for n, line in enumerate(source(cell).splitlines(), 1):
             if len(line) > MAX_LINE:
                 problem(f"cell {i} line {n} has {len(line)} characters (at most {MAX_LINE})")
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "markdown" and path.name[:2].isdigit():
+            for match in dict.fromkeys(m.group(0) for m in HARNESS.finditer(source(cell))):
+                problem(
+                    f"cell {i} talks about the harness ({match!r}): say what the cell shows; "
+                    "the introduction explains how the book checks itself"
+                )
     # versions named in prose are printed by a cell (code or output) of the same notebook
     shown = "\n".join(
         source(c) + "".join(output_text(o) for o in c.get("outputs", []))
