@@ -543,16 +543,18 @@ for L in sorted({r["L"] for r in long}):
     measured = by["sdpa"]["ms"] / by["sdpa_causal"]["ms"]
     counted = attention_flops(cfg["B"], cfg["heads"], L, cfg["d_model"], causal=False)
     counted /= attention_flops(cfg["B"], cfg["heads"], L, cfg["d_model"], causal=True)
+    explained = (counted - 1) / (measured - 1)  # the share of the extra time
     print(
         f"L={L}: sdpa / sdpa_causal, median time {measured:.2f}; "
-        f"work with every block / work without the blocks above the diagonal {counted:.2f}"
+        f"work with every block / work without the blocks above the diagonal {counted:.2f}; "
+        f"share of the extra time the skipped blocks account for {explained:.0%}"
     )
-    assert measured > 1.3 and counted > 1.3
+    assert measured > 1.3 and 0.6 < explained <= 1
 
 # %% [markdown]
-# The measured ratio is close to the counted one at $L = 2048$ and a little above it at 1024 and
-# 4096: the masked call also builds and reads its float32 copy of the mask (section 2), which
-# the count leaves out. The skipped blocks explain most of the gap.
+# The skipped blocks account for nearly all of the extra time at $L = 2048$, and for more than
+# three fifths of it at 1024 and 4096. The count leaves out the mask itself: the masked call
+# also builds a float32 copy of it (section 2) and reads it.
 
 # %% [markdown]
 # **bfloat16 on the CPU.** The same sweep with `--dtype bfloat16` (recorded in
@@ -596,12 +598,10 @@ for r in bf["rows"]:
 # %% [markdown]
 # ## 6. On a GPU
 #
-# This project has a GPU only now and then, for minutes. So everything the book shows about
-# GPUs is measured by one prepared script, `tools/record_gpu.py`, in a single run: it needs
-# only torch and numpy (and pytest for its last part), runs each part under its own time cap,
-# and writes one JSON file per part as soon as the part is done. `tests/test_record_gpu.py`
-# runs it at tiny sizes on the CPU, so that a typo fails `make test` rather than the GPU run.
-# Its attention part measures two things.
+# Everything the book shows about GPUs is measured by one prepared script,
+# `tools/record_gpu.py`, in a single run: it needs only torch and numpy (and pytest for its
+# last part), runs each part under its own time cap, and writes one JSON file per part as soon
+# as the part is done. Its attention part measures two things.
 #
 # **The reference chapter's protocol, reproduced.** The reference chapter's script keeps the
 # layer and the input in float32 and runs each call under `torch.autocast(bfloat16)`; it times
@@ -618,7 +618,7 @@ for variant in ("handwritten", "sdpa_causal"):
     )
 
 # %% [markdown]
-# `record_gpu.py` repeats that protocol on the lent GPU, with this book's layer in place of the
+# `record_gpu.py` repeats that protocol on a GPU, with this book's layer in place of the
 # reference's. For SDPA the two layers make the same calls. Their handwritten paths differ by
 # one step: ours zeroes fully masked rows with one more `masked_fill`, on the weights.
 #
@@ -657,6 +657,7 @@ cuda_bytes = {
     "our extra masked_fill on the weights": 4,
     "autocast's bfloat16 copy of the weights for @ V": 2,
 }
+assert len(cuda_bytes) == len(made) + 1  # the five recorded, plus autocast's copy
 entries = 8 * 8 * 1024 * 1024  # one [8, 8, 1024, 1024] score matrix
 bf16_matrix = score_matrix_bytes(8, 8, 1024, torch.bfloat16) / MiB
 for name, size in cuda_bytes.items():
@@ -769,13 +770,14 @@ if gpu is not None:
 # - Time: in the recorded CPU sweep, at every $L$ from 1024 on where the handwritten path ran,
 #   even the slowest SDPA run was faster than the fastest handwritten run; the load average
 #   printed with the record says how busy the machine was. SDPA with `is_causal=True` was
-#   faster than SDPA with our mask by about the share of the work that lies above the diagonal.
+#   faster than SDPA with our mask; the blocks above the diagonal, which it skips, account for
+#   most of the difference.
 # - Under CUDA autocast, softmax runs in float32. So our handwritten layer's extra
 #   `masked_fill` makes a float32 copy, and its memory cannot be compared like with like with
 #   the reference's layer. The reference's handwritten call took about twice the time its six
 #   passes over the score entries need at full bandwidth.
-# - GPU numbers come from one prepared script, `tools/record_gpu.py`, tested on the CPU first;
-#   it repeats the reference chapter's protocol and measures the book's own sweep; section 6
+# - GPU numbers come from one prepared script, `tools/record_gpu.py`: it repeats the reference
+#   chapter's protocol and measures the book's own sweep; section 6
 #   prints the run, or the command that records it.
 #
 # ## Exercises
