@@ -771,20 +771,20 @@ assert per_tok_big == 32 * 2 * 4096 * 2 and cache_big > weights_big
 # ## 8. A preallocated cache
 #
 # The cache of section 3 grows with `torch.cat`. At every step, in every layer, that allocates
-# new K and V tensors one position longer and copies all $t$ cached positions into them. Code
-# written for long generation usually allocates the cache once instead. Each layer gets two
+# new K and V tensors one position longer and copies all $t$ cached positions into them. A
+# preallocated cache avoids the copy: it allocates the buffers once. Each layer gets two
 # buffers of shape `[B, h, L_max, d_k]`. Step $t$ writes its key and value at position $t$,
 # and attention reads positions $0..t$.
 #
 # `helpers.static_cache` does this for the book's `Transformer`, with the same weights and the
 # same sub-modules as `greedy_decode_by_hand`. `write_kv(buf, new, pos)` writes `new` into the
-# buffer at `pos` and returns the written positions as a view of the buffer, so nothing is
-# copied. The padding mask is a preallocated `[B, 1, 1, L_max]` buffer too, filled one column
-# per step. The cache dicts keep the names of section 3 (`self_k`, `self_v`, `cross_k`,
-# `cross_v`).
+# buffer at `pos`. It returns the written positions as a view of the buffer, so the cached
+# positions are not copied again. The padding mask is a preallocated `[B, 1, 1, L_max]` buffer
+# too, filled one column per step. The cache dicts keep the names of section 3 (`self_k`,
+# `self_v`, `cross_k`, `cross_v`).
 #
-# Hugging Face's `StaticCache` writes the same way. The cell prints the lines of its update
-# that do it, for the installed version:
+# Hugging Face's `StaticCache` is such a cache, and it writes the same way. The cell prints the
+# lines of its update that do it, for the installed version:
 
 # %%
 import inspect
@@ -875,6 +875,8 @@ for B, n_new in ((1, 512), (16, 256)):
     }
     best, outs = fastest_of(runs, 2)
     assert torch.equal(outs["cat"], outs["static"])
+    if B == 1:
+        cat_1_s = best["cat"]  # batch 1, 512 new tokens, torch.cat cache
     static_speed[B, n_new] = best["cat"] / best["static"]
     print(
         f"batch {B:>2}, {n_new} new tokens: torch.cat {1e3 * best['cat']:7.0f} ms, "
@@ -895,15 +897,22 @@ print(
     f"one layer's K at t = 511: torch.cat {op_us['torch.cat'] / 200 * 1e6:.1f} us, "
     f"write_kv {op_us['write_kv'] / 200 * 1e6:.1f} us"
 )
+n_copies = 2 * lc.num_layers  # K and V, in every layer
+copy_share = n_copies * op_us["torch.cat"] / 200 / (cat_1_s / 512)
+print(
+    f"{n_copies} copies of that size: {copy_share:.0%} of one torch.cat step "
+    "(batch 1, 512 new tokens)"
+)
 print(timing_label())
 
 # %% [markdown]
-# The cell prints the time of each cache and their ratio; in the printed run the preallocated
-# cache was the faster one at both sizes. One step of the long model makes four such copies,
-# K and V in each of its two layers. The cell's last timing line compares one of them with a
-# write in place. How much of a whole step the copies cost depends on the batch, the length
-# and the machine: the ratio is the measured answer for this run. Either way the tokens are
-# the same.
+# The cell prints the time of each cache and their ratio (above 1: the preallocated cache was
+# faster). One step of the long model makes four copies, K and V in each of its two layers.
+# The cell's last lines compare one copy with a write in place, and say what four copies of
+# the largest size take of one whole step: a small part of it. So at batch 1 the copies
+# explain a gain of a few percent at most. The machine's load moves the measured ratio too,
+# so one run can show more than that, or less, even a ratio below 1. How much the copies
+# cost depends on the batch, the length and the machine. Either way the tokens are the same.
 #
 # ## The finished piece
 #
