@@ -138,3 +138,10 @@ def test_identity_check_catches_a_missing_padding_flag(monkeypatch):
 
     monkeypatch.setattr(sc, "decoder_step_static", forgets_pad)
     assert not identical_to_cat_cache(model, src, stop_at_eos=False)
+
+
+def test_gives_back_the_callers_mode():
+    model = random_model().train()
+    src, _ = make_reversal_dataset(4, seed=3)
+    sc.greedy_decode_static(model, src)
+    assert model.training  # decoded in eval mode (dropout off), then the mode came back

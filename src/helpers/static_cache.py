@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .checks import check_token_ids
+from .decoding import restores_mode
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -81,6 +82,7 @@ def decoder_step_static(model, token, pos: int, memory, src_mask, caches) -> tor
     return model.out_proj(dec.ln_final(x)[:, -1])
 
 
+@restores_mode
 @torch.no_grad()
 def greedy_decode_static(
     model,
@@ -93,7 +95,7 @@ def greedy_decode_static(
     [B, <= max_len]. caches: None (allocated here, max_len positions), or the result of
     allocate_static_caches(model, B, >= max_len - 1), which is filled in place.
 
-    Built in chapter 13. Switches the model to eval mode and leaves it there, as
+    Built in chapter 13. Decodes in eval mode, then gives back the caller's mode, as
     greedy_decode does."""
     model.eval()
     max_len = model.max_len if max_len is None else int(max_len)
