@@ -729,14 +729,21 @@ assert sharp["mirror_heads"][SHOWN].min() > 0.85
 # Type digits, pick a layer and a head (or the mean of heads): the decoded output and the
 # heatmap update live in JupyterLab. The logic lives in `helpers.visualize`:
 # `AttentionExplorer.render(text, layer, head)` parses the text, decodes, and draws, or returns
-# a clear message for bad input; the widgets only call it. (The HTML book cannot run widgets:
-# Figure 18.5, after the widget, shows its initial view.)
+# a clear message for bad input; the widgets only call it. The HTML book cannot run widgets.
+# Under the widget it shows an explorer of its own, which draws weights computed beforehand,
+# and Figure 18.5 shows the widget's initial view.
 
 # %% tags=["nbval-ignore-output"]
 explorer = AttentionExplorer(model, digits="7 3 0 9 5 1 8")
 box = explorer.widget()
 display(box)
 assert explorer.last_figure is not None and explorer.last_message.endswith("correct")
+
+# %% [markdown]
+# <div class="html-attention-explorer" data-src="../_static/attention_explorer.json">
+# <p><em>The HTML version of this book draws an explorer that needs no kernel here.</em></p>
+# </div>
+# <script src="../_static/attention_explorer.js"></script>
 
 # %% [markdown]
 # Figure 18.5: the explorer's initial view, as a static figure.
