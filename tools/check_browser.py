@@ -11,7 +11,11 @@ Usage:
     every page is opened. For each page: every math element (.math) holds MathJax output
     (an mjx-container), every <img> has loaded (naturalWidth > 0), every network request
     went to the local server (or is a data:/blob: URL), and nothing was logged as a
-    JavaScript error (console.error, an uncaught exception, a failed load).
+    JavaScript error (console.error, an uncaught exception, a failed load). On chapter 18's
+    page the HTML attention explorer (book_assets/attention_explorer.js) must draw; switching
+    its layer, then its input, must each redraw a different heatmap; one cell's drawn weight
+    must equal attention_explorer.json's, its fill matplotlib's Blues, and its tooltip (on
+    keyboard focus) must name both tokens and the weight; ArrowRight must move the focus.
 (b) JupyterLab is started on 127.0.0.1 (free port, no token, temporary settings, runtime
     and root folders) on a COPY of chapters/18_cross_attention_heatmaps.ipynb. The check
     runs all cells (command `runmenu:run-all`), waits for the kernel, requires no error
@@ -53,6 +57,8 @@ from pin import KERNEL_NAME, PIN  # noqa: E402  (plain data, no torch import)
 
 HTML = ROOT / "_build" / "html"
 CHAPTER = ROOT / "chapters" / "18_cross_attention_heatmaps.ipynb"
+# the HTML book's page with the kernel-free attention explorer
+EXPLORER_PAGE = "chapters/18_cross_attention_heatmaps.html"
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -325,6 +331,125 @@ SOLUTIONS_JS = r"""
 """
 
 
+# Chapter 18's HTML attention explorer (book_assets/attention_explorer.js, data from
+# tools/export_attention.py): its drawn state, read from the SVG it drew.
+HTML_EXPLORER_STATE_JS = r"""
+(() => {
+  const root = document.querySelector('.html-attention-explorer');
+  if (!root) return {found: false};
+  const svg = root.querySelector('svg.hae-svg');
+  if (root.dataset.state !== 'drawn' || !svg) return {found: true, drawn: false,
+      state: root.dataset.state || null, text: root.textContent.slice(0, 200)};
+  const cells = [...svg.querySelectorAll('rect.hae-cell')];
+  const labels = [...root.querySelectorAll('.hae-controls label')]
+      .map(l => [l.textContent.replace(l.querySelector('select').textContent, '').trim(),
+                 l.querySelector('select').id === l.htmlFor]);
+  return {found: true, drawn: true, view: svg.dataset.view, weights: svg.dataset.weights,
+          fills: cells.map(c => c.getAttribute('fill')).join(' '), cells: cells.length,
+          mirrors: svg.querySelectorAll('rect.hae-mirror').length, labels: labels,
+          options: Object.fromEntries([...root.querySelectorAll('select')]
+              .map(s => [s.dataset.control, s.options.length]))};
+})()
+"""
+
+
+def html_explorer_select_js(control: str, index: int) -> str:
+    return f"""
+(() => {{
+  const s = document.querySelector('.html-attention-explorer select[data-control="{control}"]');
+  s.selectedIndex = {index};
+  s.dispatchEvent(new Event('change', {{bubbles: true}}));
+  return s.value;
+}})()"""
+
+
+# Focus one cell (as the keyboard does), read its weight, fill and tooltip; then press
+# ArrowRight and report which cell has the focus.
+HTML_EXPLORER_CELL_JS = r"""
+(() => {
+  const root = document.querySelector('.html-attention-explorer');
+  const cell = root.querySelector('rect.hae-cell[data-row="ROW"][data-col="COL"]');
+  cell.focus();
+  const tip = root.querySelector('.hae-tip');
+  const out = {weight: cell.dataset.weight, fill: cell.getAttribute('fill'),
+               tip: tip.textContent, tip_shown: getComputedStyle(tip).display !== 'none',
+               focused: document.activeElement === cell};
+  cell.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true}));
+  const now = document.activeElement;
+  out.after_right = now && now.dataset ? [now.dataset.row, now.dataset.col].join(',') : null;
+  return out;
+})()
+"""
+
+
+def blues_rgb(v: float) -> tuple[int, int, int]:
+    """matplotlib's Blues at v (what helpers.plot_attention draws), as 0-255 integers."""
+    from matplotlib import colormaps
+
+    return tuple(round(255 * c) for c in colormaps["Blues"](v)[:3])
+
+
+def check_html_explorer(page: CDP) -> list[str]:
+    """The explorer draws; a new layer and a new input each redraw a different heatmap; one
+    cell's drawn weight is the JSON's, its fill matplotlib's Blues, its tooltip says both
+    tokens and the weight; ArrowRight moves the focus one cell right."""
+    problems: list[str] = []
+    try:
+        state = page.wait_for(
+            f"(() => {{ const s = {HTML_EXPLORER_STATE_JS.strip()}; "
+            "return (s.found === false || s.drawn || s.state === 'failed') ? s : null; })()",
+            timeout=20,
+        )
+    except TimeoutError as err:
+        return [f"HTML attention explorer: not drawn ({err})"]
+    if not state.get("found"):
+        return ["no HTML attention explorer (.html-attention-explorer) on the page"]
+    if not state.get("drawn"):
+        return [f"HTML attention explorer did not draw: {state}"]
+    bad_labels = [name for name, ok in state["labels"] if not (name and ok)]
+    if len(state["labels"]) != 4 or bad_labels:
+        problems.append(f"explorer controls not all labelled: {state['labels']}")
+    if state["mirrors"] != round(state["cells"] ** 0.5):
+        problems.append(f"{state['mirrors']} mirrored cells marked for {state['cells']} cells")
+    seen = [state]
+    for control in ("layer", "input"):
+        current = seen[-1]
+        index = 0 if control == "layer" and current["view"].split("|")[2] != "0" else 1
+        page.evaluate(html_explorer_select_js(control, index))
+        new = page.evaluate(HTML_EXPLORER_STATE_JS)
+        if not new.get("drawn") or new["view"] == current["view"]:
+            problems.append(f"changing the {control} did not redraw: {new.get('view')}")
+        elif new["weights"] == current["weights"] or new["fills"] == current["fills"]:
+            problems.append(f"changing the {control} ({new['view']}) left the heatmap as it was")
+        seen.append(new)
+    view = seen[-1]["view"]
+    input_id, model_id, layer, head = view.split("|")
+    data = json.loads((HTML / "_static" / "attention_explorer.json").read_text())
+    model = next(m for m in data["models"] if m["id"] == model_id)
+    entry = data["maps"][model_id][input_id]
+    matrix = entry["layers"][int(layer)][model["heads"] if head == "mean" else int(head)]
+    row, col = 1, 2
+    expected = matrix[row][col]
+    cell = page.evaluate(HTML_EXPLORER_CELL_JS.replace("ROW", str(row)).replace("COL", str(col)))
+    drawn_rgb = tuple(int(x) for x in cell["fill"][4:-1].split(","))
+    want_rgb = blues_rgb(expected)
+    if float(cell["weight"]) != expected:
+        problems.append(f"cell ({row}, {col}) of {view}: drawn {cell['weight']}, JSON {expected}")
+    if max(abs(a - b) for a, b in zip(drawn_rgb, want_rgb)) > 3:
+        problems.append(f"cell ({row}, {col}) fill {drawn_rgb}, matplotlib's Blues {want_rgb}")
+    tip_wants = [entry["rows"][row], entry["cols"][col], f"{expected:.3f}"]
+    if not (cell["focused"] and cell["tip_shown"] and all(t in cell["tip"] for t in tip_wants)):
+        problems.append(f"focused cell's tooltip {cell['tip']!r} lacks {tip_wants}")
+    if cell["after_right"] != f"{row},{col + 1}":
+        problems.append(f"ArrowRight from ({row}, {col}) focused {cell['after_right']}")
+    log(
+        f"  explorer: drawn, redrawn for a new layer and a new input ({view}); cell "
+        f"({row}, {col}) drawn {cell['weight']} (JSON {expected}), fill {cell['fill']}; "
+        f"tooltip {cell['tip']!r}"
+    )
+    return problems
+
+
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -360,7 +485,7 @@ def check_book(browser: Chromium) -> list[str]:
     prefix = f"http://127.0.0.1:{port}/"
     failures: list[str] = []
     totals = {"pages": 0, "math": 0, "images": 0, "requests": 0, "solutions": 0, "answers": 0}
-    toggled = 0
+    toggled = explorer_pages = 0
     try:
         for path in book_pages():
             rel = path.relative_to(HTML).as_posix()
@@ -370,6 +495,7 @@ def check_book(browser: Chromium) -> list[str]:
                 page.navigate(prefix + rel)
                 info = page.evaluate(PAGE_REPORT_JS, timeout=60)
                 sols = page.evaluate(SOLUTIONS_JS)
+                explorer = check_html_explorer(page) if rel == EXPLORER_PAGE else []
                 page.pump(0.3)  # late console messages
             except Exception as err:
                 failures.append(f"{rel}: {type(err).__name__}: {err}")
@@ -379,7 +505,8 @@ def check_book(browser: Chromium) -> list[str]:
             totals["math"] += info["math"]
             totals["images"] += info["images"]
             totals["requests"] += n_req
-            problems = []
+            problems = list(explorer)
+            explorer_pages += rel == EXPLORER_PAGE
             if info["rendered"] < info["math"]:
                 problems.append(
                     f"{info['math'] - info['rendered']} of {info['math']} math elements not "
@@ -418,6 +545,8 @@ def check_book(browser: Chromium) -> list[str]:
         server.shutdown()
     if not totals["pages"]:
         failures.append("no page was checked")
+    if not explorer_pages:
+        failures.append(f"{EXPLORER_PAGE} (the HTML attention explorer) was not checked")
     if not totals["solutions"]:
         failures.append("no exercise solution found behind a toggle on any page")
     log(
