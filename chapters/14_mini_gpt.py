@@ -818,28 +818,39 @@ assert abs(loss16 - loss32) < 0.02 and agree > 0.95
 
 # %% tags=["nbval-ignore-output"]
 import logging
+import os
 
 from torch._dynamo.utils import counters
 
 logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # quiet its notes on the checks
 compiled = torch.compile(model)
-with torch.no_grad():
-    t0 = time.perf_counter()
-    logits_compiled = compiled(xv)
-    first_s = time.perf_counter() - t0
-    ms_compiled, ms_eager = best_ms(lambda: compiled(xv), 3), best_ms(lambda: model(xv), 3)
-gap = (logits_compiled - logits32).abs().max().item()
-scale = logits32.abs().max().item()  # the largest |logit|
-print(f"first call (tracing and compiling): {first_s:.0f} s")
-found, missed = (counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))
-print(f"inductor's on-disk cache: {found} graph(s) found there, {missed} compiled anew")
-print(f"max |compiled - eager| logit: {gap / scale:.0e} of the largest |logit| ({scale:.1f})")
-print(
-    f"one forward pass: eager {ms_eager:.0f} ms, compiled {ms_compiled:.0f} ms "
-    f"({ms_compiled / ms_eager:.2f} times the eager time)"
-)
-print(timing_label())
-assert gap < 1e-5 * scale  # float32's rounding step is 1.2e-7 of a number's size
+# With ATen's scalar kernels forced (ATEN_CPU_CAPABILITY=default), inductor in torch 2.13 still
+# emits vector code for a reduction, and the C++ compiler rejects it: say so rather than fail.
+scalar_aten = os.environ.get("ATEN_CPU_CAPABILITY") == "default"
+try:
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        logits_compiled = compiled(xv)
+        first_s = time.perf_counter() - t0
+except Exception as err:
+    if not (scalar_aten and "C++ compile error" in str(err)):
+        raise
+    print("torch.compile failed under ATEN_CPU_CAPABILITY=default: C++ compile error")
+else:
+    with torch.no_grad():
+        ms_compiled, ms_eager = best_ms(lambda: compiled(xv), 3), best_ms(lambda: model(xv), 3)
+    gap = (logits_compiled - logits32).abs().max().item()
+    scale = logits32.abs().max().item()  # the largest |logit|
+    print(f"first call (tracing and compiling): {first_s:.0f} s")
+    found, missed = (counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))
+    print(f"inductor's on-disk cache: {found} graph(s) found there, {missed} compiled anew")
+    print(f"max |compiled - eager| logit: {gap / scale:.0e} of the largest |logit| ({scale:.1f})")
+    print(
+        f"one forward pass: eager {ms_eager:.0f} ms, compiled {ms_compiled:.0f} ms "
+        f"({ms_compiled / ms_eager:.2f} times the eager time)"
+    )
+    print(timing_label())
+    assert gap < 1e-5 * scale  # float32's rounding step is 1.2e-7 of a number's size
 
 # %% [markdown]
 # The compiled model computes the same logits up to float rounding. Its largest difference
