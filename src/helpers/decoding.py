@@ -26,6 +26,18 @@ def restores_mode(fn):
     return wrapper
 
 
+def checked_max_len(model, src: torch.Tensor, max_len: int | None) -> int:
+    """The output length a greedy decoder may produce for src (model.max_len when None), after
+    checking it and src's token ids; a ValueError names what is wrong."""
+    max_len = model.max_len if max_len is None else int(max_len)
+    if not 1 <= max_len <= model.max_len:
+        raise ValueError(
+            f"max_len must be in [1, {model.max_len}] (the model's max_len), got {max_len}"
+        )
+    check_token_ids("src", src, model.src_vocab, model.max_len)
+    return max_len
+
+
 @restores_mode
 @torch.no_grad()
 def greedy_decode(
@@ -47,12 +59,7 @@ def greedy_decode(
     Decodes in eval mode (dropout off), then gives back the caller's mode.
     """
     model.eval()
-    max_len = model.max_len if max_len is None else int(max_len)
-    if not 1 <= max_len <= model.max_len:
-        raise ValueError(
-            f"max_len must be in [1, {model.max_len}] (the model's max_len), got {max_len}"
-        )
-    check_token_ids("src", src, model.src_vocab, model.max_len)
+    max_len = checked_max_len(model, src, max_len)
     memory, src_mask = model.encode(src)
     B = src.size(0)
     out = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)

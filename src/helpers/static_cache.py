@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import check_token_ids
-from .decoding import restores_mode
+from .decoding import checked_max_len, restores_mode
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -98,12 +97,7 @@ def greedy_decode_static(
     Built in chapter 13. Decodes in eval mode, then gives back the caller's mode, as
     greedy_decode does."""
     model.eval()
-    max_len = model.max_len if max_len is None else int(max_len)
-    if not 1 <= max_len <= model.max_len:
-        raise ValueError(
-            f"max_len must be in [1, {model.max_len}] (the model's max_len), got {max_len}"
-        )
-    check_token_ids("src", src, model.src_vocab, model.max_len)
+    max_len = checked_max_len(model, src, max_len)
     B = src.size(0)
     if caches is None:
         caches = allocate_static_caches(model, B, max_len)
