@@ -19,6 +19,11 @@ For each notebook this script
 - sets the pairing metadata ``jupytext: {formats: "ipynb,py:percent"}`` and a standard
   kernelspec naming the book's kernel, then writes the notebook and its ``.py`` twin.
 
+``--prose-only`` (for a ``.py`` twin) re-executes nothing: it takes the twin's markdown and cell
+metadata and keeps the stored outputs, and refuses when any code cell's source (after ruff) or
+the order of the code cells differs from the stored notebook's. It is for edits of prose,
+which cannot change what a cell prints.
+
 Nothing is written for a notebook whose execution fails: the script reports the failing
 cell and moves on to the next notebook, and exits 1 at the end. Outputs are never to be
 edited by hand: they are whatever this script stored, and nbval checks them.
@@ -140,7 +145,22 @@ def load(path: Path):
     return nb, notebook, twin
 
 
-def prepare(nb) -> None:
+def code_sources(nb) -> list[str]:
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def check_code_unchanged(nb, notebook: Path) -> None:
+    """For --prose-only: the code cells must be the stored notebook's, in the same order."""
+    if not notebook.exists():
+        raise ExecutionFailed(f"--prose-only: no {notebook.name} with outputs to keep")
+    old, new = code_sources(nbformat.read(notebook, as_version=4)), code_sources(nb)
+    if old != new:
+        diff = [i + 1 for i, (a, b) in enumerate(zip(old, new)) if a != b]
+        where = f"code cell(s) {diff[:5]}" if diff else f"{len(old)} -> {len(new)} code cells"
+        raise ExecutionFailed(f"--prose-only: the code changed ({where}): execute instead")
+
+
+def prepare(nb, keep_outputs: bool = False) -> None:
     """Pairing metadata, standard kernelspec, no stale outputs or volatile metadata."""
     jt = dict(nb.metadata.get("jupytext", {}))
     jt.pop("text_representation", None)
@@ -155,7 +175,17 @@ def prepare(nb) -> None:
     for cell in nb.cells:
         for key in VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)
-        if cell.cell_type == "code":
+        # A "Going deeper" code cell (tag hide-cell) is collapsed in the HTML book by
+        # myst-nb; JupyterLab reads these flags instead.
+        tags = cell.metadata.get("tags", [])
+        jupyter = dict(cell.metadata.get("jupyter", {}))
+        if "hide-cell" in tags or "hide-input" in tags:
+            jupyter["source_hidden"] = True
+        if "hide-cell" in tags or "hide-output" in tags:
+            jupyter["outputs_hidden"] = True
+        if jupyter:
+            cell.metadata["jupyter"] = jupyter
+        if cell.cell_type == "code" and not keep_outputs:
             cell.outputs = []
             cell.execution_count = None
 
@@ -265,6 +295,12 @@ def main(argv: list[str]) -> int:
         help="notebooks (.ipynb) or their twins (.py); default: chapters/*.ipynb and "
         "appendix/*.ipynb",
     )
+    parser.add_argument(
+        "--prose-only",
+        action="store_true",
+        help="for .py twins whose code is unchanged: take their markdown, keep the stored "
+        "outputs, execute nothing",
+    )
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.paths] or sorted(CHAPTERS.glob("*.ipynb")) + sorted(
         (ROOT / "appendix").glob("*.ipynb")
@@ -281,9 +317,14 @@ def main(argv: list[str]) -> int:
             if not path.exists():
                 raise ExecutionFailed("no such file")
             nb, notebook, twin = load(path)
-            prepare(nb)
+            if args.prose_only and path.suffix != ".py":
+                raise ExecutionFailed("--prose-only takes the .py twin")
+            prepare(nb, keep_outputs=args.prose_only)
             ruff_format(nb)
-            execute(nb, notebook.parent)
+            if args.prose_only:
+                check_code_unchanged(nb, notebook)
+            else:
+                execute(nb, notebook.parent)
             save(nb, notebook, twin)
         except ExecutionFailed as err:
             failures.append(path)
