@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Measure how long each chapter runs, and what it trains on first use; write the openings.
+
+    python tools/time_chapters.py          # time every chapter, record, write the openings
+    python tools/time_chapters.py --write  # only put the recorded times into the chapters
+    python tools/time_chapters.py 10 11    # re-time some chapters (the others are kept)
+
+Each chapter runs top to bottom in a fresh kernel of the book's own, as
+tools/execute_notebooks.py runs it (one torch thread, the pinned numerics), but nothing is
+stored. Each chapter starts from an empty checkpoint cache of its own, as for a reader who
+opens that chapter first: it trains every model it needs. The record holds its wall-clock
+seconds, the models it trained (read back from the checkpoints it wrote: recipe and training
+seconds), and so the time of a run with those models already cached (total minus training).
+
+--write puts one markdown cell, tagged `run-time`, right after each chapter's opening cell,
+worded by `run_time_text` from the record; the outputs stay as they are (the code is not
+touched). tools/check_notebooks.py requires that cell and that it says what the record says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "src"))
+RECORD = ROOT / "chapters" / "data" / "run_times.json"
+TAG = "run-time"
+
+# The models a chapter may train on first use, by the recipe that builds them.
+RECIPE_NAMES = {
+    "BOOK_RECIPE": "the book's reversal model (`BOOK_RECIPE`)",
+    "SHARP_ATTENTION_RECIPE": "the sharp-attention model (`SHARP_ATTENTION_RECIPE`)",
+    "SEED_RECIPE": "the reference recipe's model (`SEED_RECIPE`)",
+    "fixed_budget_recipe()": "chapter 12's well-initialised model (`fixed_budget_recipe()`)",
+    "default_init_recipe()": "chapter 12's badly initialised model (`default_init_recipe()`)",
+}
+
+
+def known_recipes() -> dict[str, dict]:
+    import dataclasses
+
+    from helpers import recipes
+
+    cfgs = {
+        "BOOK_RECIPE": recipes.BOOK_RECIPE,
+        "SHARP_ATTENTION_RECIPE": recipes.SHARP_ATTENTION_RECIPE,
+        "SEED_RECIPE": recipes.SEED_RECIPE,
+        "fixed_budget_recipe()": recipes.fixed_budget_recipe(),
+        "default_init_recipe()": recipes.default_init_recipe(),
+    }
+    return {name: dataclasses.asdict(cfg) for name, cfg in cfgs.items()}
+
+
+def trained_in(cache: Path) -> list[dict]:
+    """The checkpoints a chapter wrote: their recipe names and training seconds."""
+    import torch
+
+    recipes = known_recipes()
+    out = []
+    for path in sorted(cache.glob("reversal-*.pt")):
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        name = next((n for n, c in recipes.items() if c == payload["config"]), None)
+        out.append({"recipe": name, "seconds": round(float(payload["seconds"]), 1)})
+    return out
+
+
+def approx(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(5, 5 * round(seconds / 5))} s"
+    minutes = seconds / 60
+    return f"{round(minutes)} min" if minutes >= 10 else f"{minutes:.1f} min".replace(".0 ", " ")
+
+
+def run_time_text(rec: dict) -> str:
+    """The run-time cell's markdown for one chapter's record."""
+    text = f"**Run time:** about {approx(rec['cached_s'])}"
+    models = rec.get("trains", [])
+    if models:
+        names = [RECIPE_NAMES.get(m["recipe"], "a model of its own") for m in models]
+        train_s = sum(m["seconds"] for m in models)
+        what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        text += (
+            f". The first time, it also trains {what} and caches "
+            f"{'it' if len(names) == 1 else 'them'} on disk "
+            f"(about {approx(train_s)} more); later runs load it"
+        )
+    return text + "."
+
+
+def measure(numbers: list[str]) -> dict:
+    import execute_notebooks as ex
+    import nbformat
+
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {"chapters": {}}
+    paths = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    for path in paths:
+        number = path.stem[:2]
+        if numbers and number not in numbers:
+            continue
+        cache = Path(tempfile.mkdtemp(prefix=f"book-cache-{number}-"))
+        os.environ["TRANSFORMER_BOOK_CACHE"] = str(cache)
+        nb = nbformat.read(path, as_version=4)
+        ex.prepare(nb)
+        start = time.perf_counter()
+        ex.execute(nb, path.parent)
+        total = time.perf_counter() - start
+        trains = trained_in(cache)
+        shutil.rmtree(cache)
+        cached = total - sum(m["seconds"] for m in trains)
+        record["chapters"][number] = {
+            "notebook": path.name,
+            "total_s": round(total, 1),
+            "cached_s": round(cached, 1),
+            "trains": trains,
+        }
+        print(f"{path.name}: {total:.0f} s, {cached:.0f} s with its models cached", flush=True)
+    import torch
+
+    record["measured_with"] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        "torch_threads": 1,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "tool": "tools/time_chapters.py",
+    }
+    RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {RECORD.relative_to(ROOT)}")
+    return record
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def write_openings(record: dict) -> int:
+    import execute_notebooks as ex
+    import nbformat
+
+    bad = 0
+    for _number, rec in sorted(record["chapters"].items()):
+        notebook = ROOT / "chapters" / rec["notebook"]
+        twin = notebook.with_suffix(".py")
+        nb = nbformat.read(notebook, as_version=4)
+        text = run_time_text(rec)
+        cells = [c for c in nb.cells if TAG in c.metadata.get("tags", [])]
+        if cells:
+            if cells[0].source == text:
+                continue
+            cells[0].source = text
+        else:
+            if not nb.cells or nb.cells[0].cell_type != "markdown":
+                print(f"{notebook.name}: its first cell is not the opening markdown cell")
+                bad += 1
+                continue
+            cell = nbformat.v4.new_markdown_cell(text, metadata={"tags": [TAG]})
+            nb.cells.insert(1, cell)
+            ex.stable_cell_ids(nb, {c.get("id") for c in nb.cells if c.get("id")})
+        ex.save(nb, notebook, twin)
+        print(f"{notebook.name}: {text}")
+    return bad
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="only write the recorded times")
+    parser.add_argument("chapters", nargs="*", help="chapter numbers to re-measure (01 ... 20)")
+    args = parser.parse_args(argv)
+    if args.write:
+        return 1 if write_openings(json.loads(RECORD.read_text())) else 0
+    record = measure([f"{int(n):02d}" for n in args.chapters])
+    return 1 if write_openings(record) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
