@@ -22,6 +22,13 @@ on what nbval cannot see (appendix pages: the first group only):
   toggle in the HTML (tag `hide-input`); a prediction's solution hides its output too (tag
   `hide-cell`, `jupyter.outputs_hidden`), and prose right after a solution sits in a
   collapsed `:::{dropdown}` cell, so that no answer shows before the reader asks for it;
+- an opening that is not: the title, a few lines, and the picture `figures/NN_slug.png`,
+  which must be the stored png of the code cell tagged `opening-figure`
+  (tools/export_opening_figures.py writes it); then a cell tagged `run-time` that says what
+  chapters/data/run_times.json recorded (tools/time_chapters.py measures and writes it);
+- prose that is hard to read: a median sentence over 20 words, or over 2,500 words of
+  main-path prose (outside `:::{dropdown}` blocks), as tools/prose_stats.py counts them; the
+  table of both is printed for every chapter checked;
 - no figure (an image output, or an image or figure directive in the prose);
 - drawing code (a cell tagged `figure`) not hidden in the same two ways.
 
@@ -37,7 +44,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
+sys.path.insert(0, str(ROOT / "tools"))
+import export_opening_figures  # noqa: E402
+import prose_stats  # noqa: E402
+import time_chapters  # noqa: E402
+
 MAX_LINE = 100
+MAX_MEDIAN_SENTENCE = 20  # words
+MAX_MAIN_PATH_WORDS = 2500
 ADDRESS = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
 BARE_BOOL = re.compile(r"^\s*(True|False)\s*$")
 # "a == b: True", "same output: True", "unchanged (< 1e-5): True": a check printed as a bool
@@ -164,6 +178,35 @@ def check(path: Path) -> list[str]:
     if cells[0].get("cell_type") != "markdown" or not first.startswith(f"# {number}. "):
         problem(f"the first cell must be the title '# {number}. ...', found {first[:40]!r}")
 
+    # the opening: title, a few lines, the picture; then the measured run time
+    picture = f"](figures/{path.stem}.png)"
+    if picture not in source(cells[0]):
+        problem(f"the opening cell shows no picture: add '![...](figures/{path.stem}.png)'")
+    for msg in export_opening_figures.problems(path):
+        problem(msg)
+    record = json.loads(time_chapters.RECORD.read_text()) if time_chapters.RECORD.exists() else {}
+    rec = record.get("chapters", {}).get(path.name[:2])
+    second = cells[1] if len(cells) > 1 else {}
+    if rec is None or rec.get("notebook") != path.name:
+        problem("no run time recorded for this chapter: run tools/time_chapters.py NN")
+    elif time_chapters.TAG not in second.get("metadata", {}).get("tags", []):
+        problem("the second cell must be the run-time cell: run tools/time_chapters.py --write")
+    elif source(second) != time_chapters.run_time_text(rec):
+        problem("the run-time cell differs from the record: run tools/time_chapters.py --write")
+
+    # plain prose
+    stats = prose_stats.stats(path)
+    if stats["median_sentence"] > MAX_MEDIAN_SENTENCE:
+        problem(
+            f"median sentence {stats['median_sentence']:.1f} words (at most "
+            f"{MAX_MEDIAN_SENTENCE}): one idea per sentence"
+        )
+    if stats["main_words"] > MAX_MAIN_PATH_WORDS:
+        problem(
+            f"{stats['main_words']:,} words of main-path prose (at most "
+            f"{MAX_MAIN_PATH_WORDS:,}): move digressions into 'Going deeper' dropdowns"
+        )
+
     # summary, exercises, solutions
     headings = [
         (i, line)
@@ -252,6 +295,15 @@ def main(argv: list[str]) -> int:
         sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
     )
     problems = [p for path in paths for p in check(path)]
+    chapters = [p for p in paths if p.name[:2].isdigit()]
+    if chapters:
+        print(f"{'chapter':>7s} {'words':>6s} {'main path':>9s} {'median sentence':>15s}")
+        for path in chapters:
+            r = prose_stats.stats(path)
+            print(
+                f"{r['chapter']:>7s} {r['words']:6,d} {r['main_words']:9,d} "
+                f"{r['median_sentence']:15.1f}"
+            )
     for p in problems:
         print(p)
     n = len(paths)

@@ -6,8 +6,8 @@
 Prose is the markdown of a chapter outside code blocks, math and collapsed dropdowns
 (`:::{dropdown}` ... `:::`); "main path" counts only what is not in a dropdown. Sentences end
 at '.', '?' or '!' followed by a space or the end of a line. Issue 18 of the book asks for a
-median sentence of at most 20 words and at most 2,500 main-path words per chapter; this tool
-measures, it does not enforce.
+median sentence of at most 20 words and at most 2,500 main-path words per chapter;
+tools/check_notebooks.py enforces both (in `make test`) and prints the same table.
 """
 
 from __future__ import annotations
