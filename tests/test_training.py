@@ -87,6 +87,20 @@ def test_eval_gate_skips_evaluations_until_the_batch_is_right():
     assert len(h["batch_exact"]) == TINY.max_steps
 
 
+def test_stop_after_takes_the_first_steps_of_the_full_schedule():
+    cfg = dataclasses.replace(TINY, max_steps=12, cooldown=8)  # the cooldown starts at step 4
+    full, part = (
+        train_reversal(cfg, progress=False),
+        train_reversal(cfg, progress=False, stop_after=7),
+    )
+    assert part.history["step"] == list(range(1, 8)) and part.history["eval_step"] == [3, 6, 7]
+    assert part.history["lr"] == full.history["lr"][:7]  # the cooldown of 12 steps, not of 7
+    assert part.history["loss"] == full.history["loss"][:7]
+    assert train_reversal(cfg, progress=False, stop_after=50).steps == 12  # capped by max_steps
+    with pytest.raises(ValueError, match="stop_after"):
+        train_reversal(cfg, progress=False, stop_after=0)
+
+
 def test_threads_are_set_for_training_and_restored():
     before = torch.get_num_threads()
     wanted = 2 if before == 1 else 1  # differs from the current setting, so the test can fail

@@ -152,6 +152,7 @@ def train_reversal(
     device: torch.device | str | None = None,
     deadline: float | None = None,
     on_step=None,
+    stop_after: int | None = None,
 ) -> TrainResult:
     """Built in chapter 10. Train a reversal model from scratch with teacher forcing, Adam and
     the Noam schedule.
@@ -171,18 +172,22 @@ def train_reversal(
     stops before the next step and result.stopped says so (tools/record_gpu.py caps its
     parts with it). on_step(step, model, loss): called after every optimizer step, e.g. to
     measure something every k steps (tools/explore_ch18_sharpness.py); the model is put back in
-    training mode after it.
+    training mode after it. stop_after: end after this many steps (at most cfg.max_steps) with
+    the schedule of the full cfg.max_steps, cooldown included; chapter 10 compares these first
+    steps with its hand-written loop. The last step taken is always evaluated.
 
     history: per step "step", "loss", "token_acc" (teacher-forced, on the training batch),
     "batch_exact" (the batch's share of sequences right at every position), "lr"; per
     evaluation "eval_step", "exact_match", "seconds" (since the start).
     """
+    if stop_after is not None and stop_after < 1:
+        raise ValueError(f"stop_after must be at least 1, got {stop_after}")
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
         device = torch.device(device or "cpu")
-        return _train(cfg, progress, confirm, device, deadline, on_step)
+        return _train(cfg, progress, confirm, device, deadline, on_step, stop_after)
     finally:
         torch.set_num_threads(threads)
 
@@ -201,7 +206,8 @@ class _NoBar:
         pass
 
 
-def _train(cfg, progress, confirm, device, deadline, on_step) -> TrainResult:
+def _train(cfg, progress, confirm, device, deadline, on_step, stop_after) -> TrainResult:
+    last = cfg.max_steps if stop_after is None else min(stop_after, cfg.max_steps)
     t0 = time.perf_counter()
     model = build_model(cfg).to(device)
     src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
@@ -225,13 +231,13 @@ def _train(cfg, progress, confirm, device, deadline, on_step) -> TrainResult:
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.max_steps, desc="training", mininterval=0.5)
+        bar = tqdm(total=last, desc="training", mininterval=0.5)
     else:
         bar = _NoBar()
 
     step, batches, stopped = 0, [], None
     model.train()
-    while step < cfg.max_steps:
+    while step < last:
         if deadline is not None and time.monotonic() > deadline:
             stopped = f"deadline reached before step {step + 1}"
             break
@@ -270,7 +276,7 @@ def _train(cfg, progress, confirm, device, deadline, on_step) -> TrainResult:
             on_step(step, model, hist["loss"][-1])
             model.train()
         due = step % cfg.eval_every == 0 and batch_exact >= cfg.eval_gate
-        if due or step == cfg.max_steps:
+        if due or step == last:
             em = teacher_forced_exact_match(model, src_eval, tgt_eval)
             done = cfg.target_exact_match is not None and em >= cfg.target_exact_match
             if done and confirm:
