@@ -16,7 +16,14 @@
 # %% [markdown]
 # # 7. Masks and the full model
 #
-# An encoder-decoder Transformer runs attention in three places, and each needs its own mask:
+# We build the three masks an encoder-decoder Transformer needs, then the whole model.
+# Most mask bugs do not crash, so each one is reproduced first and fixed after.
+# The picture shows the decoder's mask and its two parts (dark = blocked).
+#
+# ![The decoder self-attention mask: padding, causal, and their OR](figures/07_masks_and_full_model.png)
+
+# %% [markdown]
+# The model runs attention in three places, and each needs its own mask:
 #
 # | attention | queries from | keys from | blocked keys |
 # | --- | --- | --- | --- |
@@ -25,16 +32,11 @@
 # | cross-attention | target | source (the encoder's memory) | source padding only |
 #
 # A mask answers one question per (query, key) pair: may this query look at this key? In this
-# book a mask is a `bool` tensor in which **True means blocked**, broadcastable to the attention
-# scores `[B, h, Lq, Lk]` (chapter 03 built the masked attention itself). Most of the mask bugs
-# in this chapter do not crash: the model still runs, so each pitfall is reproduced, with the
-# wrong numbers (or the error) first and the fix after. One of them, a causal mask on
-# cross-attention, is trained on a fixed budget and measured on the test set (Figure 7.2).
-# Figure 7.1 shows the decoder's masks as grids, Figure 7.3 the three conventions libraries use
-# for the same mask.
-#
-# At the end we assemble the whole model with its initialisation and check that
-# `helpers.Transformer` builds exactly the masks and logits we built here.
+# book a mask is a `bool` tensor in which **True means blocked**. It broadcasts to the attention
+# scores `[B, h, Lq, Lk]` (chapter 03 built masked attention). One bug, a causal mask on
+# cross-attention, is trained and measured on the test set (Figure 7.2). Figure 7.3 shows the
+# three conventions libraries use for the same mask. At the end we check that
+# `helpers.Transformer` builds exactly our masks and logits.
 
 # %%
 import dataclasses
@@ -70,11 +72,10 @@ _ = torch.manual_seed(0)
 # %% [markdown]
 # ## A small padded batch
 #
-# Two reversal examples of different lengths. The source is the digits, then `<eos>`, then padding;
-# the decoder input (`tgt_in`) is `<bos>` followed by the reversed digits (and `<eos>` where
-# there is room), and it is padded too.
-# The source is one column wider than the target here, so that $L_s \ne L_t$ (as in the
-# full-width tensors of `make_reversal_dataset`: $L_s = 14$, $L_t = 13$).
+# Two reversal examples of different lengths. The source is the digits, then `<eos>`, then
+# padding. The decoder input (`tgt_in`) is `<bos>`, the reversed digits, and `<eos>` where there
+# is room; it is padded too. The source is one column wider than the target, so $L_s \ne L_t$.
+# The full-width tensors of `make_reversal_dataset` differ the same way: $L_s = 14$, $L_t = 13$.
 
 
 # %%
@@ -99,8 +100,8 @@ for i in range(2):
 # ## The padding mask: `[B, 1, 1, L]`
 #
 # A padding mask marks the keys that are `<pad>`. The two singleton dimensions are for the heads
-# and the queries: broadcasting stretches them, so that *no head and no query* may look at a
-# padded key.
+# and the queries. Broadcasting stretches them, so *no head and no query* may look at a padded
+# key.
 
 
 # %%
@@ -122,16 +123,18 @@ print(
 assert src_pad.shape == (2, 1, 1, 7) and src_pad[1, 0, 0].tolist() == [False] * 4 + [True] * 3
 
 # %% [markdown]
-# Why not keep the mask as `[B, L]`? Broadcasting aligns shapes **from the right**: a `[B, L]`
-# mask against `[B, h, Lq, Lk]` scores lines `L` up with `Lk` (right) but `B` with `Lq` (wrong).
-# What happens then depends on the sizes. When $B = L_q$ by coincidence, it runs, and query $i$
-# of *every* sequence gets the padding of sequence $i$. When $B = 1$, it runs and is even right:
-# the `1` broadcasts over the queries, as in `[1, 1, 1, L]`. So a check on one sequence cannot
-# find the bug. When $L_q = 1$ (one query per sequence), it runs too, and the scores grow from
-# `[B, h, 1, L_k]` to `[B, h, B, L_k]`. When $B \ne L_q$ and neither is 1, it is an error. The
-# cell tries all four:
+# Why not keep the mask as `[B, L]`? Broadcasting aligns shapes **from the right**. A `[B, L]`
+# mask lines `L` up with `Lk` (right) but `B` with `Lq` (wrong). It often runs anyway.
+#
+# :::{dropdown} Going deeper: what a `[B, L]` mask does, size by size
+# When $B = L_q$ by coincidence, it runs, and query $i$ of *every* sequence gets the padding of
+# sequence $i$. When $B = 1$, it runs and is even right: the `1` broadcasts over the queries, as
+# in `[1, 1, 1, L]`. So a check on one sequence cannot find the bug. When $L_q = 1$ (one query
+# per sequence), it runs too, and the scores grow from `[B, h, 1, L_k]` to `[B, h, B, L_k]`.
+# When $B \ne L_q$ and neither is 1, it is an error. The cell below tries all four.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 flat = src == PAD_ID  # [B, Ls], the two singleton dims forgotten
 scores = torch.zeros(2, 4, 6, 7)  # Lq = 6 != B = 2
 try:
@@ -165,10 +168,9 @@ assert grown.shape == (2, 4, 2, 7)
 # %% [markdown]
 # ## The causal mask: `[1, 1, L, L]`
 #
-# In the decoder, position $i$ predicts token $i+1$, so it may look at positions $\le i$ only. The
-# blocked pairs are the ones *above* the diagonal: `torch.triu(..., diagonal=1)`. With
-# `diagonal=0` the diagonal would be blocked too and every position would be blind to itself
-# (chapter 08 shows what that does).
+# In the decoder, position $i$ predicts token $i+1$, so it may look at positions $\le i$ only.
+# The blocked pairs lie *above* the diagonal: `torch.triu(..., diagonal=1)`. With `diagonal=0`
+# every position would also be blind to itself (chapter 08 shows what that does).
 
 
 # %%
@@ -187,7 +189,8 @@ assert torch.equal(causal[0, 0], pos[None, :] > pos[:, None])  # blocked exactly
 #
 # The decoder's self-attention blocks a key when it is in the future **or** it is padding. With
 # `True = blocked`, combining two masks is a logical OR. The shapes `[B, 1, 1, Lt]` and
-# `[1, 1, Lt, Lt]` broadcast to `[B, 1, Lt, Lt]`: one mask per sequence, shared by all heads.
+# `[1, 1, Lt, Lt]` broadcast to `[B, 1, Lt, Lt]`. That is one mask per sequence, shared by all
+# heads.
 
 # %%
 tgt_pad = padding_mask(tgt_in)
@@ -215,7 +218,7 @@ assert self_mask[1, 0, :, 5].all()  # the <pad> key is blocked for every query
 # Figure 7.1 draws the same three masks as grids, for the padded example. Dark cells are
 # blocked.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
 names = describe(tgt_in[1]).split()
 panels = [
@@ -235,21 +238,20 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# A padded *query* row (the last row, `<pad>`) is not blocked by the padding mask: only padded
-# *keys* are. That is deliberate. The output at a padded query position is never read: other
-# positions may not attend to it (it is a blocked key for them) and the loss ignores it
-# (`ignore_index`, chapter 10). Blocking padded rows as well would create rows with nothing to
-# attend to, whose trouble chapter 03 showed (NaN with `-inf`) and which chapter 08 tests for.
+# A padded *query* row (the last row, `<pad>`) is not blocked: only padded *keys* are. That is
+# deliberate. The output at a padded query is never read. No position may attend to it, and the
+# loss ignores it (`ignore_index`, chapter 10). Blocking padded rows too would create rows with
+# nothing to attend to. Chapter 03 showed their trouble (NaN with `-inf`).
 #
 # ## Which mask does cross-attention take?
 #
 # Cross-attention's queries come from the decoder, its keys and values from the encoder's
-# memory. What a mask blocks are *keys*, so the mask must describe the source: the source
-# padding mask `[B, 1, 1, Ls]`, the very tensor the encoder used. Every target position may look
-# at every real source token; "the future" means nothing for the source, which is fully known.
+# memory. A mask blocks *keys*, so it must describe the source. It is the source padding mask
+# `[B, 1, 1, Ls]`, the very tensor the encoder used. Every target position may look at every
+# real source token. "The future" means nothing for the source, which is fully known.
 #
-# A small `MultiHeadAttention` (chapter 03) in eval mode shows it, with random inputs standing in
-# for the decoder states and the memory.
+# A small `MultiHeadAttention` (chapter 03) shows it. Random inputs stand in for the decoder
+# states and the memory.
 
 # %%
 d_model, heads = 32, 2
@@ -268,10 +270,9 @@ torch.testing.assert_close(w.sum(-1), torch.ones(2, heads, 6))
 # %% [markdown]
 # ### The pitfall: the causal mask passed to cross-attention
 #
-# A decoder layer has two masks at hand, and handing the causal one to cross-attention is an
-# easy slip. When $L_t \ne L_s$ the shapes `[1, 1, Lt, Lt]` and `[B, h, Lt, Ls]` do not
-# broadcast. `helpers.DecoderLayer` checks every mask against the scores it will mask and
-# raises an error that names both shapes:
+# A decoder layer has two masks at hand. Handing the causal one to cross-attention is an easy
+# slip. When $L_t \ne L_s$ the shapes `[1, 1, Lt, Lt]` and `[B, h, Lt, Ls]` do not broadcast.
+# `helpers.DecoderLayer` checks every mask against its scores and names both shapes:
 
 # %%
 layer = DecoderLayer(d_model, heads, 64, dropout=0.0).eval()
@@ -283,14 +284,18 @@ except ValueError as e:
     print(type(e).__name__, "|", e)
 
 # %% [markdown]
-# When $L_t = L_s$ it runs without a word. That is the usual case in training, not a
-# coincidence. `helpers.train_reversal` cuts each batch to its longest sequence (chapter 10).
-# For reversal, the source (digits and `<eos>`) and the decoder input (`<bos>` and the digits)
-# of the longest sequence have the same length. The cell runs `train_reversal` itself for 20
-# steps of the book's recipe and records, with a forward pre-hook on every module, the shapes
-# of `src` and `tgt_in` that the model receives at each training step:
+# When $L_t = L_s$ it runs without a word. In training that is the usual case, not a
+# coincidence: the cell below finds $L_s = L_t$ in every batch.
+#
+# :::{dropdown} Going deeper: why training batches have $L_t = L_s$
+# `helpers.train_reversal` cuts each batch to its longest sequence (chapter 10). For reversal,
+# the source (digits and `<eos>`) and the decoder input (`<bos>` and the digits) of the longest
+# sequence have the same length. The cell runs `train_reversal` for 20 steps of the book's
+# recipe. A forward pre-hook on every module records the shapes of `src` and `tgt_in` that the
+# model receives at each training step.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from helpers import BOOK_RECIPE, Transformer, train_reversal
@@ -334,11 +339,10 @@ assert (w_right > 0).all()
 assert (w_wrong[0, :, 0, 1:] == 0).all()
 
 # %% [markdown]
-# It is tempting to conclude that position 0 (`<bos>`), which must produce the **last** source
-# digit, can then only see the first source digit. It cannot see the first *memory row*, but a
-# memory row is not a source token: it is the output of the encoder, whose self-attention is
-# bidirectional, so row 0 already mixes in every source position. Even an untrained encoder
-# shows it: change only the last digit of a source, and memory row 0 changes.
+# Position 0 (`<bos>`) must produce the **last** source digit. Is it now blind to it? It sees
+# only memory row 0. But a memory row is not a source token. It is the encoder's output, and the
+# encoder's self-attention is bidirectional, so row 0 mixes in every source position. Even an
+# untrained encoder shows it: change only the last digit, and memory row 0 changes.
 
 # %%
 torch.manual_seed(0)
@@ -352,14 +356,18 @@ print(f"memory row 0 ('3'): largest change when the last digit changes: {row0_ch
 assert row0_change > 1e-2
 
 # %% [markdown]
-# So what does the wrong mask cost? That has to be measured. `tools/record_ch07_cross_mask.py`
-# trains two models with the same recipe, `fixed_budget_recipe()` (the book's recipe for a
-# fixed 300 steps, no early stop; chapter 12 uses the same budget), the same initial weights and
-# the same batches, once per seed: the correct model, and the same model whose cross-attention
-# also blocks memory rows $j > i$. Each is scored on the test set of chapter 09 (10,000
-# sequences with a seed of their own, which no training or stopping decision looks at; about
-# one in nine of them also occurs in the training data, as chapter 09 counts): exact match,
-# and the token accuracy at each output position. The chapter loads the recorded file:
+# So what does the wrong mask cost? That has to be measured. Two models train with the same
+# fixed 300-step recipe, the same initial weights and the same batches, on three seeds. One is
+# correct. The other's cross-attention also blocks memory rows $j > i$. Each is scored on the
+# test set of chapter 09: exact match, and token accuracy at each output position.
+#
+# :::{dropdown} Going deeper: how the record was made
+# `tools/record_ch07_cross_mask.py` trains both models with `fixed_budget_recipe()`: the book's
+# recipe for a fixed 300 steps, no early stop. Chapter 12 uses the same budget. The test set
+# has 10,000 sequences with a seed of their own. No training or stopping decision looks at it.
+# About one in nine of them also occurs in the training data, as chapter 09 counts. The chapter
+# loads the recorded file.
+# :::
 
 # %%
 record = json.loads(Path("data/ch07_cross_mask.json").read_text())
@@ -427,14 +435,29 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The cell below reads more numbers per run from the record: the test token accuracy at
-# output position 0 (the last source digit, the one the mistaken reasoning says is out of
-# reach), the validation exact match at step 200 and at the end, and the lowest per-position
-# test accuracy. Then, per seed: at how many of the evaluations during training the wrong
-# mask's validation exact match was below the correct model's, and the Wilson 95 % intervals
-# of the two at the end.
+# Test exact match is lower with the wrong mask in all three seeds, by less than 0.01. Only for
+# seed 2 do the two 95 % intervals separate.
+#
+# :::{dropdown} Going deeper: the record, per seed and during training
+# The cell below reads more numbers per run. They are the test token accuracy at output
+# position 0 (the last source digit), the validation exact match at step 200 and at the end,
+# and the lowest per-position test accuracy. Then, per seed, it counts the evaluations at which
+# the wrong mask was behind. Last come the Wilson 95 % intervals of the two at the end.
+#
+# - **Position 0 is not blinded.** With the causal mask, output position 0 is right on at
+#   least 99.95 % of the test sequences in every seed. It reads the last digit through memory
+#   row 0, which the encoder has mixed.
+# - **Three seeds do not pin the final cost down.** Test exact match is 0.9947 to 0.9991 with
+#   the wrong mask against 0.9967 to 1.0000 for the correct model. It is lower in all three
+#   seeds, by 0.0005 to 0.0044.
+# - **It is behind during most of training.** Its validation exact match is below the correct
+#   model's at 9, 12 and 12 of the 15 evaluations (seeds 0, 1, 2). At step 200 it is 0.88 to
+#   0.95 against 0.98 to 0.99 (Figure 7.2, left). At step 300 the two differ by at most 0.005.
+#   Their 95 % intervals on the 1,000 validation sequences overlap in every seed. In seed 0 the
+#   wrong model's is the higher.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 print(
     f"{'seed':>4} {'variant':>24} {'test acc, position 0':>21} {'val EM: step 200':>17}"
     f" {'step 300':>9} {'lowest position acc':>20}"
@@ -490,24 +513,12 @@ assert all(final_overlap.values())  # at the end, within the validation set's sa
 assert final_gap[0] < 0  # seed 0: the wrong model's validation exact match is the higher
 
 # %% [markdown]
-# What the record shows, for these three seeds and this budget:
+# Position 0 is not blinded: it is right on at least 99.95 % of the test sequences. The wrong
+# model lags during most of training (Figure 7.2, left), but hardly at the end.
 #
-# - **Position 0 is not blinded.** With the causal mask, output position 0, which must
-#   produce the last source digit, is right on at least 99.95 % of the test sequences in
-#   every seed. It reads the last digit through memory row 0, which the encoder has mixed.
-# - **The final cost is small, and three seeds do not pin it down.** Test exact match is
-#   0.9947 to 0.9991 with the wrong mask against 0.9967 to 1.0000 for the correct model:
-#   lower in all three seeds, by 0.0005 to 0.0044. Only for seed 2 do the two 95 % intervals
-#   separate; for seeds 0 and 1 they overlap.
-# - **It is behind during most of training, not at the end.** Its validation exact match is
-#   below the correct model's at 9, 12 and 12 of the 15 evaluations (seeds 0, 1, 2); at step
-#   200 it is 0.88 to 0.95 against 0.98 to 0.99 (Figure 7.2, left). At step 300 the two differ
-#   by at most 0.005, and their 95 % intervals on the 1,000 validation sequences overlap in
-#   every seed. In seed 0 the wrong model's is the higher.
-#
-# So on this task the bug is close to invisible in the final accuracy, which is exactly why it
-# needs a check rather than a glance at the results. A one-line guard catches it wherever
-# $L_t = L_s$ hides it: the cross-attention mask must have a query dimension of 1 and a key
+# So on this task the bug is close to invisible in the final accuracy. That is exactly why it
+# needs a check, not a glance at the results. A one-line guard catches it even where
+# $L_t = L_s$ hides it. The cross-attention mask must have a query dimension of 1 and a key
 # dimension of $L_s$.
 
 
@@ -704,16 +715,25 @@ except TypeError as e:
     print(type(e).__name__, "|", e)
 
 # %% [markdown]
-# ## Left padding: rows with nothing to attend to
+# :::{dropdown} Going deeper: left padding makes rows with nothing to attend to
+# Chapter 03 showed what softmax does with a row in which every key is blocked. It gives NaN
+# with `-inf`, a uniform row with `finfo.min`, and zeros from SDPA and
+# `helpers.MultiHeadAttention` (in torch 2.13.0). Such rows are easy to create. Left padding
+# puts the padding at the *start*, a way to batch prompts of different lengths for a
+# decoder-only model. With the ordinary causal-or-padding mask, a leading `<pad>` query may only
+# look at itself and earlier positions, all of them padding. The first cell below shows it.
 #
-# Chapter 03 showed what softmax does with a row in which every key is blocked: NaN with `-inf`,
-# a uniform row with `finfo.min`, and zeros from SDPA and `helpers.MultiHeadAttention` (in torch
-# 2.13.0). Such rows are easy to create. Left padding (padding at the *start*, a way to batch
-# prompts of different lengths for a decoder-only model) does it with the ordinary
-# causal-or-padding mask: a leading
-# `<pad>` query may only look at itself and earlier positions, all of them padding.
+# "It is only the padding rows" is no comfort with `-inf`, because NaN spreads. In the next
+# layer the NaN rows are keys and values. They are masked there, so their weight is an exact 0.
+# But $0 \times \text{NaN} = \text{NaN}$ in the matrix product. Every query's output turns NaN,
+# including the ones that never looked at padding. The second cell shows it.
+#
+# In this book's reversal task such rows do not arise. Padding is on the right, and every
+# decoder query can see at least `<bos>`. The zero rows of `helpers` are a guard, not a feature
+# the model depends on.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 tgt_left = torch.tensor([[PAD_ID, PAD_ID, BOS_ID, 9, 5, 12]])  # left-padded decoder input
 left_mask = causal_mask(6) | padding_mask(tgt_left)
 print(describe(tgt_left[0]))
@@ -722,13 +742,7 @@ rows = left_mask.all(dim=-1)  # helpers.fully_masked_rows
 print("fully masked query rows:", rows[0, 0].nonzero().flatten().tolist())
 assert rows[0, 0].tolist() == [True, True, False, False, False, False]
 
-# %% [markdown]
-# "It is only the padding rows" is no comfort with `-inf`, because NaN spreads. In the next layer
-# the NaN rows are keys and values. They are masked there (they are padding), so their weight is
-# an exact 0, but $0 \times \text{NaN} = \text{NaN}$ in the matrix product: every query's output
-# turns NaN, including the ones that never looked at padding.
-
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 Q1, K1, V1 = torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8)
 raw = Q1 @ K1.transpose(-2, -1) / math.sqrt(8)
 w_inf = raw.masked_fill(left_mask, float("-inf")).softmax(-1)
@@ -741,10 +755,6 @@ print("NaN rows after the next layer:", spread[0, 0].isnan().any(-1).int().tolis
 assert (w2[0, 0, 5, :2] == 0).all() and spread[0, 0].isnan().any(-1).all()
 
 # %% [markdown]
-# In this book's reversal task such rows do not arise: padding is on the right, and every
-# decoder query can see at least `<bos>`. The zero rows of `helpers` are a guard, not a feature
-# the model depends on.
-#
 # ## The full model
 #
 # Everything is in place: the embeddings (chapter 02), the encoder (chapter 05) and decoder
@@ -868,15 +878,16 @@ print(f"ratio default/xavier: {score_std['default'] / score_std['xavier']:.2f}")
 assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
 
 # %% [markdown]
-# `nn.Transformer` makes the same call with other results. Its attention keeps the three
-# projections in one fused `in_proj_weight` of shape $[3d, d]$, so Xavier sees $n_{out} = 3d$.
-# Each projection then gets the standard deviation $\sqrt{2/(4d)}$, not $\sqrt{2/(2d)}$. And
-# `_reset_parameters` leaves every bias alone. `nn.MultiheadAttention` zeroes its own biases,
-# but the feed-forward biases `linear1` and `linear2` keep `nn.Linear`'s uniform draw. So
-# `MyTransformer` follows the same idea, not the same numbers. Measured on an `nn.Transformer`
-# of its sizes:
+# :::{dropdown} Going deeper: `nn.Transformer` makes the same call with other results
+# Its attention keeps the three projections in one fused `in_proj_weight` of shape $[3d, d]$,
+# so Xavier sees $n_{out} = 3d$. Each projection then gets the standard deviation
+# $\sqrt{2/(4d)}$, not $\sqrt{2/(2d)}$. And `_reset_parameters` leaves every bias alone.
+# `nn.MultiheadAttention` zeroes its own biases. The feed-forward biases `linear1` and `linear2`
+# keep `nn.Linear`'s uniform draw. So `MyTransformer` follows the same idea, not the same
+# numbers. The cell below measures an `nn.Transformer` of its sizes.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 torch.manual_seed(0)
 torch_tf = nn.Transformer(
     d_model=128,
