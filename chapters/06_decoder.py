@@ -16,9 +16,16 @@
 # %% [markdown]
 # # 6. The decoder
 #
-# The decoder writes the reversed sequence. A decoder layer has one more sub-layer than
-# an encoder layer (chapter 05), and each of the three sits behind a LayerNorm inside a
-# residual connection (Pre-Norm):
+# We build the decoder layer: masked self-attention, cross-attention and the feed-forward
+# network. Then we stack layers into the decoder and check it against `helpers`.
+# The picture shows which keys each target position may read in each sub-layer.
+#
+# ![What each decoder sub-layer may read](figures/06_decoder.png)
+
+# %% [markdown]
+# The decoder writes the reversed sequence. A decoder layer has one more sub-layer than an
+# encoder layer (chapter 05). Each of the three sits behind a LayerNorm inside a residual
+# connection (Pre-Norm):
 #
 # 1. **masked self-attention**: each target position looks at the target tokens up to
 #    and including itself, never at later ones;
@@ -26,13 +33,10 @@
 #    from the decoder, the keys and values from the encoder's output, the `memory`;
 # 3. the **feed-forward network** (chapter 04).
 #
-# This is the decoder layer of Vaswani et al. {cite}`vaswani2017`, in the Pre-Norm order
-# of chapter 05. Figure 6.1 (below, once the masks exist) shows what each of the three
-# sub-layers may look at. This chapter builds the two attentions with every shape printed,
-# checks that no position can see its future, shows that the target and source lengths
-# are independent, assembles the layer and the stack (which collects each layer's
-# cross-attention weights), and checks everything against `helpers.DecoderLayer` and
-# `helpers.Decoder`.
+# This is the decoder layer of Vaswani et al. {cite}`vaswani2017`, in the Pre-Norm order of
+# chapter 05. We build the two attentions shape by shape and check that no position sees its
+# future. Then we assemble the layer and the stack, and compare them with
+# `helpers.DecoderLayer` and `helpers.Decoder`.
 
 # %%
 import dataclasses
@@ -58,12 +62,11 @@ _ = torch.manual_seed(0)
 # ## The inputs: memory and the shifted target
 #
 # Three reversal pairs. The encoder (chapter 05; here the finished `helpers.Encoder`,
-# untrained) turns the sources into `memory` `[B, Ls, d]`. The decoder's input is the
-# target without its last column (`<bos>`, the reversed digits, then `<eos>` and padding
-# in every sequence shorter than the longest, as the printed one is): at every
-# position it must predict the *next* target token, which is why training feeds it the
-# target shifted by one ("teacher forcing" {cite}`williams1989`, chapter 10). So here the
-# target length is $L_t = 13$ and the source length $L_s = 14$: the two need not match.
+# untrained) turns the sources into `memory` `[B, Ls, d]`. The decoder's input is the target
+# without its last column: `<bos>`, the reversed digits, then `<eos>` and padding. At every
+# position it must predict the *next* target token. That is why training feeds it the target
+# shifted by one ("teacher forcing" {cite}`williams1989`, chapter 10). Here the target length
+# is $L_t = 13$ and the source length $L_s = 14$: the two need not match.
 
 # %%
 d, num_heads, dff = 128, 4, 512
@@ -86,12 +89,11 @@ B, Ls, Lt = src.size(0), src.size(1), tgt_in.size(1)
 # %% [markdown]
 # ## Masked self-attention
 #
-# At training time the decoder sees the whole target at once, but at position $i$ it
-# must predict token $i+1$, so it may not look at positions after $i$: otherwise it
-# could read the very token it must predict, a token that at inference time does not
-# exist yet. The **causal mask** blocks every key
-# $j > i$: True above the diagonal. Printed for six positions, `x` = blocked, `.` = may
-# attend:
+# At training time the decoder sees the whole target at once. But at position $i$ it must
+# predict token $i+1$, so it may not look at positions after $i$. Otherwise it could read the
+# very token it must predict, a token that does not exist yet at inference time. The **causal
+# mask** blocks every key $j > i$: True above the diagonal. Here it is for six positions
+# (`x` = blocked, `.` = may attend):
 
 # %%
 causal6 = make_causal_mask(6)
@@ -104,9 +106,9 @@ assert torch.equal(
 )  # blocked exactly where key j > query i
 
 # %% [markdown]
-# The target batch is padded too, so the self-attention mask blocks a key if it is in
-# the future **or** is padding. The two masks broadcast to `[B, 1, Lt, Lt]` (chapter 07
-# takes combining masks apart in detail):
+# The target batch is padded too. So the self-attention mask blocks a key if it is in the
+# future **or** is padding. The two masks broadcast to `[B, 1, Lt, Lt]` (chapter 07 takes
+# combining masks apart):
 
 # %%
 causal = make_causal_mask(Lt)
@@ -132,13 +134,13 @@ assert above == 0  # nothing above the diagonal, in any sequence or head
 torch.testing.assert_close(row_sums, torch.ones(B, num_heads, Lt))
 
 # %% [markdown]
-# Every weight above the diagonal is zero (asserted for all sequences and heads), and
-# every row still sums to 1: query 0 (`<bos>`) can only attend to itself.
+# Every weight above the diagonal is zero, in all sequences and heads. Every row still sums
+# to 1: query 0 (`<bos>`) can only attend to itself.
 #
-# The property that matters: **the output at position $i$ does not change when any
-# token after $i$ changes.** Replace every token after position $k = 4$ with random
-# digits and compare the outputs; then do the same without the causal mask, and watch
-# the earlier positions change too (the "leak" the mask prevents):
+# The property that matters: **the output at position $i$ does not change when any token
+# after $i$ changes.** We replace every token after position $k = 4$ with random digits and
+# compare the outputs. Without the causal mask, the earlier positions change too: that is
+# the "leak" the mask prevents.
 
 # %%
 k = 4
@@ -176,9 +178,9 @@ assert early_masked < 1e-6 and late_masked > 1e-2 and early_open > 1e-2
 # %% [markdown]
 # ## Cross-attention, step by step
 #
-# Cross-attention is ordinary multi-head attention with two different inputs: the
-# queries are projected from the decoder's stream `[B, Lt, d]`, the keys and values from
-# the encoder's memory `[B, Ls, d]`. Follow the shapes through the module's own weights:
+# Cross-attention is ordinary multi-head attention with two different inputs. The queries
+# are projected from the decoder's stream `[B, Lt, d]`, the keys and values from the encoder's
+# memory `[B, Ls, d]`. Follow the shapes through the module's own weights:
 
 # %%
 cross_mha = helpers.MultiHeadAttention(d, num_heads).eval()
@@ -214,20 +216,19 @@ torch.testing.assert_close(weights.sum(-1), torch.ones(B, h, Lt))
 print("\nmodule call cross_mha(q=decoder, k=memory, v=memory) gives the same output and weights")
 
 # %% [markdown]
-# The source length $L_s$ appears in the keys, the values and the last dimension of
-# the weights, and then disappears in the weighted sum: the output has one row per
-# *query*, so it has the decoder's length and can be added to the decoder's residual
-# stream. Each row of weights is a distribution over the real source tokens (no weight
-# on source padding, asserted); which source position each target position reads is
-# exactly what the cross-attention heatmaps at the end of the book show for a trained
-# model.
+# The source length $L_s$ appears in the keys, the values and the last dimension of the
+# weights. Then it disappears in the weighted sum. The output has one row per *query*, so it
+# has the decoder's length and can be added to the decoder's residual stream. Each row of
+# weights is a distribution over the real source tokens, with no weight on source padding.
+# Which source position each target position reads is what the heatmaps at the end of the
+# book show for a trained model.
 #
-# Cross-attention takes only the **source padding mask**. There is nothing causal about
-# it: the whole source is known before the decoder writes its first token, and every
-# target position may read all of it. (Chapter 07 shows what goes wrong when the causal
-# mask is passed here by mistake.) Hence, unlike self-attention, changing a real source
-# position (here the memory at position 0) changes the output at *every* target position,
-# while changing the memory at padded source positions changes nothing:
+# Cross-attention takes only the **source padding mask**. There is nothing causal about it.
+# The whole source is known before the decoder writes its first token, and every target
+# position may read all of it. (Chapter 07 shows what goes wrong when the causal mask is
+# passed here by mistake.) So changing a real source position (here the memory at position 0)
+# changes the output at *every* target position. Changing the memory at padded source
+# positions changes nothing:
 
 # %%
 with torch.no_grad():
@@ -247,12 +248,12 @@ print(f"padded source positions set to 99: largest change of the output {small(c
 assert change_real.min() > 1e-4 and change_pad < 1e-6
 
 # %% [markdown]
-# Figure 6.1 puts the three sub-layers side by side for the shortest sequence of the
-# batch: which keys each target position (row) may read. Self-attention reads the target,
-# up to itself and never `<pad>`; cross-attention reads every real source token; the
+# Figure 6.1 puts the three sub-layers side by side for the shortest sequence of the batch.
+# Each row is a target position; blue cells are the keys it may read. Self-attention reads the
+# target, up to itself and never `<pad>`. Cross-attention reads every real source token. The
 # feed-forward network reads nothing but the position's own vector.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 b = int((~src_mask[:, 0, 0]).sum(-1).argmin())  # the sequence with the shortest source
 t_names, s_names = describe(tgt_in[b]).split(), describe(src[b]).split()
 panels = [
@@ -287,9 +288,9 @@ plt.show()
 # \end{aligned}
 # $$
 #
-# The memory is *not* normalised again inside the layer: the encoder's final LayerNorm
-# (chapter 05) already did that once. The layer returns the cross-attention weights
-# along with its output. The attribute names are those of `helpers.DecoderLayer`.
+# The memory is *not* normalised again inside the layer. The encoder's final LayerNorm
+# (chapter 05) already did that once. The layer returns the cross-attention weights along with
+# its output. The attribute names are those of `helpers.DecoderLayer`.
 
 
 # %%
@@ -333,9 +334,9 @@ assert out.shape == y.shape and cross_w.shape == (B, num_heads, Lt, Ls)
 # %% [markdown]
 # ### $L_t \ne L_s$, and the prefix property
 #
-# Nothing in the layer ties the target length to the source length. Run it with a
-# 5-token target prefix against the 14-position memory, and with the full target
-# against a shorter source batch (sources of at most 6 digits, padded to width 8):
+# Nothing in the layer ties the target length to the source length. We run it with a 5-token
+# target prefix against the 14-position memory. Then we run the full target against a shorter
+# source batch (sources of at most 6 digits, padded to width 8):
 
 # %%
 short_src, _ = make_reversal_dataset(B, seed=2, max_len=6)
@@ -368,17 +369,17 @@ torch.testing.assert_close(prefix_out, out[:, :5])
 torch.testing.assert_close(prefix_w, cross_w[:, :, :5])
 
 # %% [markdown]
-# The last check is the causal property seen from the other side: the layer's output for
-# the first 5 positions is the same whether or not the later tokens exist at all
-# (asserted, output and cross-attention weights, up to float rounding). That is what lets
-# greedy decoding (chapter 11) run the decoder on the tokens produced so far, one step at
-# a time, and get what training computed for those positions.
+# The last check is the causal property seen from the other side. The layer's output for the
+# first 5 positions is the same whether or not the later tokens exist at all. So are the
+# cross-attention weights, up to float rounding. That lets greedy decoding (chapter 11) run
+# the decoder on the tokens produced so far, one step at a time. It gets what training
+# computed for those positions.
 #
 # ## The decoder stack: collecting the cross-attention weights
 #
-# The decoder is the target embedding, $N$ layers and a final LayerNorm, like the
-# encoder. It returns the final hidden states *and* a list with one cross-attention
-# weight tensor per layer, `[B, h, Lt, Ls]` each: the heatmap chapter plots them.
+# The decoder is the target embedding, $N$ layers and a final LayerNorm, like the encoder. It
+# returns the final hidden states *and* a list of cross-attention weights, one
+# `[B, h, Lt, Ls]` tensor per layer. The heatmap chapter plots them.
 
 
 # %%
@@ -420,10 +421,10 @@ for w in cross_list:
     assert (w[src_mask.expand_as(w)] == 0).all()
 
 # %% [markdown]
-# Before training, these weights are spread over each sequence's real source tokens. The cell
-# prints the mean of each row's largest weight next to the uniform value $1/n$, where $n$ is
-# the number of real source tokens. A row that put all its weight on one token would have a
-# largest weight of 1, $n$ times the uniform value.
+# Before training, these weights are spread over each sequence's real source tokens. For
+# each row we take its largest weight and average over the rows. We compare that with the
+# uniform value $1/n$, where $n$ is the number of real source tokens. A row that put all its
+# weight on one token would score 1, $n$ times the uniform value.
 
 # %%
 src_len = (~src_mask[:, 0, 0]).sum(-1)  # real source tokens per sequence, <eos> included
@@ -438,16 +439,20 @@ for b in range(B):
     )
 
 # %% [markdown]
-# This decoder and the encoder above keep PyTorch's default initialisation of `nn.Linear`. The
-# model the book trains uses Xavier-uniform for every linear layer instead, which makes the
+# :::{dropdown} Going deeper: the same measurement with the book's initialisation
+# This decoder and the encoder above keep PyTorch's default initialisation of `nn.Linear`.
+# The model the book trains uses Xavier-uniform for every linear layer instead. That makes the
 # attention scores larger (chapter 07 measures by how much). So the cell below repeats the
 # measurement on the untrained models that `helpers.train_reversal` starts from (its
-# `build_model`), for five seeds and both decoder layers. It does so at the size of
-# {ref}`the reference chapter <reference-chapter>` ($d = 128$, `SEED_RECIPE`) and at the size
-# the book trains ($d = 32$, `BOOK_RECIPE`).
+# `build_model`), for five seeds and both decoder layers. It uses the size of
+# {ref}`the reference chapter <reference-chapter>` ($d = 128$, `SEED_RECIPE`) and the size the
+# book trains ($d = 32$, `BOOK_RECIPE`).
+#
+# With the book's initialisation a row's largest weight is, on average over the rows, 1.8 to
+# 3.2 times the uniform value. With PyTorch's default it is about 1.5 times.
+# :::
 
-
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def largest_over_uniform(model):
     """Mean largest cross-attention weight of a row / uniform weight: one value per layer and
     sequence."""
@@ -484,18 +489,17 @@ assert all_xavier.min().item() > 1.5 and all_xavier.max().item() < 4  # measured
 assert (all_xavier / src_len < 0.5).all()  # on average no row puts half its weight on one key
 
 # %% [markdown]
-# With the book's initialisation a row's largest weight is, on average over the rows, 1.8 to 3.2
-# times the uniform value; with PyTorch's default it is about 1.5 times. Both are far from a
-# row that reads one token: an untrained decoder reads a blend of many source tokens. What
-# training does to these rows is measured in chapter 18, the cross-attention heatmaps.
+# Both initialisations are far from a row that reads one token. An untrained decoder reads a
+# blend of many source tokens. Chapter 18, the cross-attention heatmaps, measures what
+# training does to these rows.
 #
 # ## Checking against `helpers`
 #
-# `helpers.DecoderLayer` and `helpers.Decoder` use the same parameter names, so our
-# weights load strictly. In eval mode they must produce the same hidden states and the
-# same cross-attention weights, layer by layer. With `need_weights=False` the library
-# computes the attentions with `F.scaled_dot_product_attention`, returns `None` in place
-# of each weight tensor, and must still give the same hidden states.
+# `helpers.DecoderLayer` and `helpers.Decoder` use the same parameter names, so our weights
+# load strictly. In eval mode they must produce the same hidden states and the same
+# cross-attention weights, layer by layer. With `need_weights=False` the library computes the
+# attentions with `F.scaled_dot_product_attention`. It returns `None` in place of each weight
+# tensor and must still give the same hidden states.
 
 # %%
 lib_layer = helpers.DecoderLayer(d, num_heads, dff).eval()
@@ -527,9 +531,9 @@ print(
 )
 
 # %% [markdown]
-# The encoder and the decoder are done. What is left before the model is complete is
-# the wiring between them: which of the three attentions takes which mask, an output
-# projection to the vocabulary, and the initialisation. That is the next chapter.
+# The encoder and the decoder are done. What is left is the wiring between them: which
+# attention takes which mask, an output projection to the vocabulary, and the initialisation.
+# That is the next chapter.
 #
 # ## Summary
 #
