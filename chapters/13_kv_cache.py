@@ -16,26 +16,13 @@
 # %% [markdown]
 # # 13. The KV cache: decoding without recomputing the past
 #
-# Greedy decoding (chapter 11) writes one token per step. At step $t$ it runs the whole decoder
-# over all $t$ tokens written so far, and then uses only the last row of the output. Every other
-# row was already computed at the step before, with the same result (section 2 checks this for
-# the keys and values every layer computes). A **KV cache** keeps what those rows contribute to
-# later steps, their attention keys and values, and feeds the decoder only the newest token.
+# Greedy decoding (chapter 11) reruns the whole decoder over every token written so far, at
+# every step. A **KV cache** keeps the attention keys and values of earlier steps and feeds the
+# decoder only the newest token. We build that cache by hand, break it four ways, and check that
+# it decodes the naive loop's tokens. The picture shows the cache growing while the trained model
+# reverses a digit string.
 #
-# This chapter
-#
-# 1. counts the work each step does, naive and cached, by instrumenting the model;
-# 2. checks *why* caching is allowed: under the causal mask, the keys and values of earlier
-#    positions do not change;
-# 3. builds the encoder-decoder cache by hand, one dict per decoder layer, and draws it as it
-#    grows;
-# 4. reproduces four one-line cache bugs (a wrong position, two wrong masks, a wrong `torch.cat`
-#    dimension);
-# 5. checks that the hand-built cache is **token-identical** to naive decoding and to
-#    `helpers.greedy_decode(use_cache=True)`, on the trained reversal model and on random models;
-# 6. measures the speed-up against output length and batch size, and the cache's memory;
-# 7. replaces the growing `torch.cat` cache with a preallocated one, written at a position
-#    index, and checks that it decodes the same tokens.
+# ![Layer 0's KV cache, growing one row per step](figures/13_kv_cache.png)
 
 # %%
 import textwrap
@@ -67,9 +54,8 @@ _ = torch.manual_seed(0)
 torch.set_num_threads(1)
 
 # %% [markdown]
-# The trained reversal model of chapter 10 (loaded from the checkpoint cache; the first call in a
-# fresh clone trains it), and the 1000 validation sequences of its recipe (drawn with another seed
-# than the training data; the cell prints both).
+# We load the trained reversal model of chapter 10; the first call in a fresh clone trains it.
+# We also draw its recipe's 1000 validation sequences, with another seed than the training data.
 
 # %%
 model = trained_reversal_model(progress=False, verbose=False)
@@ -82,16 +68,15 @@ print(f"validation seed {BOOK_RECIPE.val_seed}, training data seed {BOOK_RECIPE.
 # %% [markdown]
 # ## 1. What the naive loop recomputes
 #
-# We count, at every step, how many rows go through three modules of the decoder, using forward
-# hooks (they fire whenever the module is called, whichever decoding loop calls it):
+# Forward hooks count, at every step, how many rows go through three modules of the decoder. A
+# hook fires whenever its module is called, whichever loop calls it.
 #
 # - the token embedding: how many target tokens the decoder processes;
 # - the query projection of layer 0's self-attention: how many **query rows** attend;
-# - the key projection of layer 0's **cross**-attention: how many rows of the encoder's memory are
-#   projected to keys.
+# - the key projection of layer 0's **cross**-attention: how many memory rows become keys.
 #
-# One source of 12 digits, decoded for all 13 steps (`stop_at_eos=False`), naive and cached. Its
-# tensor holds 14 positions (the digits, `<eos>` and one `<pad>`), all of which the memory keeps.
+# We decode one source of 12 digits for all 13 steps (`stop_at_eos=False`), naive and cached.
+# Its tensor holds 14 positions: the digits, `<eos>` and one `<pad>`. The memory keeps all 14.
 # The "self scores" column is not hooked: it is the query rows times the $t$ keys of step $t$.
 
 # %%
@@ -150,15 +135,15 @@ assert naive["memory rows -> cross values"] == naive[mem]  # the values: the sam
 assert cached["memory rows -> cross values"] == cached[mem]
 
 # %% [markdown]
-# At step $t$ the naive loop processes $t$ tokens, computes $t \times t$ self-attention scores
-# (per head and layer), and projects the whole source memory to cross-attention keys and values
-# again. The cached loop processes one token, computes one row of $t$ scores, and projects the
+# At step $t$ the naive loop processes $t$ tokens. It computes $t \times t$ self-attention scores
+# per head and layer. And it projects the whole source memory to cross-attention keys and values
+# again. The cached loop processes one token and computes one row of $t$ scores. It projects the
 # memory once, before the first step.
 #
 # Summed over an output of $n$ tokens, the naive decoder processes
-# $1 + 2 + \dots + n = n(n+1)/2$ tokens and $\sum t^2 \approx n^3/3$ score entries; the cached one
+# $1 + 2 + \dots + n = n(n+1)/2$ tokens and $\sum t^2 \approx n^3/3$ score entries. The cached one
 # processes $n$ tokens and $n(n+1)/2$ scores. The hook counts above are these formulas for
-# $n = 13$ (the cell checks the token sums); Figure 13.1 extends them to $n = 512$.
+# $n = 13$. Figure 13.1 extends them to $n = 512$.
 
 # %%
 n = torch.arange(1, 513, dtype=torch.float64)
@@ -192,20 +177,19 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Tokens processed is what the linear layers (the projections and the feed-forward network) are
-# paid for: the cached loop does $(n+1)/2$ times less of that work. Whether the *clock* shows
-# that ratio is another matter, measured in section 6.
+# The linear layers (projections and feed-forward network) pay per token processed. The cached
+# loop does $(n+1)/2$ times less of that work. Section 6 measures whether the clock shows it.
 #
 # ## 2. Why the past does not change
 #
 # Caching is only correct if the keys and values of positions $0..t-1$ are the same at step $t$
-# as they were at step $t-1$. They are, because of the causal mask: position $i$ attends only to
-# positions $\le i$, in every layer, so nothing computed at position $i$ can depend on a token
-# that arrives later. (In a layer without a causal mask, an encoder layer for instance, a new
-# token could change every earlier row, and there would be nothing to reuse.)
+# as at step $t-1$. The causal mask makes it so. Position $i$ attends only to positions $\le i$, in
+# every layer. So nothing computed at position $i$ can depend on a token that arrives later. In a
+# layer without a causal mask, an encoder layer for instance, a new token could change every
+# earlier row.
 #
-# The check: run the decoder over a prefix of 5 tokens and over the same prefix plus one token,
-# capture the keys and values every self-attention layer computes, and compare the first 5 rows.
+# The check: run the decoder over a prefix of 5 tokens, then over the same prefix plus one token.
+# We capture the keys and values of every self-attention layer and compare the first 5 rows.
 
 # %% tags=["nbval-ignore-output"]
 def self_kv(model, tgt_in, memory, src_mask):
@@ -239,26 +223,25 @@ for i, (b, a) in enumerate(zip(before, after)):
     torch.testing.assert_close(a[:, :5], b, atol=1e-5, rtol=1e-5)
 
 # %% [markdown]
-# The differences are zero or of the order of float32 rounding for values of this size (the cell
-# prints them); the assertion allows $10^{-5}$ rather than demanding bitwise equality. The
-# cross-attention keys and values are even simpler: they are
-# projections of the encoder's memory, which does not change at all while the decoder writes
-# (section 3 checks that the cached ones are one tensor, computed once).
+# The differences are zero or at the level of float32 rounding for values of this size. The
+# check allows $10^{-5}$ rather than demanding bitwise equality. The cross-attention keys and
+# values are simpler still. They are projections of the encoder's memory, which does not change
+# while the decoder writes. Section 3 checks that the cached ones are one tensor, computed once.
 #
 # ## 3. Building the cache by hand
 #
-# One decoding step with a cache, for each decoder layer (Pre-Norm, as in chapter 06):
+# One decoding step with a cache, in each decoder layer (Pre-Norm, as in chapter 06):
 #
 # 1. **self-attention**: project the newest position's normalised vector to a key and a value,
-#    `[B, h, 1, d_k]` each, append them to the cached ones **along the sequence dimension**
-#    (`dim=2` of `[B, h, L, d_k]`), and let the one new query attend to all $t$ keys;
-# 2. **cross-attention**: the keys and values of the memory, `[B, h, L_s, d_k]`, are computed on
-#    the first step and reused afterwards; the new query attends to them with the source padding
-#    mask, exactly as before;
+#    `[B, h, 1, d_k]` each. Append them to the cached ones **along the sequence dimension**
+#    (`dim=2` of `[B, h, L, d_k]`). The one new query attends to all $t$ keys.
+# 2. **cross-attention**: the memory's keys and values, `[B, h, L_s, d_k]`, are computed on the
+#    first step and reused afterwards. The new query attends to them with the source padding
+#    mask, as before.
 # 3. the feed-forward network, on the one new position.
 #
-# **Which mask does the one-row query need?** The causal mask exists to hide keys that lie after
-# the query. The single query *is* the newest position: every cached key is in its past. The last
+# **Which mask does the one-row query need?** The causal mask hides keys that lie after the
+# query. The single query *is* the newest position, so every cached key is in its past. The last
 # row of a causal mask is therefore all `False`:
 
 # %%
@@ -268,17 +251,16 @@ for t in (1, 4, 9):
     assert not last_row.any()
 
 # %% [markdown]
-# What remains is key padding: the naive loop blocks `<pad>` keys in the target (rows that already
-# finished are padded with `<pad>`), so the cached loop blocks them too, with
-# `make_padding_mask(out)` of shape `[B, 1, 1, t]`: it broadcasts over heads and the single query
-# row. (For a row that is still writing there is no `<pad>` among its keys unless the model itself
-# emitted one; keeping the mask makes the two loops compute exactly the same function.)
+# What remains is key padding. The naive loop blocks `<pad>` keys in the target, where finished
+# rows are padded with `<pad>`. So the cached loop blocks them too, with `make_padding_mask(out)`
+# of shape `[B, 1, 1, t]`. It broadcasts over heads and the single query row. With it, the two
+# loops compute exactly the same function.
 #
-# Also easy to forget: the new token's **position**. It is token number `step` of the target,
-# so it is embedded with `start_pos=step`; otherwise it gets position 0's encoding at every step.
+# Also easy to forget: the new token's **position**. It is token number `step` of the target, so
+# it is embedded with `start_pos=step`. Otherwise it gets position 0's encoding at every step.
 #
-# The function below is the whole cached decoder, written with the layer's own sub-modules.
-# The `mistake` argument switches in one bug at a time; section 4 uses it.
+# The function below is the whole cached decoder, written with the layer's own sub-modules. Its
+# `mistake` argument switches in one bug at a time, for section 4.
 
 # %%
 @torch.no_grad()
@@ -346,9 +328,9 @@ def greedy_decode_by_hand(model, src, max_len=None, stop_at_eos=True, mistake=No
     return out, caches
 
 # %% [markdown]
-# Watch the cache grow while the trained model reverses two sources of different lengths (the
-# second is padded). Layer 0's self-attention keys gain one row per step; its cross-attention
-# keys keep the shape `[B, h, L_s, d_k]` and are the very same tensor at every step.
+# Watch the cache grow while the trained model reverses two sources of different lengths; the
+# second is padded. Layer 0's self-attention keys gain one row per step. Its cross-attention keys
+# keep the shape `[B, h, L_s, d_k]` and are the very same tensor at every step.
 
 # %%
 src2 = src_val[:2]
@@ -370,17 +352,17 @@ assert torch.equal(out2, greedy_decode(model, src2, use_cache=False))
 assert sequences_equal(out2, tgt_val[:2]).all()  # and both rows are correct reversals
 
 # %% [markdown]
-# The output matches the naive loop (the third assertion of the cell). The decoding stops
-# when both rows have produced `<eos>`; the second row finished earlier and was padded with
-# `<pad>`, which the padding mask hides from later steps.
+# The output matches the naive loop. Decoding stops when both rows have produced `<eos>`. The
+# second row finished earlier and was padded with `<pad>`, which the padding mask hides from later
+# steps.
 #
-# Figure 13.2 draws the same trace for the first row. Each column is one decoding step; a
-# coloured cell is a key/value row held in layer 0's cache at that step. On the left, the
-# self-attention cache gains exactly one new row per step (the token fed at that step) and
-# reuses every earlier one. On the right, the cross-attention keys and values of all $L_s$
-# source positions are computed at step 0 and reused unchanged afterwards.
+# Figure 13.2 draws the same trace for the first row. Each column is one decoding step. A coloured
+# cell is a key/value row held in layer 0's cache at that step. On the left, the self-attention
+# cache gains one new row per step (the token fed at that step) and reuses every earlier one. On
+# the right, the cross-attention keys and values of all $L_s$ source positions are computed at
+# step 0 and reused afterwards.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 n_steps = len(trace)
 self_rows = [r["self_k"][2] for r in trace]  # cached positions after each step
 fed = [describe(out2[0, i : i + 1]) for i in range(n_steps)]  # the token fed at each step
@@ -420,10 +402,9 @@ plt.show()
 # %% [markdown]
 # ## 4. Four cache bugs, reproduced
 #
-# Each of these is a one-line slip. Two of them raise an error; two of them run without one and
-# decode other tokens than the naive loop, which only a check of the output (against the naive
-# loop here, or against the targets) reveals. We measure each on the 1000 validation sequences
-# by the fraction of rows decoded exactly like the naive loop.
+# Each of these is a one-line slip. Two of them raise an error. Two run without one and decode
+# other tokens than the naive loop; only a check of the output reveals them. We measure each on
+# the 1000 validation sequences: the fraction of rows decoded exactly like the naive loop.
 
 # %% tags=["nbval-ignore-output"]
 naive_val = greedy_decode(model, src_val, use_cache=False)
@@ -459,26 +440,25 @@ print(f"{'no mistake':>16}: {agreement(ours):.1%}")
 assert agreement(ours) == 1.0
 
 # %% [markdown]
-# - **position 0**: every new token is embedded at position 0. Nothing crashes; the model sees a
-#   sequence whose tokens all sit at the same place, and most rows no longer decode like the
-#   naive loop (the cell prints the share that still does).
+# - **position 0**: every new token is embedded at position 0. Nothing crashes. The model sees
+#   tokens that all sit at the same place, and most rows no longer decode like the naive loop.
 # - **first causal row**: someone keeps the causal mask "to be safe" but slices its *first* row.
 #   That row blocks every key except the first, so the new query sees only `<bos>`. Silent.
 # - **full causal mask**: the `[1, 1, t, t]` causal mask, combined with the `[B, 1, 1, t]`
-#   padding mask, is `[B, 1, t, t]`: one row per query, but the single query's scores are
-#   `[B, h, 1, t]`. At least it fails loudly, from the second step on. The book's attention
-#   checks that the mask broadcasts to the scores' shape. The printed error names the
-#   dimension that does not fit: `Lq`, 2 rows in the mask for 1 query.
+#   padding mask, is `[B, 1, t, t]`. But the single query's scores are `[B, h, 1, t]`. It fails
+#   loudly, from the second step on: the book's attention checks that the mask broadcasts to the
+#   scores' shape. The error names the dimension that does not fit: `Lq`, 2
+#   rows in the mask for 1 query.
 # - **cat on heads**: appending along `dim=1` (heads) instead of `dim=2` (positions) makes a key
-#   tensor with $2h$ "heads" of one position each. The error comes from the same mask check,
-#   before any product is computed. At the second step the padding mask covers $t = 2$ keys,
-#   but the key tensor holds 1 position: the printed error names `Lk`, mask 2 vs scores 1.
+#   tensor with $2h$ "heads" of one position each. The same mask check catches it, before any
+#   product. At the second step the padding mask covers $t = 2$ keys, but the key tensor holds 1
+#   position. The error names `Lk`, mask 2 vs scores 1.
 #
 # ## 5. Token-identical: the trained model and random models
 #
-# Three decoders: the naive loop, our hand-built cache, and `helpers.greedy_decode(use_cache=True)`
-# (the library version of the same cache, built into `DecoderLayer`). On the trained model and the
-# 1000 validation sequences:
+# Three decoders: the naive loop, our hand-built cache, and `helpers.greedy_decode(use_cache=True)`.
+# The last is the library version of the same cache, built into `DecoderLayer`. On the trained
+# model and the 1000 validation sequences:
 
 # %%
 cached_val = greedy_decode(model, src_val, use_cache=True)
@@ -488,11 +468,11 @@ assert torch.equal(ours, naive_val) and torch.equal(cached_val, naive_val)
 print(f"identical tokens on all {src_val.size(0)} sequences")
 
 # %% [markdown]
-# Agreement on a trained model is a weak test when its top logit wins by a wide margin: a small
+# Agreement on a trained model is a weak test when its top logit wins by a wide margin. A small
 # numerical difference between the paths could not flip the argmax. Random models are a harder
-# test, because their top two logits lie much closer together (the cell prints the median gap at
-# the first step). Four configurations, 64 padded sources each, decoded both
-# until `<eos>` and for the full length without stopping:
+# test, because their top two logits lie much closer together. The cell prints the median gap at
+# the first step. Four configurations, 64 padded sources each, decoded until `<eos>` and for the
+# full length without stopping:
 
 # %% tags=["nbval-ignore-output"]
 def top2_gap(m, src):
@@ -528,16 +508,16 @@ for i, c in enumerate(configs):
 # %% [markdown]
 # ## 6. Speed against output length and batch size
 #
-# Outputs of 16, 64, 256 and 512 new tokens need a model whose position table is that long: the
-# trained model has `max_len` 14. Timing does not need a trained model, so we use an **untrained**
-# one with the `Transformer` constructor's default shape (that of
-# {ref}`the reference chapter <reference-chapter>`: the cell prints it) and `max_len = 513`, and
-# pass `stop_at_eos=False` so that an early `<eos>` cannot end a run.
-# One source sequence (batch 1). `tools/bench_decoding.py` runs the same measurement with a
-# chosen number of repeats.
+# Outputs of up to 512 new tokens need a model whose position table is that long. The trained
+# model has `max_len` 14. Timing does not need a trained model, so we use an **untrained** one. It
+# has the `Transformer` constructor's default shape, that of
+# {ref}`the reference chapter <reference-chapter>`, and `max_len = 513`. With
+# `stop_at_eos=False`, an early `<eos>` cannot end a run. One source sequence, batch 1. The
+# timings vary from run to run; the tokens of the two loops must not.
 #
-# Timings depend on the machine and on whatever else it runs, so the cell prints them and asserts
-# only what does not: both loops produce identical tokens.
+# :::{dropdown} Going deeper: the benchmark script
+# `tools/bench_decoding.py` runs the same measurement with a chosen number of repeats.
+# :::
 
 # %% tags=["nbval-ignore-output"]
 from helpers.numerics import timing_label
@@ -574,14 +554,16 @@ print(f"ms per token, 512 vs 16 new tokens: naive x{growth[0]:.1f}, cached x{gro
 print(timing_label())
 
 # %% [markdown]
-# Figure 13.3 shows the same timings, and the milliseconds per generated token. The cell prints
-# how the time per token changed from 16 to 512 tokens for each loop. The counts of section 1
-# predict that the naive loop's grows with the length, because step $t$ reprocesses $t$ tokens.
-# The cached loop's grows less, but a cached step still does work that grows with $t$. Its one
-# query attends to $t$ keys. In every layer, `torch.cat` copies the whole cached K and V into
-# new tensors one position longer: $2\, t\, d_{model}$ numbers per sequence. And the step builds
-# a new padding mask of $t$ entries. Section 8 removes the copy. The figure is redrawn from
-# your run's timings.
+# Figure 13.3 shows the same timings, and the milliseconds per generated token. The counts of
+# section 1 predict that the naive loop's time per token grows with the length: step $t$
+# reprocesses $t$ tokens. The cached loop's grows less. But a cached step still does work that
+# grows with $t$.
+#
+# :::{dropdown} Going deeper: what a cached step still pays for
+# Its one query attends to $t$ keys. In every layer, `torch.cat` copies the whole cached K and V
+# into new tensors one position longer: $2\, t\, d_{model}$ numbers per sequence. And the step
+# builds a new padding mask of $t$ entries. Section 8 removes the copy.
+# :::
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "nbval-ignore-output"]
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -605,15 +587,18 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ### The reversal task: one sequence at a time, or a thousand at once
+# The reversal task writes at most 13 tokens. How much of the saving the clock sees then depends on
+# the batch; the dropdowns below measure it.
 #
+# :::{dropdown} Going deeper: the reversal task, one sequence at a time or a thousand at once
 # The reversal model writes at most 13 tokens, so by the counts of section 1 the naive loop
-# processes at most 7 times the tokens the cached loop does. How much of that the clock sees
-# depends on the batch. The next cell decodes with the trained model, naive and cached side by
-# side (alternating, the fastest of a few runs each): 20 validation sources one at a time
-# (batch 1), and all 1000 validation sources in one batch (as sections 4 and 5 decode them).
+# processes at most 7 times the tokens the cached loop does. The next cell decodes with the
+# trained model, naive and cached side by side (alternating, the fastest of a few runs each). It
+# decodes 20 validation sources one at a time (batch 1), and all 1000 validation sources in one
+# batch (as sections 4 and 5 decode them).
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def fastest_pair(run, repeats):
     """run(use_cache) -> tokens. The fastest of `repeats` alternating runs of each path."""
     best, outs = {False: float("inf"), True: float("inf")}, {}
@@ -649,12 +634,14 @@ for name, (run, repeats) in workloads.items():
 print(timing_label())
 
 # %% [markdown]
-# In the printed run the speed-up at batch 1000 is the larger: on this 13-token output, the
-# cache saved more of the time when 1000 sequences shared each step. Why,
-# when the counts of section 1 are the same per sequence? Time one decoder pass over 1 position
-# and over 13 positions, at batch 1 and at batch 1000:
+# :::{dropdown} Going deeper: why the batch matters
+# In the printed run the speed-up at batch 1000 is the larger. On this 13-token output, the cache
+# saved more of the time when 1000 sequences shared each step. Why, when the counts of section 1
+# are the same per sequence? The next cell times one decoder pass over 1 position and over 13
+# positions, at batch 1 and at batch 1000.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 pass_ms = {}
 with torch.no_grad():
     for B in (1, 1000):
@@ -676,20 +663,22 @@ with torch.no_grad():
 print(timing_label())
 
 # %% [markdown]
-# In the printed run, at batch 1 a pass over 13 positions costs less than twice a pass over
-# one: most of a one-position pass's time is a cost that does not grow with the number of rows (a fixed cost per operation; launching each of the many small operations of a
-# pass is one candidate, which this chapter does not measure), so removing rows saves little. At
-# batch 1000 the same pass multiplies matrices with 13,000 rows instead of 1,000, and the time
-# grows more with the rows (the larger ratio printed); the rows the
-# cache removes are then time saved. In these runs, the cache paid more for long outputs and
-# large batches than for one short reversal at a time.
+# :::{dropdown} Going deeper: a fixed cost per operation, and the GPU
+# In the printed run, at batch 1 a pass over 13 positions costs less than twice a pass over one.
+# Most of a one-position pass's time is a cost that does not grow with the number of rows: a fixed
+# cost per operation. Launching each of the many small operations of a pass is one candidate,
+# which this chapter does not measure. So removing rows saves little. At batch 1000 the same pass
+# multiplies matrices with 13,000 rows instead of 1,000, and the time grows more with the rows
+# (the larger ratio printed). The rows the cache removes are then time saved. In these runs, the
+# cache paid more for long outputs and large batches than for one short reversal at a time.
 #
-# What the cache buys on a GPU, where the fixed cost per operation and the cost per row are not
-# this CPU's, is recorded data from one prepared run of `tools/record_gpu.py`
-# (`chapters/data/decoding_cuda.json`), never computed while you read; the cell prints it, or
-# says that no GPU run has been recorded yet and gives the command.
+# A GPU has another fixed cost per operation and another cost per row. What the cache buys there
+# is recorded data from one prepared run of `tools/record_gpu.py`
+# (`chapters/data/decoding_cuda.json`), never computed while you read. The next cell prints it,
+# or says that no GPU run has been recorded yet and gives the command.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from helpers.gpu_results import gpu_decoding_summary
 
 print(gpu_decoding_summary("data"))
@@ -698,17 +687,17 @@ print(gpu_decoding_summary("data"))
 # ## 7. What the cache costs in memory
 #
 # Each decoder layer keeps, per sequence, one key and one value vector of size $d_{model}$ for
-# every target position (the heads split $d_{model}$, they do not add to it), plus the
-# cross-attention keys and values of the $L_s$ source positions. In float32 (4 bytes):
+# every target position. The heads split $d_{model}$; they do not add to it. The layer also keeps
+# the cross-attention keys and values of the $L_s$ source positions. In float32 (4 bytes):
 #
 # $$
 # \text{bytes} = N_{layers} \cdot B \cdot 2\, d_{model} \cdot 4 \cdot (t + L_s)
 # $$
 #
-# so $2 \cdot d_{model} \cdot 4$ bytes per token per layer. Here $t$ counts the positions fed to the
-# decoder: `<bos>` and every new token except the last, which is never fed back, so 512 new tokens
-# leave 512 cached positions. We check the formula against the tensors our hand-built cache holds
-# after decoding the two sources of section 3, and after 512 new tokens with the long model.
+# so $2 \cdot d_{model} \cdot 4$ bytes per token per layer. Here $t$ counts the positions fed to
+# the decoder: `<bos>` and every new token except the last, which is never fed back. So 512 new
+# tokens leave 512 cached positions. We check the formula against the tensors of our hand-built
+# cache, after the two sources of section 3 and after 512 new tokens with the long model.
 
 # %%
 def cache_bytes(caches):
@@ -741,12 +730,11 @@ print(
 assert t_long == 512 and cache_bytes(caches_long) == formula(lc, 1, t_long, src_t.size(1))
 
 # %% [markdown]
-# Small here, but the formula scales with every factor. A model with 32 layers and
-# $d_{model} = 4096$ in 16-bit floats needs, per sequence and per token, the amount below; the
-# cell compares the cache of 8 sequences of 4096 tokens with the model's own weights (about
-# $12\, d_{model}^2$ per layer: $4 d_{model}^2$ in the attention projections and
-# $8 d_{model}^2$ in a feed-forward network of width $4 d_{model}$; a decoder-only model, so
-# no cross-attention).
+# Small here, but the formula scales with every factor. Take a decoder-only model with 32 layers
+# and $d_{model} = 4096$, in 16-bit floats. The cell compares its cache for 8 sequences of 4096
+# tokens with its weights. The weights are about $12\, d_{model}^2$ per layer: $4 d_{model}^2$ in
+# the attention projections and $8 d_{model}^2$ in a feed-forward network of width $4 d_{model}$.
+# A decoder-only model has no cross-attention.
 
 # %%
 big = SimpleNamespace(num_layers=32, d_model=4096)
@@ -759,34 +747,46 @@ print(f"the weights: about {weights_big / 2**30:.0f} GiB")
 assert per_tok_big == 32 * 2 * 4096 * 2 and cache_big > weights_big
 
 # %% [markdown]
-# At that size the cache outgrows the weights (the cell asserts it), and every cached decoding
-# step reads all of it: its one query attends to every cached key and value. Multi-query
-# attention {cite}`shazeer2019` shrinks the cache by letting every query head share one key/value
-# head (its paper's argument is the memory bandwidth of reloading keys and values at every
-# decoding step); grouped-query attention {cite}`ainslie2023` lets groups of query heads share
-# one, a middle ground. Pope et al. {cite}`pope2023` count the cache's memory among the costs to
-# plan for when they partition large models for inference. Exercise 13.2 computes what sharing
-# saves.
+# At that size the cache outgrows the weights. And every cached decoding step reads all of it:
+# its one query attends to every cached key and value. Multi-query attention {cite}`shazeer2019`
+# shrinks the cache by letting every query head share one key/value head. Grouped-query attention
+# {cite}`ainslie2023` lets groups of query heads share one, a middle ground. Exercise 13.2 computes
+# what sharing saves.
+#
+# :::{dropdown} Going deeper: memory bandwidth
+# The multi-query paper's argument is the memory bandwidth of reloading keys and values at every
+# decoding step. Pope et al. {cite}`pope2023` count the cache's memory among the costs to plan for
+# when they partition large models for inference.
+# :::
 #
 # ## 8. A preallocated cache
 #
-# The cache of section 3 grows with `torch.cat`. At every step, in every layer, that allocates
-# new K and V tensors one position longer and copies all $t$ cached positions into them. A
-# preallocated cache avoids the copy: it allocates the buffers once. Each layer gets two
-# buffers of shape `[B, h, L_max, d_k]`. Step $t$ writes its key and value at position $t$,
-# and attention reads positions $0..t$.
+# The cache of section 3 grows with `torch.cat`. At every step, in every layer, that allocates new
+# K and V tensors one position longer and copies all $t$ cached positions into them. A
+# preallocated cache avoids the copy: it allocates its buffers once. Each layer gets two buffers of
+# shape `[B, h, L_max, d_k]`. Step $t$ writes its key and value at position $t$, and attention
+# reads positions $0..t$.
 #
-# `helpers.static_cache` does this for the book's `Transformer`, with the same weights and the
-# same sub-modules as `greedy_decode_by_hand`. `write_kv(buf, new, pos)` writes `new` into the
-# buffer at `pos`. It returns the written positions as a view of the buffer, so the cached
-# positions are not copied again. The padding mask is a preallocated `[B, 1, 1, L_max]` buffer
-# too, filled one column per step. The cache dicts keep the names of section 3 (`self_k`,
-# `self_v`, `cross_k`, `cross_v`).
+# `helpers.static_cache` does this for the book's `Transformer`, with the same sub-modules as
+# `greedy_decode_by_hand`. `write_kv(buf, new, pos)` writes `new` into the buffer at `pos`. It
+# returns the written positions as a view of the buffer, with no copy. The padding mask is a
+# preallocated `[B, 1, 1, L_max]` buffer too, filled one column per step.
 #
-# Hugging Face's `StaticCache` is such a cache, and it writes the same way. The cell prints the
-# lines of its update that do it, for the installed version:
+# :::{dropdown} Going deeper: the cache dicts
+# They keep the names of section 3: `self_k`, `self_v`, `cross_k`, `cross_v`. A row that is still
+# writing has no `<pad>` among its self-attention keys unless the model emitted one; section 3's
+# padding mask still keeps the cached loop equal to the naive one when it does.
+# :::
+#
+# :::{dropdown} Going deeper: Hugging Face's `StaticCache`
+# Hugging Face's `StaticCache` is such a cache, and it writes the same way. The next cell prints
+# the lines of its update that do it, for the installed version, and then `write_kv`.
+# `index_copy_(2, cache_position, key_states)` writes the new keys along dimension 2 at the
+# positions `cache_position`. Its update returns the whole buffers, all `L_max` positions.
+# `write_kv` returns only the positions written so far.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import inspect
 
 import transformers
@@ -805,13 +805,9 @@ assert any("index_copy_(2, cache_position" in line for line in hf_lines)
 print(inspect.getsource(write_kv))
 
 # %% [markdown]
-# `index_copy_(2, cache_position, key_states)` writes the new keys along dimension 2 at the
-# positions `cache_position`. Its update returns the whole buffers, all `L_max` positions;
-# `write_kv` returns only the positions written so far.
-#
-# The check, as in section 5: the two sources of section 3, the 1000 validation sequences, and
-# the four random models, until `<eos>` and without stopping. For the two sources the cell also
-# compares the buffers with the `torch.cat` cache of section 3, and checks that the buffers are
+# The check, as in section 5: the two sources of section 3, the 1000 validation sequences, and the
+# four random models, until `<eos>` and without stopping. For the two sources the cell also
+# compares the buffers with the `torch.cat` cache of section 3. And it checks that the buffers are
 # never reallocated.
 
 # %%
@@ -840,16 +836,17 @@ for i, c in enumerate(configs):
 print(f"random models: identical tokens for all {len(configs)} configurations, both ways")
 
 # %% [markdown]
-# The buffers reserve `L_max` positions from the first step: here 14 per sequence where the
-# `torch.cat` cache held the positions decoded so far. In section 7's formula, $t$ becomes
-# `L_max`.
+# The buffers reserve `L_max` positions from the first step: here 14 per sequence, where the
+# `torch.cat` cache held the positions decoded so far. In section 7's formula, $t$ becomes `L_max`.
 #
-# What the copy costs, measured: the long model of section 6, one source decoded for 512 new
-# tokens, and 16 sources for 256 new tokens, with both caches (alternating, the fastest of two
-# runs each). The cell also times the two operations that differ, for one layer's K at
-# $t = 511$: `torch.cat` of the cache with one new position, and `write_kv` of that position.
+# :::{dropdown} Going deeper: what the copy costs
+# The next cell measures it on the long model of section 6, with both caches. It decodes one
+# source for 512 new tokens, and 16 sources for 256 new tokens (alternating, the fastest of two
+# runs each). It also times the two operations that differ, for one layer's K at $t = 511$:
+# `torch.cat` of the cache with one new position, and `write_kv` of that position.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def fastest_of(runs, repeats):
     """runs: {name: f()}. The fastest of `repeats` alternating calls of each, and the outputs."""
     best, outs = {k: float("inf") for k in runs}, {}
@@ -906,21 +903,25 @@ print(
 print(timing_label())
 
 # %% [markdown]
-# The cell prints the time of each cache and their ratio (above 1: the preallocated cache was
-# faster). One step of the long model makes four copies, K and V in each of its two layers.
-# The cell's last lines compare one copy with a write in place, and say what four copies of
-# the largest size take of one whole step: a small part of it. So at batch 1 the copies
-# explain a gain of a few percent at most. The machine's load moves the measured ratio too,
-# so one run can show more than that, or less, even a ratio below 1. How much the copies
-# cost depends on the batch, the length and the machine. Either way the tokens are the same.
+# :::{dropdown} Going deeper: reading the copy's cost
+# The cell prints the time of each cache and their ratio; above 1, the preallocated cache was
+# faster. One step of the long model makes four copies, K and V in each of its two layers. The
+# last lines compare one copy with a write in place. They say what four copies of the largest size
+# take of one whole step: a small part of it. So at batch 1 the copies explain a gain of a few
+# percent at most. The machine's load moves the measured ratio too. One run can show more than
+# that, or less, even a ratio below 1. How much the copies cost depends on the batch, the length
+# and the machine.
+# :::
+#
+# Whichever cache is faster on your machine, the tokens are the same.
 #
 # ## The finished piece
 #
 # `helpers.DecoderLayer` keeps the cache of section 3 when `greedy_decode(use_cache=True)` passes
-# it a dict: `self_k`/`self_v` grow along `dim=2`, `cross_k`/`cross_v` are projected on the first
-# call. (Section 8's preallocated cache is `helpers.greedy_decode_static`.)
-# Drive the library decoder step by step with the tokens we decoded in section 3, and compare every
-# cached tensor with ours:
+# it a dict. `self_k`/`self_v` grow along `dim=2`; `cross_k`/`cross_v` are projected on the first
+# call. Section 8's preallocated cache is `helpers.greedy_decode_static`. We drive the library
+# decoder step by step with the tokens decoded in section 3, and compare every cached tensor with
+# ours:
 
 # %%
 with torch.no_grad():
@@ -943,25 +944,24 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
     print(f"layer {i}:", {key: tuple(v.shape) for key, v in lib.items()}, "-> same tensors as ours")
 
 # %% [markdown]
-# The library's cache holds the same tensors as the one we built, and section 5 showed that both
-# decode exactly what the naive loop decodes. The next chapter removes the encoder altogether: a
-# decoder-only character model, whose generation loop keeps the same kind of self-attention
-# cache, under the same names (`self_k`, `self_v`), plus temperature and top-k sampling.
+# The library's cache holds the same tensors as ours, and section 5 showed that both decode
+# the naive loop's tokens. The next chapter removes the encoder: a decoder-only character model.
+# Its generation loop keeps the same self-attention cache, plus temperature and top-k sampling.
 #
 # ## Summary
 #
 # - A KV cache keeps each decoder layer's self-attention keys and values and feeds the decoder
-#   only the newest token; the cross-attention keys and values are projected from the memory once.
-# - It saves work without changing the result: under the causal mask the earlier keys and values
-#   do not change (up to float rounding, section 2), and the cached decoders produced the naive
-#   loop's tokens on the trained model and on four random models (section 5).
-# - The slips are one line each: a new token at position 0 and a sliced causal row raise no
-#   error and decode other tokens than the naive loop; a check of the output catches them.
-# - Speed: the work saved grows with the output length (section 1); in section 6's runs the
-#   clock showed more of it for long outputs and large batches than for one short output.
-# - The cache costs $2 \cdot d_{model}$ numbers per position and layer, for the target positions
-#   and the source positions; for section 7's large model and 8 sequences of 4096 tokens, that
-#   is more memory than the weights.
+#   only the newest token. The cross-attention keys and values are projected from the memory once.
+# - It saves work without changing the result. Under the causal mask the earlier keys and values
+#   do not change, up to float rounding (section 2). The cached decoders produced the naive loop's
+#   tokens on the trained model and on four random models (section 5).
+# - The slips are one line each. A new token at position 0 and a sliced causal row raise no error
+#   and decode other tokens than the naive loop; a check of the output catches them.
+# - The work saved grows with the output length (section 1). In section 6's runs the clock showed
+#   more of it for long outputs and large batches than for one short output.
+# - The cache costs $2 \cdot d_{model}$ numbers per position and layer, for the target and the
+#   source positions. For section 7's large model and 8 sequences of 4096 tokens, that is more
+#   memory than the weights.
 # - A preallocated cache writes each step's keys and values at a position index instead of
 #   copying the cache with `torch.cat` (section 8). It decoded the same tokens, and it reserves
 #   `L_max` positions from the first step.

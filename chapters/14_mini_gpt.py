@@ -16,27 +16,19 @@
 # %% [markdown]
 # # 14. A decoder-only mini GPT
 #
-# The reversal model reads a source with its encoder and writes the answer with its decoder. A
-# language model of the GPT family {cite}`radford2019` has no source to read: it continues a
-# text. Take away the encoder, and the decoder's cross-attention has nothing to attend to, so it
-# goes too. What is left is a stack of blocks with two parts each, causal self-attention and a
-# feed-forward network, trained to predict the next token. Figure 14.1 puts the two side by side.
+# A language model of the GPT family {cite}`radford2019` has no source to read: it continues a
+# text. Take away the encoder, and cross-attention goes too. We build that model from the book's
+# own blocks, train it on a small English text, and let it write, greedily and by sampling.
 #
+# ![Encoder-decoder and decoder-only, side by side](figures/14_mini_gpt.png)
+
+# %% [markdown]
+# What is left is a stack of blocks with two parts each, causal self-attention and a feed-forward
+# network, trained to predict the next token. Figure 14.1 puts the two architectures side by side.
 # That block is not new. It is chapter 05's encoder layer (Pre-Norm self-attention, then the
 # feed-forward network), run under chapter 07's causal mask. `helpers.gpt` builds the model from
-# the book's own pieces: `TokenAndPosition`, `EncoderLayer` (as `GPTBlock`, which adds a KV cache),
+# `TokenAndPosition`, `EncoderLayer` (as `GPTBlock`, which adds a KV cache), and the
 # `FeedForward` and `MultiHeadAttention` inside it.
-#
-# In this chapter we
-#
-# 1. tokenize a small English text that ships with the book, one id per character;
-# 2. assemble the model from the book's blocks and test its causality before training;
-# 3. train it for 800 steps on a CPU, and watch it over-fit;
-# 4. generate text greedily and by sampling, and measure what temperature and top-k do;
-# 5. use the KV cache of chapter 13 for generation, and check that it changes no token, greedy
-#    or sampled, for prompts of several lengths;
-# 6. try three speed tools on this CPU: the fused attention kernel with `is_causal`, bfloat16,
-#    and `torch.compile`.
 
 # %%
 import math
@@ -66,7 +58,7 @@ _ = torch.manual_seed(0)
 torch.set_num_threads(1)  # the tensors are small: one CPU thread is enough
 
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def draw_two_architectures():
     from matplotlib.patches import FancyBboxPatch
 
@@ -145,8 +137,9 @@ plt.show()
 # %% [markdown]
 # ## 1. The text
 #
-# The corpus is a short essay about the Transformer, written for this book and placed in the public
-# domain. It ships inside the package (`helpers/data/corpus.txt`), so nothing is downloaded.
+# The corpus is a short essay about the Transformer, written for this book and placed in the
+# public domain. It ships inside the package (`helpers/data/corpus.txt`), so nothing is
+# downloaded.
 
 # %%
 text = load_corpus()
@@ -156,11 +149,11 @@ print(text[:400])
 # %% [markdown]
 # ## 2. A character tokenizer
 #
-# One id per distinct character: sort the characters, number them. One choice needs a reason:
-# the numbering starts at **1**, not 0. The book's `TokenAndPosition` builds its embedding with
-# `padding_idx=PAD_ID` (= 0): row 0 starts at zero and gets no gradient, the right thing for
-# `<pad>` in the reversal task. A real character that got id 0 would never learn an embedding.
-# Watch it happen: backpropagate through the embedding of ids 0, 1, 2 and look at the gradients.
+# One id per distinct character: sort the characters, number them. One choice needs a reason: the
+# numbering starts at **1**, not 0. The book's `TokenAndPosition` builds its embedding with
+# `padding_idx=PAD_ID` (= 0). Row 0 starts at zero and gets no gradient, the right thing for
+# `<pad>` in the reversal task. A real character with id 0 would never learn an embedding. Watch
+# it happen: backpropagate through the embedding of ids 0, 1, 2 and look at the gradients.
 
 # %%
 emb = TokenAndPosition(vocab_size=4, d_model=8, max_len=4, dropout=0.0)
@@ -173,8 +166,8 @@ for i in range(3):
 assert row0 == 0 and row_grad[0] == 0 and (row_grad[1:3] > 0).all()
 
 # %% [markdown]
-# So id 0 stays reserved: it is not a character. The tokenizer by hand, then `helpers.CharTokenizer`,
-# which does the same and adds clear errors:
+# So id 0 stays reserved: it is not a character. The tokenizer by hand, then
+# `helpers.CharTokenizer`, which does the same and adds clear errors:
 
 # %%
 chars = sorted(set(text))
@@ -192,9 +185,8 @@ print(sample, "->", ids.tolist())
 assert tok.decode(ids) == sample and [stoi[c] for c in sample] == ids.tolist()
 
 # %% [markdown]
-# A tokenizer must not guess. A character it has never seen (the text has no digits and no
-# accented letters) is an error that names the character and where it is, not a silent
-# substitution:
+# A tokenizer must not guess. The text has no digits and no accented letters. A character it has
+# never seen is an error that names the character and where it is, not a silent substitution:
 
 # %%
 for bad in ("Attention in 2017", "café"):
@@ -208,11 +200,11 @@ for bad in ("Attention in 2017", "café"):
 # ## 3. Training data: windows shifted by one
 #
 # The whole text becomes one long sequence of ids. The last 10 % is held out for validation, as
-# one contiguous piece: training windows are cut at random places, so a random split of windows
+# one contiguous piece. Training windows are cut at random places, so a random split of windows
 # would put overlapping copies of the same text on both sides.
 #
-# A training example is a window of `block_size` ids, `x`, and the same window shifted by one, `y`:
-# at every position the target is the next character. One window of 128 characters is 128
+# A training example is a window of `block_size` ids, `x`, and the same window shifted by one,
+# `y`. At every position the target is the next character. One window of 128 characters is 128
 # lessons at once.
 
 # %%
@@ -239,10 +231,10 @@ assert torch.equal(x[:, 1:], y[:, :-1])
 # | final LayerNorm (Pre-Norm never normalises the residual stream itself) | `[B, L, d]` |
 # | output head: a linear map to the vocabulary | `[B, L, V]` |
 #
-# A small configuration, so that section 5 can train it on one CPU thread while the chapter
-# runs. Dropout is **off**: section 5
-# sets out to show over-fitting, and dropout is a regulariser meant to slow it down. The model
-# keeps its hyperparameters in `model.config`, a frozen dataclass (`GPTConfig`).
+# A small configuration, so that section 5 can train it on one CPU thread while the chapter runs.
+# Dropout is **off**: section 5 sets out to show over-fitting, and dropout is a regulariser meant
+# to slow it down. The model keeps its hyperparameters in `model.config`, a frozen dataclass
+# (`GPTConfig`).
 
 # %%
 config = dict(d_model=64, num_heads=4, dff=256, num_layers=2, max_len=128, dropout=0.0)
@@ -254,9 +246,9 @@ print(f"parameters: {count_parameters(model):,}")
 assert all(type(b) is not EncoderLayer and isinstance(b, EncoderLayer) for b in model.blocks)
 
 # %% [markdown]
-# Every block *is* an `EncoderLayer` (a subclass, for the cache). To be sure the model is nothing
-# more than the pieces in the table, run them by hand, with the encoder layer's own `forward` and
-# the causal mask, and compare with the model's logits:
+# Every block *is* an `EncoderLayer` (a subclass, for the cache). Is the model nothing more than
+# the pieces in the table? Run them by hand, with the encoder layer's own `forward` and the causal
+# mask, and compare with the model's logits:
 
 # %%
 xb = x[:2, :16]
@@ -272,10 +264,10 @@ with torch.no_grad():
     torch.testing.assert_close(model(xb), logits_by_hand)
 
 # %% [markdown]
-# Two checks before training (chapter 08's habit). **Causality**: rewrite every token from position
-# 10 on, and the logits at positions 0..9 must not move while the later ones do. **The initial loss**:
-# an untrained model should be about uniformly unsure, with a cross entropy near $\ln V$ (a little
-# above it: chapter 17 measures why).
+# Two checks before training, chapter 08's habit. **Causality**: rewrite every token from position
+# 10 on. The logits at positions 0..9 must not move, while the later ones do. **The initial
+# loss**: an untrained model should be about uniformly unsure, with a cross entropy near $\ln V$.
+# It is a little above it; chapter 17 measures why.
 
 # %%
 with torch.no_grad():
@@ -297,17 +289,21 @@ print(f"initial validation loss {init_loss:.2f}, ln V = ln {tok.vocab_size} = {l
 assert abs(init_loss - ln_v) < 0.3
 
 # %% [markdown]
-# ### Weight tying, and a surprise at initialisation
+# GPT-2 also ties its output head to its token embedding. This model does not; the dropdown shows
+# why.
 #
-# GPT-2 **ties** its output head to its token embedding {cite}`press2017,radford2019`: the same
-# `[V, d]` matrix turns ids into vectors at the bottom and vectors into scores at the top, saving
-# $V \cdot d$ parameters (`MiniGPT(..., tie_weights=True)`). Here the saving is small, and the
-# initial-loss check shows a catch. The residual stream carries each input token's own embedding,
-# scaled by $\sqrt{d}$, all the way to the top; a tied head scores every character by its dot
-# product with that same embedding matrix, so the input character wins. The untrained tied model
-# predicts that every character repeats itself, confidently, and starts far above $\ln V$:
+# :::{dropdown} Going deeper: weight tying, and a surprise at initialisation
+# GPT-2 **ties** its output head to its token embedding {cite}`press2017,radford2019`. The same
+# `[V, d]` matrix turns ids into vectors at the bottom and vectors into scores at the top. That
+# saves $V \cdot d$ parameters (`MiniGPT(..., tie_weights=True)`). Here the saving is small, and
+# the initial-loss check shows a catch. The residual stream carries each input token's own
+# embedding, scaled by $\sqrt{d}$, all the way to the top. A tied head scores every character by
+# its dot product with that same embedding matrix, so the input character wins. The untrained tied
+# model predicts that every character repeats itself, confidently, and starts far above $\ln V$.
+# The next cell measures it.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 torch.manual_seed(0)
 tied = MiniGPT(tok.vocab_size, **config, tie_weights=True)
 with torch.no_grad():
@@ -322,22 +318,24 @@ assert saved == tok.vocab_size * cfg.d_model
 assert tied_loss > ln_v + 1 and repeats > 0.9
 
 # %% [markdown]
-# Training would have to unlearn this first. With a vocabulary of 60 the saving is small (3,840
-# of 107,776 parameters), so `MiniGPT` leaves the head untied by default, and this chapter trains
-# the untied model.
+# :::{dropdown} Going deeper: why the head stays untied
+# Training would have to unlearn this first. With a vocabulary of 60 the saving is small (3,840 of
+# 107,776 parameters). So `MiniGPT` leaves the head untied by default, and this chapter trains the
+# untied model.
+# :::
 
 # %% [markdown]
 # ## 5. Training, and over-fitting
 #
-# `helpers.train_gpt` samples random windows of 128 characters, 16 per batch, and minimises the
-# next-character cross entropy with AdamW (a linear warm-up, then cosine decay, gradients clipped at
-# norm 1). Every 50 steps it measures the loss on fixed windows of the training text and of the
+# `helpers.train_gpt` samples random windows of 128 characters, 16 per batch. It minimises the
+# next-character cross entropy with AdamW: a linear warm-up, then cosine decay, gradients clipped
+# at norm 1. Every 50 steps it measures the loss on fixed windows of the training text and of the
 # held-out text, in eval mode, so the two numbers are comparable. At the end it restores the
-# weights that had the **lowest validation loss** (early stopping, decided after the fact). The
-# model's weights come from seed 0 (section 4), and so do the batches (`seed=0`).
+# weights with the **lowest validation loss**: early stopping, decided after the fact. The weights
+# come from seed 0 (section 4), and so do the batches (`seed=0`).
 #
-# 800 steps of 16 windows of 128 characters are about 1.6 million characters, many passes over the
-# training text (the cell prints both).
+# 800 steps of 16 windows of 128 characters are about 1.6 million characters: many passes over
+# the training text.
 
 # %% tags=["nbval-ignore-output"]
 steps = 800
@@ -381,19 +379,19 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In this run the two curves fall together at first: what the model learns from the training text
-# helps on the held-out text as much. Then they part. The training loss keeps falling; the held-out
-# loss stops falling and **rises**. From that point on the model gets better at the exact sentences
-# it reads and worse at text it has not seen: it is memorising.
+# In this run the two curves fall together at first. What the model learns from the training text
+# helps on the held-out text as much. Then they part. The training loss keeps falling; the
+# held-out loss stops falling and **rises**. From that point on the model gets better at the exact
+# sentences it reads and worse at text it has not seen: it is memorising.
 #
 # This is not a bug. The model has 107,776 parameters for 18,195 training characters, and almost
 # no regulariser: dropout is off, and the weight decay is 0.01. The usual remedies are to keep the
 # weights from the best step (as `train_gpt` did), turn dropout on, shrink the model, or use more
-# text; this chapter tries only the first.
+# text. This chapter tries only the first.
 #
-# The numbers, with what the cell asserts: the two losses are close at the first evaluation; the
-# held-out loss ends well above its best while the training loss goes on falling, and ends well
-# below the held-out loss; and the kept weights are far better than a uniform guess.
+# The numbers: the two losses are close at the first evaluation. The held-out loss ends well above
+# its best, while the training loss goes on falling and ends well below it. And the kept weights
+# are far better than a uniform guess.
 
 # %% tags=["nbval-ignore-output"]
 best_i = hist["eval_step"].index(hist["best_step"])
@@ -413,12 +411,11 @@ assert hist["best_val_loss"] < math.log(tok.vocab_size) - 1.5  # and yet it lear
 # %% [markdown]
 # ## 6. Generating text
 #
-# Generation is a loop: feed the text so far, take the distribution of the next character,
-# choose one, append it. `helpers.generate` does it for a batch of prompts; `temperature=0` means
+# Generation is a loop: feed the text so far, take the distribution of the next character, choose
+# one, append it. `helpers.generate` does it for a batch of prompts. `temperature=0` means
 # **greedy**: always the most likely character. Greedy text tends to repeat itself; Holtzman et
-# al. {cite}`holtzman2020` document it for GPT-2. The cell measures it here: for four prompts,
-# the longest substring that occurs twice in the text, greedy against sampled (at temperature 1,
-# explained next). The cell asserts that greedy text repeats itself more.
+# al. {cite}`holtzman2020` document it for GPT-2. We measure it here: for four prompts, the
+# longest substring that occurs twice in the text, greedy against sampled at temperature 1.
 #
 # The four prompts are all 10 characters long. `generate` takes one tensor `[B, T]`, so the
 # prompts of one batch must have the same length. Section 7 tries other lengths.
@@ -454,13 +451,13 @@ assert greedy.shape == (4, 128) and sum(rep_greedy) > sum(rep_sampled)
 # %% [markdown]
 # ### Temperature and top-k
 #
-# Sampling draws the next character at random from the model's distribution. Two knobs reshape the
-# distribution before the draw:
+# Sampling draws the next character at random from the model's distribution. Two knobs reshape
+# the distribution before the draw:
 #
 # - **temperature** $T$ divides the logits: $p_i \propto e^{z_i / T}$. $T < 1$ sharpens the
 #   distribution toward the likely characters; $T > 1$ flattens it; $T \to 0$ is greedy.
 # - **top-k** {cite}`fan2018` keeps the $k$ most likely characters and gives every other one
-#   probability zero (the others' logits become $-\infty$), then renormalises.
+#   probability zero (their logits become $-\infty$), then renormalises.
 #
 # One distribution, from the held-out text, before and after each knob:
 
@@ -485,11 +482,11 @@ for label, zz in (
         assert set(p.nonzero().flatten().tolist()) == set(z.topk(5).indices.tolist())
 
 # %% [markdown]
-# Over many positions, the knobs have a measurable effect on the
-# **entropy** of the distribution the sampler draws from, in nats: $H = -\sum_i p_i \ln p_i$. We
-# compute it at every position of the held-out windows, for several temperatures, with and
-# without top-k. Entropy rises with temperature (for any logits that are not all equal), and
-# top-k, which zeroes the tail, lowers it; the cell asserts both at every point of Figure 14.3.
+# Over many positions, the knobs have a measurable effect on the **entropy** of the distribution
+# the sampler draws from, in nats: $H = -\sum_i p_i \ln p_i$. We compute it at every position of
+# the held-out windows, for several temperatures, with and without top-k. Entropy rises with
+# temperature, for any logits that are not all equal. Top-k, which zeroes the tail, lowers it.
+# Both hold at every point of Figure 14.3.
 
 # %%
 with torch.no_grad():
@@ -534,10 +531,8 @@ plt.show()
 
 # %% [markdown]
 # What this does to the text: eight samples of 110 characters for each setting, all from the same
-# prompt and the same random seed. We count how many of the sampled words (runs of letters) are
-# real, meaning they occur in the training text. The cell asserts two effects, for this one
-# sampling seed (0): a
-# lower temperature gives more real words, and top-k rescues a high temperature.
+# prompt and the same random seed (0). We count how many of the sampled words (runs of letters) are
+# real: they occur in the training text.
 
 # %% tags=["nbval-ignore-output"]
 train_words = set(re.findall(r"[a-z]+", tok.decode(train_ids).lower()))
@@ -568,22 +563,21 @@ assert real[0.5, None] > real[1.0, None] > real[2.0, None]
 assert real[2.0, 5] > real[2.0, None] + 0.1
 
 # %% [markdown]
-# For this seed, the lower the temperature, the more of the sampled words are real (the cell
-# asserts the order).
-# Top-k cuts off the long tail of unlikely characters, and at $T = 2$ that brings a part of the
-# real words back (the cell asserts a gain of more than 10 points).
+# The lower the temperature, the more of the sampled words are real. Top-k cuts off the long tail
+# of unlikely characters. At $T = 2$ that brings a part of the real words back: more than 10
+# points.
 #
 # ## 7. The KV cache for a decoder-only model
 #
-# Generation feeds the whole text every step, and the same argument as in chapter 13 applies:
-# under the causal mask the keys and values of earlier positions never change, so each block can
-# keep them. A decoder-only model is simpler than the encoder-decoder: one attention per block,
-# no cross-attention keys to compute once. One thing is new: the **prompt**. It is fed in one pass
-# (a "prefill" of several positions), which needs a causal mask for the prompt's own positions.
-# After that, one token per step, and no mask at all.
+# Generation feeds the whole text every step, and chapter 13's argument applies. Under the causal
+# mask the keys and values of earlier positions never change, so each block can keep them. A
+# decoder-only model is simpler than the encoder-decoder: one attention per block, and no
+# cross-attention keys. One thing is new: the **prompt**. It is fed in one pass, a "prefill" of
+# several positions, which needs a causal mask for the prompt's own positions. After that, one
+# token per step, and no mask at all.
 #
 # `MiniGPT.forward(ids, caches)` counts the positions already cached and builds the mask for the
-# new ones: new query $i$ sits at position `past + i` and may see keys `0 .. past + i`. For 3 new
+# new ones. New query $i$ sits at position `past + i` and may see keys `0 .. past + i`. For 3 new
 # positions after 4 cached ones (a prompt fed in two chunks, say):
 
 # %%
@@ -612,10 +606,9 @@ assert caches[0]["self_k"].shape == (1, cfg.num_heads, prompt.size(1) + 2, cfg.d
 
 # %% [markdown]
 # Now the check that matters: `generate(..., use_cache=True)` against `use_cache=False`, for the
-# batch of four prompts of section 6. Greedy decoding must give the same tokens. So must
-# **sampling**, provided both runs draw from generators seeded the same way: each step draws once
-# from the generator in both loops, and the probabilities it draws from are the same up to float
-# rounding.
+# four prompts of section 6. Greedy decoding must give the same tokens. So must **sampling**, if
+# both runs draw from generators seeded the same way. Each step draws once from the generator in
+# both loops, and the probabilities it draws from are the same up to float rounding.
 
 # %%
 outs = {}
@@ -639,12 +632,11 @@ other = generate(model, prompts, 100, temperature=1.0, generator=torch.Generator
 assert not torch.equal(other, outs["sampled, T=1"])
 
 # %% [markdown]
-# Prompts of different lengths cannot share a batch: `torch.stack` refuses rows of different
-# sizes, and `generate` has no padding mask. So each of the prompts below goes in its own call:
-# 1 character (`A`), 20 characters, and 100 characters of held-out text. The cell prints the
-# lengths and checks the tokens, greedy. The limit is the model's `max_len`: the prompt and the
-# new characters together must fit in 128 positions, the length of the sinusoidal table and of
-# the training windows. A request for more is a `ValueError`.
+# Prompts of different lengths cannot share a batch. `torch.stack` refuses rows of different
+# sizes, and `generate` has no padding mask. So each prompt below goes in its own call: 1
+# character (`A`), 20 characters, and 100 characters of held-out text, greedy. The limit is the
+# model's `max_len`. The prompt and the new characters must fit in 128 positions, the length of
+# the sinusoidal table and of the training windows. A request for more is a `ValueError`.
 
 # %%
 try:
@@ -667,9 +659,9 @@ except ValueError as e:
     print(f"100 + 29 characters: ValueError: {e}")
 
 # %% [markdown]
-# And the time, for a prompt of 10 characters and 118 new ones (the longest the model's
-# `max_len = 128` allows), best of three runs. Timings depend on the machine and its load, so the
-# cell only prints them. Chapter 13 measures how the saving grows with length.
+# And the time, for a prompt of 10 characters and 118 new ones, the longest `max_len = 128`
+# allows. Timings vary with the machine and its load. Chapter 13 measures how the saving grows
+# with length.
 
 # %% tags=["nbval-ignore-output"]
 from helpers.numerics import timing_label
@@ -700,17 +692,18 @@ print(timing_label())
 #   and keys (RoPE {cite}`su2021`) instead of fixed sinusoids;
 # - **data and size**: many more parameters, trained on far more text;
 # - **speed**: fused attention kernels, 16-bit floats, and compiled code (`torch.compile`).
-#   The next cells try each of them on this CPU.
 #
-# ### Fused attention, with an explicit mask or `is_causal`
+# The dropdowns below try each speed tool on this CPU. `GPTBlock` already runs SDPA's fused
+# kernel, with an explicit causal mask; the first dropdown shows why not `is_causal=True`.
 #
-# `GPTBlock` already runs a fused kernel. Its attention is `MultiHeadAttention.attend` with
-# `need_weights=False`, which calls `F.scaled_dot_product_attention` (chapter 03) with the
-# explicit causal mask that `MiniGPT.forward` builds. `helpers.benchmark.record_op_outputs`
-# (chapter 19) records every ATen operator a call runs; the cell lists the attention operators
-# of one forward pass:
+# :::{dropdown} Going deeper: fused attention, with an explicit mask or `is_causal`
+# `GPTBlock`'s attention is `MultiHeadAttention.attend` with `need_weights=False`. It calls
+# `F.scaled_dot_product_attention` (chapter 03) with the explicit causal mask that
+# `MiniGPT.forward` builds. `helpers.benchmark.record_op_outputs` (chapter 19) records every ATen
+# operator a call runs. The next cell lists the attention operators of one forward pass.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from helpers.benchmark import record_op_outputs
 
 with torch.no_grad():
@@ -720,11 +713,13 @@ print(f"torch {torch.__version__.split('+')[0]}, attention operators: {sorted(sd
 assert sdpa_ops == {"_scaled_dot_product_flash_attention_for_cpu"}
 
 # %% [markdown]
-# SDPA can also build the causal mask itself: `is_causal=True` and no `attn_mask`. The cell
-# computes block 0's attention on the held-out windows both ways, from the same queries, keys
-# and values, and prints the largest difference (and the time of each, best of five).
+# :::{dropdown} Going deeper: `is_causal=True` on full windows and on a prefill
+# SDPA can also build the causal mask itself: `is_causal=True` and no `attn_mask`. The next cell
+# computes block 0's attention on the held-out windows both ways, from the same queries, keys and
+# values. It prints the largest difference, and the time of each, best of five.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from helpers.numerics import timing_label
 
 mha0 = model.blocks[0].mha
@@ -768,20 +763,22 @@ print(f"explicit mask {ms_mask:.2f} ms, is_causal {ms_flag:.2f} ms")
 print(timing_label())
 
 # %% [markdown]
-# On the full windows the two agree to float rounding (the cell prints the largest difference).
-# On a prefill they do not. With 3 queries and 7 keys, `is_causal=True` lets query $i$ see keys
-# $0..i$, as if the queries started at position 0; the queries sit at positions 4 to 6, so the
-# mask of section 7 lets them see keys $0..4+i$. That is why `MiniGPT` passes an explicit mask.
-# Chapter 19 measures the two paths at larger sizes.
+# :::{dropdown} Going deeper: what the `is_causal` comparison shows
+# On the full windows the two agree to float rounding. On a prefill they do not. With 3 queries
+# and 7 keys, `is_causal=True` lets query $i$ see keys $0..i$, as if the queries started at
+# position 0. The queries sit at positions 4 to 6, so the mask of section 7 lets them see keys
+# $0..4+i$. That is why `MiniGPT` passes an explicit mask. Chapter 19 measures the two paths at
+# larger sizes.
+# :::
 #
-# ### 16-bit floats and `torch.compile`, on this CPU
-#
-# Two more tools from the list above, each measured on the held-out windows `xv` with the
-# trained model. First **bfloat16**: a copy of the model in 16-bit floats, against the float32
-# model. The cell prints the validation loss of both, how often their top character agrees, the
+# :::{dropdown} Going deeper: bfloat16 on this CPU
+# Each speed tool is measured on the held-out windows `xv` with the trained model. First
+# **bfloat16**: a copy of the model in 16-bit floats, against the float32 model. The next cell
+# prints the validation loss of both, and how often their top character agrees. It also prints the
 # time of one forward pass (best of three), and the CPU's bfloat16 instruction flags.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import copy
 
 from helpers.numerics import cpu_flags
@@ -804,19 +801,21 @@ print(timing_label())
 assert abs(loss16 - loss32) < 0.02 and agree > 0.95
 
 # %% [markdown]
-# bfloat16 keeps 8 significant bits, against float32's 24. Even so, the loss moved by less
-# than 0.02 nats, and the top character stayed the same at more than 95% of the positions.
-# The time is the other half: the cell prints how many times the float32 time one bfloat16
-# pass took, and which bfloat16 instructions the CPU reports.
+# :::{dropdown} Going deeper: what bfloat16 changed, and `torch.compile`
+# bfloat16 keeps 8 significant bits, against float32's 24. Even so, the loss moved by less than
+# 0.02 nats, and the top character stayed the same at more than 95% of the positions. The time is
+# the other half: the cell prints how many times the float32 time one bfloat16 pass took, and which
+# bfloat16 instructions the CPU reports.
 #
-# Then **`torch.compile`**: PyTorch traces the model's forward pass into a graph, and its
-# default backend (inductor) compiles that graph into new code. The first call pays for the
-# tracing and the compiling. Inductor also keeps what it compiled in an on-disk cache, and a
-# later run of this chapter on the same machine finds it there. Its first call is then
-# shorter, so the cell prints how many graphs came from the cache. The cell compiles the model
-# for the shape of `xv`, compares the compiled logits with the eager ones, and times both.
+# Then **`torch.compile`**. PyTorch traces the model's forward pass into a graph, and its default
+# backend (inductor) compiles that graph into new code. The first call pays for the tracing and the
+# compiling. Inductor also keeps what it compiled in an on-disk cache. A later run of this chapter
+# on the same machine finds it there, and its first call is shorter. So the cell prints how many
+# graphs came from the cache. It compiles the model for the shape of `xv`, compares the compiled
+# logits with the eager ones, and times both.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 import logging
 import os
 
@@ -853,13 +852,14 @@ else:
     assert gap < 1e-5 * scale  # float32's rounding step is 1.2e-7 of a number's size
 
 # %% [markdown]
-# The compiled model computes the same logits up to float rounding. Its largest difference
-# from the eager logits is below $10^{-5}$ of the largest logit. That is less than a hundred
-# of float32's rounding steps ($2^{-23} \approx 1.2 \cdot 10^{-7}$ of a number's size).
-# Compiled code may add the same numbers in another order, and that moves the last digits.
-# The cell prints what the first call cost, and how many times the eager time a later call
-# took.
-# The compiled code here serves one shape, that of `xv`.
+# :::{dropdown} Going deeper: what `torch.compile` changed
+# The compiled model computes the same logits up to float rounding. Its largest difference from the
+# eager logits is below $10^{-5}$ of the largest logit. That is less than a hundred of float32's
+# rounding steps ($2^{-23} \approx 1.2 \cdot 10^{-7}$ of a number's size). Compiled code may add
+# the same numbers in another order, and that moves the last digits. The cell prints what the
+# first call cost, and how many times the eager time a later call took. The compiled code here
+# serves one shape, that of `xv`.
+# :::
 #
 # The pieces of this chapter live in `helpers.gpt`: `CharTokenizer`, `GPTBlock`, `MiniGPT`,
 # `train_gpt`, `generate` (with `temperature`, `top_k`, `top_p`, `use_cache` and `generator`) and
@@ -867,25 +867,25 @@ else:
 #
 # ## Summary
 #
-# - A decoder-only model is the encoder layer of chapter 05 run under the causal mask of
-#   chapter 07, stacked, with a LayerNorm and a linear head: `MiniGPT`, 107,776 parameters here
-#   (Figure 14.1). Running its blocks by hand reproduces its logits.
+# - A decoder-only model is chapter 05's encoder layer run under chapter 07's causal mask,
+#   stacked, with a LayerNorm and a linear head: `MiniGPT`, 107,776 parameters here (Figure 14.1).
+#   Running its blocks by hand reproduces its logits.
 # - Before training, changing tokens from position 10 on left the logits at positions 0-9
 #   unchanged, and the initial loss was within 0.3 of $\ln V$. Tying the head to the embedding
 #   saved $V \cdot d$ = 3,840 parameters but started more than 1 nat above $\ln V$.
-# - On 18,195 characters the model over-fits (one run, seed 0): the held-out loss reaches its
-#   minimum and rises again while the training loss keeps falling (Figure 14.2); `train_gpt`
-#   keeps the best weights.
-# - On four prompts, greedy text repeated itself more than text sampled with seed 0; temperature
+# - On 18,195 characters the model over-fits (one run, seed 0). The held-out loss reaches its
+#   minimum and rises again while the training loss keeps falling (Figure 14.2). `train_gpt` keeps
+#   the best weights.
+# - On four prompts, greedy text repeated itself more than text sampled with seed 0. Temperature
 #   raises the entropy of what the sampler draws from, and top-k lowers it (Figure 14.3).
 # - The KV cache changed no token on four prompts of 10 characters, greedy or sampled with the
-#   same seed, nor on greedy runs from prompts of 1, 20 and 100 characters. A prompt and its new
-#   characters must fit in `max_len` = 128 positions.
-# - `GPTBlock` already runs SDPA's fused CPU kernel, with an explicit mask; `is_causal=True`
-#   gives the same output on full windows but not on a prefill after cached keys. bfloat16
-#   moved the validation loss by less than 0.02 nats. `torch.compile` gave the eager logits up
-#   to float rounding, after a first call that pays for the compiling.
-# - The one thing to remember: a GPT block is not a new kind of layer; the causal mask and the
+#   same seed. Nor did it on greedy runs from prompts of 1, 20 and 100 characters. A prompt and its
+#   new characters must fit in `max_len` = 128 positions.
+# - `GPTBlock` already runs SDPA's fused CPU kernel, with an explicit mask. `is_causal=True` gives
+#   the same output on full windows but not on a prefill after cached keys. bfloat16 moved the
+#   validation loss by less than 0.02 nats. `torch.compile` gave the eager logits up to float
+#   rounding, after a first call that pays for the compiling.
+# - The one thing to remember: a GPT block is not a new kind of layer. The causal mask and the
 #   next-token target are what make the stack a language model.
 #
 # ## Exercises
