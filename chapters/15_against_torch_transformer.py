@@ -16,22 +16,27 @@
 # %% [markdown]
 # # 15. Checked against `torch.nn.Transformer`
 #
-# PyTorch {cite}`paszke2019` ships its own encoder-decoder, `torch.nn.Transformer`. It is written
-# and tested by other people, which makes it a strong, independent test of ours: load **our**
-# weights into it, feed it the same inputs, and in evaluation mode every logit must agree to
-# float precision. If they do, our attention, our Pre-Norm wiring, our GELU feed-forward, our
-# final LayerNorms and our masks all compute what PyTorch computes. If one piece differed, the
-# logits would move: the chapter breaks one piece at a time and watches them (Figure 15.1
-# follows one such break through the layers).
+# We load our weights into PyTorch's own `nn.Transformer` and require the same logits.
+# Then we break one weight and watch the difference enter at its layer.
+# Along the way we meet its mask arguments, which are easy to get wrong.
 #
-# Along the way we learn its interface, whose mask arguments are easy to get wrong (section 4
-# gets them wrong on purpose). We end with what it does not give you, and with what PyTorch's
-# own docstring says it is for.
+# ![The difference per layer: a faithful copy and one perturbed weight](figures/15_against_torch_transformer.png)
+
+# %% [markdown]
+# PyTorch {cite}`paszke2019` ships its own encoder-decoder, `torch.nn.Transformer`. Other people
+# wrote and tested it, so it is an independent test of ours. Load **our** weights into it and
+# feed it the same inputs. In evaluation mode every logit must agree to float precision. If they
+# do, our attention, our Pre-Norm wiring, our GELU feed-forward, our final LayerNorms and our
+# masks all compute what PyTorch computes. If one piece differed, the logits would move. The
+# chapter breaks one piece at a time and watches them.
 #
-# What `nn.Transformer` is: the two **stacks** (encoder layers plus a final LayerNorm, decoder
-# layers plus a final LayerNorm). What it is not: it has no token embeddings, no positional
-# encoding and no output projection. So the comparison runs our embeddings, then its stacks,
-# then our output projection.
+# Section 4 gets the mask arguments wrong on purpose. We end with what `nn.Transformer` does not
+# give you, and with what PyTorch's own docstring says it is for.
+#
+# `nn.Transformer` is the two **stacks**: encoder layers plus a final LayerNorm, decoder layers
+# plus a final LayerNorm. It has no token embeddings, no positional encoding and no output
+# projection. So the comparison runs our embeddings, then its stacks, then our output
+# projection.
 
 # %%
 import copy
@@ -99,9 +104,9 @@ assert len(differ) == 8 and differ == [n for n in OPTIONS if n != "dropout"]
 # %% [markdown]
 # A wrong size is loud: a different `d_model` or `dim_feedforward` gives weights of other
 # shapes, and the copy fails. Five arguments are quiet: with a wrong value every weight keeps its
-# shape, the copy succeeds, and the mistake shows only when the model runs (a later cell, after
-# Figure 15.1, runs each one, and one wrong size). We leave `layer_norm_eps` at its default,
-# because it equals the `eps` of our `nn.LayerNorm`s (the later cell prints both):
+# shape, the copy succeeds, and the mistake shows only when the model runs. A later cell, after
+# Figure 15.1, runs each one, and one wrong size. We leave `layer_norm_eps` at its default,
+# because it equals the `eps` of our `nn.LayerNorm`s:
 #
 # | argument | PyTorch default | ours | a wrong value ... |
 # | --- | --- | --- | --- |
@@ -304,7 +309,7 @@ assert max(stage_diff["faithful copy"]) < 1e-5
 perturbed = stage_diff["one weight perturbed"]
 assert max(perturbed[:4]) < 1e-5 and min(perturbed[4:]) > 1e-5  # enters at decoder layer 1
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(7.5, 3.4))
 xs = range(len(STAGES) + 1)
 for (label, diffs), color, dx in zip(stage_diff.items(), ("tab:blue", "tab:red"), (-0.2, 0.2)):
@@ -323,16 +328,21 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Each of the quiet options matters as well. Build the reference with one of the first four left
-# at its default and copy the same weights: with `norm_first`, `activation` or `nhead` wrong, the
-# logits move far beyond the tolerance. With `batch_first=False` our `[B, L, d]` tensors are read
-# as `[L, B, d]`: here the source and target "batch sizes" are then their lengths, 7 and 8, and
-# the call fails. With equal lengths it runs, and attends across the batch instead of along each
-# sequence: the cell changes one sequence of a batch and measures how far another one moves. A
-# wrong size, by contrast, fails at the copy. The fifth, `layer_norm_eps`, is printed last: its
-# default against ours, and a wrong value.
+# Each of the quiet options matters as well: with a wrong value, the logits move or the call
+# fails.
+#
+# :::{dropdown} Going deeper: each quiet option, wrong
+# Build the reference with one of the first four left at its default and copy the same weights.
+# With `norm_first`, `activation` or `nhead` wrong, the logits move far beyond the tolerance.
+# With `batch_first=False` our `[B, L, d]` tensors are read as `[L, B, d]`. Here the source and
+# target "batch sizes" are then their lengths, 7 and 8, and the call fails. With equal lengths it
+# runs, and attends across the batch instead of along each sequence. The cell changes one
+# sequence of a batch and measures how far another one moves. A wrong size, by contrast, fails
+# at the copy. The fifth, `layer_norm_eps`, comes last: its default against ours, and a wrong
+# value.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 errors = []
 for override in (
     dict(norm_first=False),
@@ -392,14 +402,18 @@ assert eps_diff > 1e-3
 # %% [markdown]
 # ### Only in evaluation mode
 #
-# The two models compute the same function with dropout off. In training mode they do not.
-# Their feed-forward block has one more dropout than ours, after the activation (`self.dropout`
-# in `_ff_block`, printed from PyTorch's source). Ours has one only after the second linear
-# layer (`net[3]`, where theirs has `dropout2`). So even the same seed cannot give the two
-# models the same masks: from the first feed-forward block on, theirs draws one mask more. The
-# cell prints both blocks, then runs both models in training mode from the same seed, twice.
+# The two models compute the same function with dropout off. In training mode they do not:
+# their feed-forward block has one more dropout than ours.
+#
+# :::{dropdown} Going deeper: where the extra dropout sits
+# Theirs drops out after the activation too (`self.dropout` in `_ff_block`, from PyTorch's
+# source). Ours has one only after the second linear layer (`net[3]`, where theirs has
+# `dropout2`). So even the same seed cannot give the two models the same masks. From the first
+# feed-forward block on, theirs draws one mask more. The cell shows both blocks, then runs both
+# models in training mode from the same seed, twice.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
 print(inspect.getsource(nn.TransformerEncoderLayer._ff_block).strip())
 print("ours:", model.encoder.layers[0].ffn.net)
 
@@ -441,8 +455,8 @@ assert not model.training and not ref.training
 # Both use `True` = **blocked** for a bool mask (the opposite of `F.scaled_dot_product_attention`,
 # chapter 03).
 # `nn.Transformer` also accepts a float mask that is **added** to the scores (a later cell uses
-# one); `helpers` accepts only bool masks. The cell checks the translation: ours, rebuilt from
-# its pieces by broadcasting, is exactly what `helpers` builds.
+# one); `helpers` accepts only bool masks. Rebuilt from its pieces by broadcasting, the
+# translation is exactly what `helpers` builds.
 
 # %%
 ours_src = make_padding_mask(src)
@@ -480,8 +494,8 @@ assert per_seq[0] < 1e-5 and (per_seq[1:] > 1e-3).all()
 # ### A float `tgt_mask`
 #
 # `nn.Transformer.generate_square_subsequent_mask(L)` returns the causal mask as a **float**
-# matrix, with `-inf` above the diagonal and `0` elsewhere, to be added to the scores. It computes
-# the same function as the bool mask (the next cell checks the logits):
+# matrix, with `-inf` above the diagonal and `0` elsewhere, to be added to the scores. It blocks
+# the same positions as the bool mask:
 
 # %%
 float_causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
@@ -489,11 +503,15 @@ print(float_causal.dtype, "\n", float_causal[:4, :4])
 assert torch.equal(float_causal == float("-inf"), causal)
 
 # %% [markdown]
+# Either way the logits are ours.
+#
+# :::{dropdown} Going deeper: the deprecation warning
 # Pass it together with our bool `tgt_key_padding_mask` and PyTorch 2.13.0 warns that mixing a
-# float mask with a bool padding mask is deprecated. Making the padding mask float as well (`-inf`
-# at pads) silences it; either way the logits are ours.
+# float mask with a bool padding mask is deprecated. Making the padding mask float as well
+# (`-inf` at pads) silences it. The logits are ours in both cases.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     warnings.simplefilter("always")
     mixed = reference_logits(ref, src, tgt_in, **{**full_masks, "tgt_mask": float_causal})
@@ -531,16 +549,20 @@ print("max |logit change| per sequence:", [round(c, 2) for c in change.tolist()]
 assert ((change > 1e-3) | change.isnan()).all()
 
 # %% [markdown]
-# Not quite silently for sequence 0: it has no padding at all, so the inverted mask blocks **every**
-# key of every query, the fully masked row of chapter 07. What comes out then depends on the code
-# path. In eval mode with autograd off, the encoder layers take PyTorch's fused inference "fast
-# path", which returns NaN for such rows; with autograd on (as in training), or with the fast path
-# switched off (`torch.backends.mha.set_fastpath_enabled(False)`), they return finite, meaningless
-# numbers. One bug, two symptoms, depending on where you look (this is PyTorch 2.13's behaviour;
-# other versions may differ).
+# Not quite silently for sequence 0. It has no padding at all, so the inverted mask blocks
+# **every** key of every query: the fully masked row of chapter 07. Its logits come out NaN here.
+#
+# :::{dropdown} Going deeper: NaN or not, by code path
+# What comes out of a fully masked row depends on the code path. In eval mode with autograd
+# off, the encoder layers take PyTorch's fused inference "fast path", which returns NaN for such
+# rows. With autograd on (as in training), or with the fast path switched off
+# (`torch.backends.mha.set_fastpath_enabled(False)`), they return finite, meaningless numbers.
+# One bug, two symptoms, depending on where you look. This is PyTorch 2.13's behaviour; other
+# versions may differ.
+# :::
 
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def nan_per_sequence():
     """How many of each sequence's logits are NaN."""
     return reference_logits(ref, src, tgt_in, **inverted).isnan().flatten(1).sum(1).tolist()
@@ -603,8 +625,7 @@ assert layer_args == ["d_model", "nhead", "dim_feedforward", "dropout", "activat
 
 # %% [markdown]
 # **When to use which.** PyTorch's own docstring answers part of it. In torch 2.13 it calls
-# `nn.Transformer` a reference implementation and points elsewhere for efficient layers (the
-# cell prints the sentences):
+# `nn.Transformer` a reference implementation and points elsewhere for efficient layers:
 
 # %%
 doc = " ".join(nn.Transformer.__doc__.split())
@@ -615,14 +636,14 @@ assert "reference implementation" in intent and "building blocks" in intent
 
 # %% [markdown]
 # That is the role it plays in this chapter: an independent reference to test ours against.
-# Its limits are the ones shown above: no per-layer attention
-# weights (the heatmaps of the cross-attention chapter need them), no KV cache (greedy decoding
-# recomputes the whole prefix at every step; the KV cache chapter shows what a cache saves), and the
-# block is fixed: the constructor's arguments, printed above, choose sizes, the activation and where
-# the LayerNorms go, but not another normalisation (RMSNorm), rotary positions (RoPE {cite}`su2021`)
-# or grouped-query attention {cite}`ainslie2023`; any of those means writing your own layer. Its
-# masks, split by role and with the opposite polarity from SDPA, are easy to get wrong, as the last
-# cells show. Libraries such as Hugging Face `transformers` write their own layers too (chapter 16).
+# Its limits are the ones shown above. It gives no per-layer attention weights, which the
+# heatmaps of the cross-attention chapter need. It has no KV cache, so greedy decoding
+# recomputes the whole prefix at every step; the KV cache chapter shows what a cache saves. And
+# the block is fixed. The constructor's arguments choose sizes, the activation and where the
+# LayerNorms go. They do not offer another normalisation (RMSNorm), rotary positions (RoPE
+# {cite}`su2021`) or grouped-query attention {cite}`ainslie2023`. Any of those means writing your
+# own layer. Its masks, split by role and with the opposite polarity from SDPA, are easy to get
+# wrong. Libraries such as Hugging Face `transformers` write their own layers too (chapter 16).
 # The value of a handwritten model is that you know exactly what every line computes.
 #
 # ## 6. Parameter count
@@ -650,11 +671,15 @@ assert n_ref == n_stacks and n_stacks + n_rest == count_parameters(model) == 931
 # %% [markdown]
 # ## 7. Check against `helpers`
 #
-# `helpers.to_torch_transformer` is the copy we wrote above, `helpers.torch_mask_arguments` builds
-# the four masks, and `helpers.torch_forward` is our `reference_logits` with them. They must agree
-# with this chapter exactly: the same state dict, the same masks, and the same logits.
+# The library packages this chapter's code; it gives exactly the same tensors and logits.
+#
+# :::{dropdown} Going deeper: the three helpers
+# `helpers.to_torch_transformer` is the copy we wrote above, `helpers.torch_mask_arguments`
+# builds the four masks, and `helpers.torch_forward` is our `reference_logits` with them. They
+# must agree with this chapter exactly: the same state dict, the same masks, and the same logits.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from helpers import to_torch_transformer, torch_forward, torch_mask_arguments
 
 lib_masks = torch_mask_arguments(src, tgt_in)
