@@ -16,15 +16,12 @@
 # %% [markdown]
 # # 1. The task and the architecture
 #
-# This book builds an encoder-decoder Transformer from an empty file, one tensor at a
-# time, and trains it on a CPU until it solves its task. This first chapter fixes what we
-# are building and why: the task, its vocabulary, the architecture, the names we give to
-# tensor dimensions, and a first forward pass through the finished model, so that every
-# later chapter knows where its piece goes.
+# This book builds the Transformer below from an empty file, one tensor at a time.
+# Then it trains it on a CPU to reverse strings of digits: `7 3 0 9 5` becomes `5 9 0 3 7`.
+# This chapter sets the scene: the task, its 13 tokens, the architecture and the shape names.
+# It ends with a first forward pass through the untrained model. Nothing is trained yet.
 #
-# This chapter trains nothing. Every claim in the prose is either printed by a cell or
-# checked by an `assert`, so if you change something and a claim stops being true, the
-# cell fails.
+# ![The encoder-decoder Transformer of this book](figures/01_task_and_architecture.png)
 
 # %%
 import math
@@ -53,10 +50,9 @@ from helpers import (
 # %% [markdown]
 # ## Why sequence reversal
 #
-# A real translation task needs a corpus, a tokenizer and long training runs before you
-# can tell a bug from a model that is merely still learning. We want the opposite: a task
-# where a bug shows up quickly. The task of this book is to **reverse a string of
-# digits**:
+# A real translation task needs a corpus, a tokenizer and long training runs. Only then
+# can you tell a bug from a model that is still learning. We want a task where a bug shows
+# up quickly. The task of this book is to **reverse a string of digits**:
 #
 # ```text
 # input  : 7 3 0 9 5 <eos>
@@ -77,16 +73,19 @@ from helpers import (
 #   heatmap chapter (18) measures how closely a trained model's cross-attention follows it.
 # - **It trains quickly on a CPU.** Vocabulary 13, sequences of at most 12 digits, a model
 #   under one million parameters. The training chapter (10) trains until at least 99.5 %
-#   of 1,000 held-out validation sequences are reversed exactly, then reports exact match
-#   once on a separate test set of 10,000 sequences, drawn with its own seed, that plays
-#   no part in training or stopping (both sizes are printed in the section "How this
-#   model differs from the paper" below; chapter 09 counts how many test sequences happen
-#   to occur in the training set too).
+#   of 1,000 held-out validation sequences are reversed exactly. It then reports exact
+#   match once on a separate test set of 10,000 sequences that plays no part in training.
 #
-# A component that is subtly wrong (a mask off by one, an embedding scaled badly, a
-# transpose in the wrong place) makes the model learn slowly or not at all, and with this
-# task we find out quickly. Chapter 12 measures a real case: code that passes every test
-# and learns more slowly because of two initialisation lines.
+# A subtly wrong component makes the model learn slowly or not at all. Think of a mask off
+# by one, a badly scaled embedding, or a transpose in the wrong place. With this task we
+# find out quickly. Chapter 12 measures a real case: correct code that learns more slowly
+# because of two initialisation lines.
+#
+# :::{dropdown} Going deeper: the validation and test sets
+# The test set is drawn with its own seed and plays no part in training or stopping. Both
+# sizes are printed in the section "How this model differs from the paper" below. Chapter
+# 09 counts how many test sequences happen to occur in the training set too.
+# :::
 
 # %% [markdown]
 # ## The vocabulary
@@ -112,11 +111,11 @@ assert VOCAB_SIZE == NUM_OFFSET + 10
 assert len({PAD_ID, BOS_ID, EOS_ID}) == 3  # BOS must differ from PAD (a classic decoding bug)
 
 # %% [markdown]
-# The data set is generated, not downloaded: `make_reversal_dataset(n, seed)` draws `n`
-# digit strings of length 3 to 12 and returns `(src, tgt)` as integer tensors, padded to a
+# The data set is generated, not downloaded. `make_reversal_dataset(n, seed)` draws `n`
+# digit strings of length 3 to 12. It returns `(src, tgt)` as integer tensors, padded to a
 # common width of 12 + 2 = 14 (room for `<bos>` and `<eos>`). The same seed always gives
-# the same data (chapter 09 looks at the distribution of lengths and digits). Here is one
-# example, as ids and as tokens, and the range of lengths in a larger draw:
+# the same data. Here is one example, as ids and as tokens, and the range of lengths in a
+# larger draw (chapter 09 looks at the data more closely):
 
 # %%
 src, tgt = make_reversal_dataset(4, seed=0)
@@ -141,13 +140,12 @@ assert tgt[1, 0] == BOS_ID and tgt[1, n + 1] == EOS_ID and src[1, n] == EOS_ID
 assert torch.equal(tgt[1, 1 : n + 1], src[1, :n].flip(0))
 
 # %% [markdown]
-# The decoder is trained with **teacher forcing**: it reads the target shifted right by
-# one (`tgt_in`, starting with `<bos>`) and must predict the target shifted left by one
-# (`tgt_out`, ending with `<eos>`). Position $t$ of `tgt_in` sees the correct tokens up to
-# $t$ and predicts token $t+1$ {cite}`williams1989`. The training chapter (10) covers
-# this in depth; here we only need the two tensors, and two properties of them: every
-# decoder input starts with `<bos>`, and every target row holds exactly one `<eos>`
-# (the model must learn where to stop), never a `<bos>`.
+# The decoder is trained with **teacher forcing** {cite}`williams1989`. It reads the
+# target shifted right by one (`tgt_in`, starting with `<bos>`). It must predict the
+# target shifted left by one (`tgt_out`, ending with `<eos>`). Position $t$ of `tgt_in`
+# sees the correct tokens up to $t$ and predicts token $t+1$. Chapter 10 covers this in
+# depth. Here we only need two properties. Every decoder input starts with `<bos>`. Every
+# target row holds exactly one `<eos>` (the model must learn where to stop) and no `<bos>`.
 
 # %%
 tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
@@ -164,11 +162,11 @@ assert (tgt_in[:, 0] == BOS_ID).all() and (eos_per_row == 1).all()
 assert not (tgt_out == BOS_ID).any()
 
 # %% [markdown]
-# Two claims from the list above can be illustrated right now. First, order is
-# everything: a source and its own reversal contain the same tokens (the count of each
-# digit is the same), so a model that only counts tokens gives them the same output, yet
-# their targets differ (unless the source is a palindrome, which this one is not).
-# Chapter 02 shows it on the whole model with the encoder's positions removed.
+# Two claims from the list above can be shown right now. First, order is everything. A
+# source and its own reversal contain the same digits, each the same number of times. A
+# model that only counts tokens gives them the same output. Yet their targets differ
+# (unless the source is a palindrome). Chapter 02 shows this on the whole model, with the
+# encoder's positions removed.
 
 # %%
 digits = src[1, :n]
@@ -182,11 +180,11 @@ print(f"the two targets differ at {differ} of {n} positions")
 assert differ > 0
 
 # %% [markdown]
-# Second, the alignment the decoder must learn. For a source of $n$ digits, the decoder
-# position that writes output digit $i$ (counting from 0) must read source position
-# $n-1-i$. Written as a matrix with one row per output digit and one column per source
-# digit, that is a permutation matrix with its ones on the anti-diagonal: the picture that
-# chapter 18 compares with a trained model's cross-attention.
+# Second, the alignment the decoder must learn. For a source of $n$ digits, output digit
+# $i$ (counting from 0) must read source position $n-1-i$. Draw it as a matrix, one row
+# per output digit and one column per source digit. It is a permutation matrix with its
+# ones on the anti-diagonal. Chapter 18 compares this picture with a trained model's
+# cross-attention.
 
 # %%
 align = torch.zeros(n, n, dtype=torch.int64)
@@ -206,32 +204,27 @@ assert torch.equal(align @ digits, tgt_out[1, :n])
 # %% [markdown]
 # ## The architecture
 #
-# The model is the encoder-decoder of *Attention Is All You Need* {cite}`vaswani2017`,
-# with a handful of changes that the section "How this model differs from the paper"
-# below lists and checks one by one; the most visible is that each sub-layer is
-# **Pre-Norm** (`x + f(LayerNorm(x))`, {cite}`xiong2020`; the encoder chapter, 05,
-# compares the two placements), with a final LayerNorm at the end of each stack.
+# The model is the encoder-decoder of *Attention Is All You Need* {cite}`vaswani2017`.
+# The section "How this model differs from the paper" below lists its changes. The most
+# visible one: each sub-layer is **Pre-Norm**, `x + f(LayerNorm(x))` {cite}`xiong2020`,
+# with a final LayerNorm at the end of each stack. Chapter 05 compares the two placements.
 #
-# - The **encoder** reads the whole source at once. Each of its $N$ layers lets every
-#   source position attend to every other real (non-padding) source position, then
-#   transforms each position with a small feed-forward network. Its output, one
-#   $d$-dimensional vector per source position, is called the **memory**.
-# - The **decoder** reads the output so far. In training it reads the whole of `tgt_in` in
-#   one call, and the causal mask hides from each position the tokens after it (the first
-#   forward pass below decodes all 13 positions at once). At inference it produces the
-#   output one token at a time and feeds each token back in (chapter 11). Each of its $N$
-#   layers has three sub-layers: *masked* self-attention, in which each position sees the
-#   output tokens up to its own,
-#   **cross-attention** whose queries come from the decoder and whose keys and values are
-#   the encoder's memory, and a feed-forward network.
+# - The **encoder** reads the whole source at once. In each of its $N$ layers, every
+#   source position attends to every real (non-padding) source position. Then a small
+#   feed-forward network transforms each position. Its output, one $d$-dimensional vector
+#   per source position, is called the **memory**.
+# - The **decoder** reads the output so far. In training it reads all of `tgt_in` in one
+#   call, and the causal mask hides from each position the tokens after it. At inference
+#   it produces one token at a time and feeds each token back in (chapter 11). Each of its
+#   $N$ layers has three sub-layers. *Masked* self-attention lets each position see the
+#   output tokens up to its own. **Cross-attention** takes its queries from the decoder and
+#   its keys and values from the encoder's memory. A feed-forward network comes last.
 # - A final linear layer turns each decoder position into 13 scores (**logits**), one per
 #   vocabulary entry.
 #
-# Figure 1.1 shows the data flow; the red arrow is the only place where the two stacks
-# meet. (The cell that draws it is hidden in the HTML book and collapsed in JupyterLab:
-# the drawing code is not the lesson.)
+# Figure 1.1 shows the data flow. The red arrow is the only place where the two stacks meet.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def draw_architecture():
     fig, ax = plt.subplots(figsize=(9, 7.2))
     ax.set_xlim(0, 10.4)
@@ -337,18 +330,16 @@ plt.show()
 # Two design decisions are visible in Figure 1.1 and pay off later:
 #
 # - **Encoding and decoding are separate calls** (`model.encode`, `model.decode`). At
-#   inference the encoder runs once per input, while the decoder runs once per generated
-#   token and reuses the same memory (greedy decoding, chapter 11; the KV cache,
-#   chapter 13).
+#   inference the encoder runs once per input. The decoder runs once per generated token
+#   and reuses the same memory (chapters 11 and 13).
 # - **Cross-attention takes only the source padding mask.** Every output position may
-#   look at every real source token; only the decoder's *self*-attention is causal
-#   (the masks chapter, 07, shows what breaks when the causal mask is passed to
-#   cross-attention).
+#   look at every real source token. Only the decoder's *self*-attention is causal.
+#   Chapter 07 shows what breaks when cross-attention gets the causal mask.
 
 # %% [markdown]
 # ## Shape conventions
 #
-# Many Transformer bugs are shape bugs, and many shape bugs come from two dimensions that
+# Many Transformer bugs are shape bugs. Many shape bugs come from two dimensions that
 # happen to have the same size. The book names every dimension and prints shapes as they
 # change. These are the names:
 #
@@ -365,12 +356,11 @@ plt.show()
 #
 # Between sub-layers every tensor is `[B, L, D]`, so a residual `x + sublayer(x)` is
 # always shape-correct. Only inside attention does the tensor take the form
-# `[B, h, L, d_k]`, and attention scores are `[B, h, L_q, L_k]`: one row per query
-# position, one column per key position. The sizes are the defaults of
-# `helpers.Transformer`, the configuration of the 931,213-parameter model counted below,
-# the same model and count as {ref}`the reference chapter <reference-chapter>` (the
-# training chapter trains a narrower one, $d = 32$, and measures what that choice saves).
-# The next cell reads them from the model itself rather than trusting the table.
+# `[B, h, L, d_k]`. Attention scores are `[B, h, L_q, L_k]`: one row per query position,
+# one column per key position. The sizes are the defaults of `helpers.Transformer`. That is
+# the 931,213-parameter model counted below, the same as in
+# {ref}`the reference chapter <reference-chapter>`. (Chapter 10 trains a narrower one,
+# $d = 32$.) The next cell reads the sizes from the model itself.
 
 # %%
 _ = torch.manual_seed(0)  # the untrained model's weights depend on it
@@ -386,15 +376,18 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # ## How this model differs from the paper
 #
 # "The Transformer of Vaswani et al." is a family resemblance, not an identity. The
-# book's model keeps the paper's structure (Figure 1.1: encoder and decoder stacks,
-# multi-head self- and cross-attention, position-wise feed-forward networks, residual
-# connections, LayerNorm {cite}`ba2016`, sinusoidal positions, embeddings scaled by
-# $\sqrt{d}$) and changes the following. The paper's column is taken from
-# {cite}`vaswani2017` (sections 3 to 6 and Table 3, base model). The cells below the table
-# read the book's column from the code, a row or two at a time. Two rows are shown in later
-# chapters instead (the refusal of longer inputs in chapter 02, greedy decoding in chapter
-# 11), and the placement of the dropout layers can be read in `helpers/layers.py`
-# (chapters 05, 06).
+# book's model keeps the paper's structure: the two stacks of Figure 1.1, multi-head
+# self- and cross-attention, position-wise feed-forward networks, residual connections,
+# LayerNorm {cite}`ba2016`, sinusoidal positions, and embeddings scaled by $\sqrt{d}$. It
+# changes the rows of the table below. The paper's column is from {cite}`vaswani2017`
+# (sections 3 to 6 and Table 3, base model). The cells after the table read the book's
+# column from the code, a row or two at a time.
+#
+# :::{dropdown} Going deeper: the rows not checked here
+# Two rows are shown in later chapters instead: the refusal of longer inputs in chapter 02,
+# and greedy decoding in chapter 11. The placement of the dropout layers can be read in
+# `helpers/layers.py` (chapters 05 and 06).
+# :::
 #
 # | | Vaswani et al. (base model) | this book |
 # | --- | --- | --- |
@@ -459,6 +452,9 @@ print(f"nn.Linear layers with a bias: {with_bias} of {len(linears)}")
 assert distinct == 3 and with_bias == len(linears)
 
 # %% [markdown]
+# Every `nn.Linear` weight starts Xavier-uniform, and every bias starts at zero.
+#
+# :::{dropdown} Going deeper: telling Xavier-uniform from Xavier-normal
 # Xavier-uniform {cite}`glorot2010` draws each weight of an `[out, in]` matrix uniformly
 # from $[-b, b]$, with $b = \sqrt{6 / (\text{in} + \text{out})}$. Its standard deviation
 # is $b / \sqrt{3} = \sqrt{2 / (\text{in} + \text{out})}$. Xavier-normal draws from a
@@ -468,8 +464,9 @@ assert distinct == 3 and with_bias == len(linears)
 # `nn.Linear`, PyTorch's own default, stays well inside it (chapter 07 compares the two
 # initialisations). The cell measures $\max |w| / b$ for every `nn.Linear` weight of the
 # model, and for the two other initialisations on a matrix of the shape of `W_q`.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def xavier_bound(w):
     return math.sqrt(6 / (w.shape[0] + w.shape[1]))  # fan_out + fan_in of an [out, in] weight
 
@@ -507,7 +504,7 @@ assert all((m.bias == 0).all() for m in linears)
 
 # %% [markdown]
 # The embeddings are normal with standard deviation $d^{-1/2}$, and their `<pad>` rows
-# are zero. Normal rather than uniform shows in the largest entry: a uniform draw never
+# are zero. Normal rather than uniform shows in the largest entry. A uniform draw never
 # passes $\sqrt{3} \approx 1.73$ standard deviations.
 
 # %%
@@ -555,14 +552,16 @@ assert r.target_exact_match == 0.995 and r.val_size == 1000 and TEST_SIZE == 10_
 # %% [markdown]
 # ## Where the book runs
 #
-# Every chapter runs on the CPU. A GPU is
-# used only when a reader asks for one: `helpers.device()` returns the CPU unless the
-# environment variable `TRANSFORMER_BOOK_DEVICE` names `cuda` or `mps`, and then refuses
-# a device that is not there rather than silently falling back. Some later cells also run
-# a short extra example only when `helpers.device()` is a CUDA GPU (chapter 10's bfloat16
-# example, chapter 19's GPU sweep), and chapter 19's benchmark tool can measure on a GPU
-# (`--device cuda`). The next cell reports what your machine has, and checks that
-# `helpers.device()` follows the environment variable.
+# Every chapter runs on the CPU. A GPU is used only when you ask for one.
+# `helpers.device()` returns the CPU unless the environment variable
+# `TRANSFORMER_BOOK_DEVICE` names `cuda` or `mps`. It refuses a device that is not there,
+# rather than silently falling back. The next cell reports what your machine has.
+#
+# :::{dropdown} Going deeper: where a GPU is used
+# Some later cells run a short extra example only when `helpers.device()` is a CUDA GPU:
+# chapter 10's bfloat16 example and chapter 19's GPU sweep. Chapter 19's benchmark tool can
+# also measure on a GPU (`--device cuda`).
+# :::
 
 # %% tags=["nbval-ignore-output"]
 has_gpu = torch.cuda.is_available()
@@ -583,10 +582,10 @@ if not has_gpu:
 # %% [markdown]
 # ## The same digits on your machine
 #
-# The chapters run in the book's Jupyter kernel, `transformer-book`, which pins how PyTorch
-# computes on the CPU (the introduction explains why). The next cell prints what decides your
-# float32 bits, and compares a fingerprint of a few seeded computations with the book's.
-# `make doctor` says more.
+# The chapters run in the book's Jupyter kernel, `transformer-book`. It pins how PyTorch
+# computes on the CPU (the introduction explains why). The next cell prints what decides
+# your float32 bits. It compares a fingerprint of a few seeded computations with the
+# book's. `make doctor` says more.
 
 # %% tags=["nbval-ignore-output"]
 from helpers import numerics
@@ -600,10 +599,10 @@ print(numerics.pin_sentence())
 # %% [markdown]
 # ## A first forward pass
 #
-# The finished model lives in `helpers.Transformer`; the following chapters rebuild each
+# The finished model lives in `helpers.Transformer`. The following chapters rebuild each
 # of its parts by hand. To see the whole path once, push the four examples through the
-# untrained model, in evaluation mode (no dropout), and print the shape at every stage:
-# encode the source into memory, then decode `tgt_in` against that memory.
+# untrained model in evaluation mode (no dropout). Encode the source into memory, then
+# decode `tgt_in` against that memory, and print the shape at every stage.
 
 # %%
 model.eval()
@@ -629,10 +628,10 @@ assert all(w.shape == (B, h, Lt, Ls) for w in cross_weights)
 
 # %% [markdown]
 # Three properties of this output can already be checked. Each cross-attention row is a
-# probability distribution over source positions (it sums to 1); padding positions of the
-# source receive exactly zero weight; and `model(src, tgt_in)`, which takes the attention
-# path that does not return weights (`F.scaled_dot_product_attention`, chapter 03),
-# computes the same logits.
+# probability distribution over source positions: it sums to 1. Padding positions of the
+# source receive exactly zero weight. And `model(src, tgt_in)` computes the same logits.
+# It takes the attention path that returns no weights (`F.scaled_dot_product_attention`,
+# chapter 03).
 
 # %%
 w = cross_weights[0]
@@ -644,21 +643,23 @@ with torch.no_grad():
     torch.testing.assert_close(model(src, tgt_in), logits)
 
 # %% [markdown]
-# The untrained model is, of course, no better than guessing. The next cell runs it on
-# 1,000 sequences under teacher forcing. It prints the fraction of output tokens the model
-# gets right (chance is $1/13 \approx 8\%$) and its cross-entropy loss.
+# The untrained model is no better than guessing. The next cell runs it on 1,000
+# sequences under teacher forcing. It prints the fraction of output tokens it gets right
+# (chance is $1/13 \approx 8\%$) and its cross-entropy loss. A model that gives each of
+# the 13 tokens probability $1/13$ scores $\ln 13$ on any target. The random model scores
+# worse: its predictions are far from uniform, yet know next to nothing about the target.
+# Training (chapter 10) is what changes that.
 #
-# A model that gives each of the 13 tokens probability $1/13$ scores $\ln 13$ on any
-# target. The random model scores worse. Its predictions are far from uniform: on average
-# its top token gets a third of the probability. And they carry almost no information
-# about the target. Such a prediction costs more than $\ln 13$ on average. Take a target
+# :::{dropdown} Going deeper: why a random model scores worse than $\ln 13$
+# The random model's predictions are far from uniform: on average its top token gets a
+# third of the probability. And they carry almost no information about the target. Such a prediction costs more than $\ln 13$ on average. Take a target
 # drawn uniformly from the 13 tokens. A prediction $q$ then costs on average the mean of
 # $-\ln q_k$ over the 13 tokens. Because $\ln$ is concave, that mean is at least
 # $\ln 13$, and equal to it only when $q$ is uniform (Jensen's inequality). The cell
 # prints this mean for the model's predictions. It also prints the loss against targets
 # drawn independently of the predictions, with the real targets' frequencies. The real
-# loss is close to both: the predictions know next to nothing about the target. Training
-# (chapter 10) is what changes that.
+# loss is close to both: the predictions know next to nothing about the target.
+# :::
 
 # %%
 src_k, tgt_k = make_reversal_dataset(1000, seed=0)
@@ -685,9 +686,9 @@ assert abs(loss - independent_target) < 0.2 * (independent_target - math.log(VOC
 # %% [markdown]
 # ## Counting the parameters
 #
-# The default model has 931,213 trainable parameters. Rather than take that number on
-# trust, compute it twice: once by summing `p.numel()` over the model's parameters, and
-# once from the formulas for each component, with $d = 128$, $d_{ff} = 512$, $V = 13$:
+# The default model has 931,213 trainable parameters. Compute it twice: once by summing
+# `p.numel()` over the model's parameters, and once from the formulas for each component,
+# with $d = 128$, $d_{ff} = 512$, $V = 13$:
 #
 # - an **embedding table**: $V d$ (the positions are a fixed table, not parameters:
 #   chapter 02);
@@ -742,20 +743,27 @@ assert total == sum(r[1] for r in rows) == sum(r[2] for r in rows) == 931_213
 assert (rows[0][1] + rows[3][1]) / total < 0.01 and 1.3 < dec_layer / enc_layer < 1.4
 
 # %% [markdown]
-# Almost all of the parameters are in the layers; the embeddings and the output
+# Almost all of the parameters are in the layers. The embeddings and the output
 # projection together are well under 1 %, because the vocabulary is tiny. A decoder
-# layer is a third larger than an encoder layer because of its second attention, the
-# cross-attention. The position table added to the embeddings costs no parameters at
-# all; the next chapter shows why and how it is stored.
+# layer is a third larger than an encoder layer because of its cross-attention. The
+# position table added to the embeddings costs no parameters at all. The next chapter
+# shows why and how it is stored.
 #
-# With a large vocabulary the embeddings matter much more. GPT-2 small
+# With a large vocabulary the embeddings matter much more: they are about 31 % of GPT-2
+# small.
+#
+# :::{dropdown} Going deeper: counting GPT-2 small
+# GPT-2 small
 # {cite}`radford2019` is a decoder-only model with $V = 50{,}257$ tokens, 1,024 learned
 # positions, $d = 768$, 12 layers of one attention and one feed-forward network
 # ($d_{ff} = 4d$, all linear layers with biases, two LayerNorms per layer), a final
 # LayerNorm, and an output projection tied to the token embedding (no parameters of its
-# own). The same formulas count it:
+# own). The same formulas count it. About 31 % of GPT-2 small sits in its token
+# embedding, against under 1 % here. The layers still hold most of the parameters, but
+# the vocabulary is no longer negligible.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 V2, ctx2, d2, N2 = 50_257, 1024, 768, 12
 token_emb, pos_emb = V2 * d2, ctx2 * d2
 gpt2_layer = 4 * (d2 * d2 + d2) + (2 * d2 * 4 * d2 + 4 * d2 + d2) + 2 * (2 * d2)
@@ -769,9 +777,6 @@ assert gpt2_total == 124_439_808  # the count usually quoted for GPT-2 small
 assert 0.30 < token_emb / gpt2_total < 0.32
 
 # %% [markdown]
-# About 31 % of GPT-2 small sits in its token embedding, against under 1 % here: the
-# layers still hold most of the parameters, but the vocabulary is no longer negligible.
-#
 # ## What comes next
 #
 # The following chapters build Figure 1.1 from the bottom up: token embeddings and
@@ -783,11 +788,10 @@ assert 0.30 < token_emb / gpt2_total < 0.32
 # ## Summary
 #
 # - The task is reversing digit strings: 13 tokens, one right answer per input, exact
-#   match as the metric; it cannot be solved without positions, and the decoder must learn
-#   an anti-diagonal alignment with the source.
-# - The model is an encoder-decoder Transformer (Figure 1.1) that differs from
-#   {cite}`vaswani2017` in the ways listed (and read from the code) in "How this model
-#   differs from the paper":
+#   match as the metric. It cannot be solved without positions. The decoder must learn an
+#   anti-diagonal alignment with the source.
+# - The model is an encoder-decoder Transformer (Figure 1.1). It differs from
+#   {cite}`vaswani2017` in the ways listed in "How this model differs from the paper":
 #   Pre-Norm with a final LayerNorm per stack, GELU, untied embeddings, biases, Xavier
 #   initialisation, attention-weight dropout, smaller sizes and its own training recipe.
 # - Between sub-layers every tensor is `[B, L, d]`; inside attention `[B, h, L, d_k]`, and
