@@ -16,23 +16,29 @@
 # %% [markdown]
 # # 8. Test before you train
 #
-# A wrong mask does not crash: every broken model in this chapter runs without an error. Without
-# a causal mask the decoder can read the next input token, which is the very label it is asked to
-# predict; without a padding mask the encoder reads `<pad>`, and its output depends on how much
+# We test two properties that a correct model has whatever its weights: causality and padding
+# invariance. Then we break the masks on purpose and watch the tests fail.
+# The picture shows causality: which outputs change when later tokens change.
+#
+# ![Largest logit change per position when the tokens after t are rewritten](figures/08_test_before_you_train.png)
+
+# %% [markdown]
+# A wrong mask does not crash: every broken model in this chapter runs without an error.
+# Without a causal mask the decoder can read the next input token, the very label it must
+# predict. Without a padding mask the encoder reads `<pad>`. Its output then depends on how much
 # padding the batch happened to need. (Chapter 07 trains a model with a wrong mask and measures
 # what it costs.)
 #
-# So before training anything, we test two properties that a correct model has **whatever its
-# weights**. They need no training, only a few forward passes:
+# So before training anything, we test two properties that hold **whatever the weights**. They
+# need no training, only a few forward passes:
 #
-# 1. **Causality.** The decoder output at position $t$ depends on the target tokens at positions
-#    $\le t$ only: rewrite every token after $t$ and the outputs at $0..t$ stay the same, while the
-#    outputs after $t$ change.
+# 1. **Causality.** The decoder output at position $t$ depends on the target tokens at
+#    positions $\le t$ only. Rewrite every token after $t$: the outputs at $0..t$ stay the
+#    same, and the outputs after $t$ change.
 # 2. **Padding invariance.** Appending more `<pad>` to the source changes no output.
 #
-# Then we break the masks on purpose and watch the tests fail, because a test that has never been
-# seen failing proves nothing. Figure 8.1 shows the first property as a picture: which outputs
-# may change when later tokens change.
+# Then we break the masks on purpose and watch the tests fail. A test that has never been seen
+# failing proves nothing. Figure 8.1 shows the first property as a picture.
 
 # %%
 import math
@@ -67,15 +73,14 @@ for i in range(2):
 # %% [markdown]
 # ## Property 1: causality
 #
-# `scramble(ids, t)` rewrites every token after position $t$ into a digit that differs from the
-# original one (so every later position really changes). We compare the logits before and after:
-# at positions $\le t$ the largest change must be float rounding (below $10^{-5}$), and **each**
-# later position must change by more than $10^{-3}$ (its own input token changed, so a working
-# model must notice).
+# `scramble(ids, t)` rewrites every token after position $t$ into a different digit, so every
+# later position really changes. We compare the logits before and after. At positions $\le t$
+# the largest change must be float rounding (below $10^{-5}$). **Each** later position must
+# change by more than $10^{-3}$: its own input token changed, so a working model must notice.
 #
-# One forward pass tests every $t$ at once: the scrambled copies for all $t$ are stacked along the
-# batch dimension (which, by the way, also checks that a sequence's output does not depend on its
-# batch neighbours).
+# One forward pass tests every $t$ at once. The scrambled copies for all $t$ are stacked along
+# the batch dimension. That also checks that a sequence's output does not depend on its batch
+# neighbours.
 
 
 # %%
@@ -120,10 +125,10 @@ for t, (early, late) in enumerate(causality(model, src, tgt_in)):
 # %% [markdown]
 # Figure 8.1 draws the same measurement as a grid: one row per $t$, one column per output
 # position, the colour the largest logit change. A causal decoder leaves the lower-left
-# triangle (positions $\le t$) untouched; the same weights without the causal mask change
-# every position in every row (each entry by more than 0.1, asserted).
+# triangle (positions $\le t$) untouched. The same weights without the causal mask change
+# every position in every row, each by more than 0.1.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 with mock.patch.object(
     helpers.model, "make_causal_mask", lambda L, device=None: torch.zeros(1, 1, L, L, dtype=bool)
 ):
@@ -148,8 +153,8 @@ assert leaky.min() > 0.1
 # ## Property 2: padding invariance
 #
 # Appending `<pad>` to every source sequence changes the source length $L_s$ and the shape of
-# every encoder tensor, but no logit by more than float rounding ($10^{-5}$). We try 1, 3 and
-# 10 extra pads.
+# every encoder tensor. It must change no logit by more than float rounding ($10^{-5}$). We try
+# 1, 3 and 10 extra pads.
 
 
 # %%
@@ -173,9 +178,9 @@ for extra in (1, 3, 10):
     assert change < 1e-5
 
 # %% [markdown]
-# The same property in the form that matters in training: a sequence's output must not depend on
-# which other sequences share its batch. Alone, the shortest sequence needs no padding; batched,
-# it is padded up to the longest one.
+# The same property in the form that matters in training: a sequence's output must not depend
+# on which other sequences share its batch. Alone, the shortest sequence needs no padding.
+# Batched, it is padded up to the longest one.
 
 # %%
 lengths = (src != PAD_ID).sum(1)
@@ -195,8 +200,8 @@ torch.testing.assert_close(alone, batched, atol=1e-5, rtol=1e-5)
 #
 # Dropout zeroes a random subset of activations on every forward pass in training mode. Two
 # forward passes over the *same* input then differ, and a causality test would "fail" on a
-# correct model. `model.eval()` turns dropout off (and `torch.no_grad()` skips building the
-# autograd graph, which the tests do not need: its outputs have no `grad_fn`, asserted).
+# correct model. `model.eval()` turns dropout off. `torch.no_grad()` skips building the
+# autograd graph, which the tests do not need: its outputs have no `grad_fn`.
 
 # %%
 model.train()
@@ -219,13 +224,13 @@ assert e1.grad_fn is None and model(src, tgt_in).grad_fn is not None  # no graph
 # %% [markdown]
 # ## Breaking the causal mask
 #
-# `helpers.Transformer.decode` builds its self-attention mask with `make_causal_mask`, looked up in
-# the module `helpers.model`. Patching that name (`unittest.mock.patch.object`) swaps in a broken
-# mask for the duration of a `with` block, without touching the library's source. Three
-# mistakes:
+# `helpers.Transformer.decode` builds its self-attention mask with `make_causal_mask`, looked
+# up in the module `helpers.model`. Patching that name (`unittest.mock.patch.object`) swaps in
+# a broken mask for the duration of a `with` block. The library's source stays untouched.
+# Three mistakes:
 #
-# - `diagonal=0` instead of `diagonal=1`: the diagonal is blocked too, so each position is blind to
-#   itself, and position 0 sees nothing at all.
+# - `diagonal=0` instead of `diagonal=1`: the diagonal is blocked too. Each position is blind
+#   to itself, and position 0 sees nothing at all.
 # - `triu` forgotten: `torch.ones(L, L)`, every key blocked.
 # - no causal mask at all (only padding): every position sees the future.
 
@@ -267,22 +272,21 @@ assert results["triu(diagonal=1), correct"] and not results["no causal mask"]
 
 # %% [markdown]
 # Dropping the causal mask is caught, as expected. But `diagonal=0` and the missing `triu`
-# **pass**. Are they harmless? No: both block more than they should, and both create query rows in
-# which *every* key is blocked (position 0 with `diagonal=0`, every position without `triu`).
+# **pass**. Are they harmless? No. Both block more than they should. Both create query rows in
+# which *every* key is blocked: position 0 with `diagonal=0`, every position without `triu`.
 # What happens next depends on how the attention treats such a row (chapters 03 and 07):
 #
 # - `helpers.MultiHeadAttention` and `F.scaled_dot_product_attention` (in torch 2.13.0) give a
 #   fully masked row **zero** attention weights. The query takes nothing from the other
-#   positions (the module's output there is `W_o`'s bias, chapter 03), nothing leaks, and the
-#   causality test cannot tell. The model is merely crippled: without `triu`, decoder
-#   self-attention is dead.
+#   positions; its output is `W_o`'s bias (chapter 03). Nothing leaks, and the causality test
+#   cannot tell. The model is merely crippled: without `triu`, decoder self-attention is dead.
 # - Masking with `finfo.min` but without that guard turns a fully masked row into **uniform**
 #   attention over all keys, the future included: a leak.
 # - Masking with `-inf` turns it into NaN, which then spreads everywhere.
 #
-# We can check this by swapping the attention primitive as well. The model's `forward` runs
-# `MultiHeadAttention._attention_sdpa` in every attention, so patching that method changes all of
-# them.
+# We check this by swapping the attention primitive as well. The model's `forward` runs
+# `MultiHeadAttention._attention_sdpa` in every attention, so patching that method changes all
+# of them.
 
 
 # %%
@@ -330,18 +334,20 @@ for c in ("triu(diagonal=0)", "no triu (all ones)"):  # over-masking: caught onl
     assert not table[c, "finfo.min"] and not table[c, "-inf"]
 
 # %% [markdown]
-# The {ref}`reference chapter <reference-chapter>` says that `diagonal=0`, or no `triu` at all,
-# makes the causality test fail at once. For the reference chapter's own attention that is
-# true. It fills blocked scores with `finfo.min` and has no special case for fully masked rows,
-# like `attention_finfo_min` above, and that column fails. For an attention that zeroes those
-# rows, as ours and SDPA (in torch 2.13.0) do, it is false: the test passes.
+# :::{dropdown} Going deeper: why the reference chapter's test fails at once
+# The {ref}`reference chapter <reference-chapter>` says that `diagonal=0`, or no `triu` at
+# all, makes the causality test fail at once. For the reference chapter's own attention that
+# is true. It fills blocked scores with `finfo.min` and has no special case for fully masked
+# rows, like `attention_finfo_min` above, and that column fails. For an attention that zeroes
+# those rows, as ours and SDPA (in torch 2.13.0) do, it is false: the test passes.
+# :::
 #
 # ## A third property: every query can see something
 #
-# Over-masking needs its own test, and it is a cheap one: capture the mask the decoder actually
-# receives (a forward pre-hook on `model.decoder` sees its arguments) and require that no query
-# row is fully masked, and that every real (non-pad) query may attend to itself. It passes on the
-# correct mask and fails on both over-masked ones.
+# Over-masking needs its own test, and it is a cheap one. We capture the mask the decoder
+# actually receives: a forward pre-hook on `model.decoder` sees its arguments. No query row may
+# be fully masked, and every real (non-pad) query must be allowed to attend to itself. It
+# passes on the correct mask and fails on both over-masked ones.
 
 
 # %%
@@ -376,20 +382,20 @@ assert mask_ok["triu(diagonal=1), correct"]
 assert not mask_ok["triu(diagonal=0)"] and not mask_ok["no triu (all ones)"]
 
 # %% [markdown]
-# (With the mask of "no causal mask", no row is fully masked and this property holds; the
-# causality test is the one that catches that bug. The tests complement each other.)
+# With "no causal mask", no row is fully masked and this property holds. The causality test is
+# the one that catches that bug. The tests complement each other.
 #
 # ## Breaking the padding mask
 #
 # Two mistakes:
 #
-# - **PAD keys not masked**: the padding mask is all False (e.g. a wrong `pad_id`, or a mask that
-#   was never passed on).
+# - **PAD keys not masked**: the padding mask is all False (e.g. a wrong `pad_id`, or a mask
+#   that was never passed on).
 # - **Queries masked instead of keys**: the mask is built as `[B, 1, L, 1]` instead of
-#   `[B, 1, 1, L]`, so the rows of padded *queries* are blocked, while real queries still read the
-#   padded *keys*. We put it in the encoder with a small subclass whose `encode` builds the
-#   transposed mask (cross-attention keeps the right one: with $L_t = 9 \ne L_s = 10$ here, the
-#   transposed mask would not even fit its scores).
+#   `[B, 1, 1, L]`. The rows of padded *queries* are blocked, while real queries still read
+#   the padded *keys*. A small subclass puts it in the encoder: its `encode` builds the
+#   transposed mask. Cross-attention keeps the right one; with $L_t = 9 \ne L_s = 10$ here,
+#   the transposed mask would not even fit its scores.
 
 
 # %%
@@ -423,33 +429,32 @@ assert (
 )
 
 # %% [markdown]
-# Masking padded queries *as well as* keys is not wrong, but it creates fully masked rows (the
-# `<pad>` queries), which are safe only with an attention that handles them (chapter 03). Masking
-# keys is what matters: it is the key that decides what information flows into a query.
+# Masking padded queries *as well as* keys is not wrong. But it creates fully masked rows (the
+# `<pad>` queries), which are safe only with an attention that handles them (chapter 03).
+# Masking keys is what matters: the key decides what information flows into a query.
 #
-# ## The same tests on every commit
-#
-# These cells are the chapter's version of tests that run with the unit tests:
-# `tests/test_properties.py` checks causality (at several positions $t$) and padding invariance on
-# four model configurations, from one layer to the default 931,213-parameter model, and checks that
-# the causality test fails when the causal mask is removed. `tests/test_masks.py` checks the mask
-# builders and conventions, including `fully_masked_rows`. Run them with
+# :::{dropdown} Going deeper: the same properties in the book's unit tests
+# `tests/test_properties.py` checks causality (at several positions $t$) and padding
+# invariance on four model configurations, from one layer to the default 931,213-parameter
+# model. It also checks that the causality test fails when the causal mask is removed.
+# `tests/test_masks.py` checks the mask builders and conventions, including
+# `fully_masked_rows`. Run them with
 #
 # ```
 # pytest tests/test_properties.py tests/test_masks.py
 # ```
 #
-# They need no trained weights. The behavioural tests catch the leaks (a missing
-# causal mask, unmasked or wrongly masked padding); the over-masking `diagonal=0` in the mask
-# builder is caught by `tests/test_masks.py`, which compares `make_causal_mask` with the expected
-# matrix, and the third property above (`test_every_decoder_query_sees_a_key` in
-# `tests/test_properties.py`) is checked on the mask the two builders make together. (It
-# checks the builders, not the mask a model passes on; the hook above does that.)
+# They need no trained weights. The behavioural tests catch the leaks: a missing causal mask,
+# unmasked or wrongly masked padding. `tests/test_masks.py` catches the over-masking
+# `diagonal=0`: it compares `make_causal_mask` with the expected matrix. The third property
+# above (`test_every_decoder_query_sees_a_key`) is checked on the mask the two builders make
+# together. It checks the builders, not the mask a model passes on; the hook above does that.
+# :::
 #
 # ## Check against `helpers`
 #
-# The properties hold on `helpers.Transformer` in the three configurations below, fresh
-# weights each time, including with dropout configured (the tests run in eval mode).
+# The properties hold on `helpers.Transformer` in the three configurations below. Each gets
+# fresh weights. They hold with dropout configured too, since they are checked in eval mode.
 
 # %%
 configs = [
