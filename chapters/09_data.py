@@ -16,23 +16,29 @@
 # %% [markdown]
 # # 9. Data: the reversal task
 #
+# We build the data the model learns from: strings of digits and their reversals. We look at
+# the lengths and the padding, and split the data into training, validation and test sets.
+# The picture shows how many training samples have each length.
+#
+# ![Training samples per length, 3 to 12 digits](figures/09_data.png)
+
+# %% [markdown]
 # The model is built (chapters 01-08); now it needs something to learn. The task is to reverse
 # a string of digits: `7 3 0 9 5` becomes `5 9 0 3 7`. It is a good first task for an
 # encoder-decoder Transformer for three reasons:
 #
-# - **Data is free and exact.** A few lines of NumPy generate as many pairs as we want, and every
+# - **Data is free and exact.** A few lines of NumPy generate as many pairs as we want. Every
 #   answer is known, so "98 % exact match" means exactly what it says.
-# - **It exercises attention.** Output position $i$ must copy input position $L-1-i$, where $L$
-#   is the length of this particular input: information has to move between positions, and
-#   where it comes from depends on the input, which is what attention computes.
-# - **It trains on a CPU** in a few hundred steps of a small model (chapter 10), which keeps
+# - **It exercises attention.** Output position $i$ must copy input position $L-1-i$, where
+#   $L$ is the length of this particular input. Information has to move between positions, and
+#   where it comes from depends on the input. That is what attention computes.
+# - **It trains on a CPU** in a few hundred steps of a small model (chapter 10). That keeps
 #   every later experiment cheap.
 #
-# This chapter builds the data set by hand, looks at it from a few angles (one sample, the lengths,
-# the padding), and splits it three ways: a **training** set to learn from, a **validation** set
-# that decides when training stops, and a **test** set of 10,000 sequences that measures
-# finished models. Neither training nor stopping ever looks at the test set. The chapter also
-# counts how many validation and test sequences occur in the training set.
+# The splits have three jobs. A **training** set is what the model learns from. A
+# **validation** set decides when training stops. A **test** set of 10,000 sequences measures
+# finished models; neither training nor stopping ever looks at it. We also count how many
+# validation and test sequences occur in the training set.
 
 # %%
 import matplotlib.pyplot as plt
@@ -47,17 +53,19 @@ print(f"vocabulary size {VOCAB_SIZE}")
 # %% [markdown]
 # ## Building the data set
 #
-# The vocabulary has 13 tokens: three special ones and the ten digits, shifted by `NUM_OFFSET = 3`
-# so that digit 0 does not collide with `<pad>` (id 0).
+# The vocabulary has 13 tokens: three special ones and the ten digits. The digits are shifted
+# by `NUM_OFFSET = 3`, so that digit 0 does not collide with `<pad>` (id 0).
 #
 # Each sample draws a length $L$ uniformly from 3 to 12, then $L$ random digits. Both sequences
 # have the same fixed width, 12 + 2 = 14, filled up with `<pad>`:
 #
-# - `src` = the digits, then `<eos>`. The encoder needs no `<bos>`: it reads the whole input at once.
-# - `tgt` = `<bos>`, the reversed digits, `<eos>`. The decoder needs `<bos>` as the input for its
-#   first step, and `<eos>` is how it says "done".
+# - `src` = the digits, then `<eos>`. The encoder needs no `<bos>`: it reads the whole input
+#   at once.
+# - `tgt` = `<bos>`, the reversed digits, `<eos>`. The decoder needs `<bos>` as the input for
+#   its first step, and `<eos>` is how it says "done".
 #
-# Everything is drawn from one `np.random.default_rng(seed)`, so a seed fully determines a data set.
+# Everything is drawn from one `np.random.default_rng(seed)`, so a seed fully determines a data
+# set.
 
 # %%
 MIN_LEN, MAX_LEN = 3, 12
@@ -100,9 +108,9 @@ print("digits :", digits, "->", decode_digits(tgt_train[i]))
 assert decode_digits(tgt_train[i]) == digits[::-1]
 
 # %% [markdown]
-# Every pair must satisfy the same invariants, not only the one we looked at. The cell checks all
-# 21,000: the target's digits are the source's reversed, each row has exactly one `<eos>`, the
-# target starts with `<bos>`, and padding only ever trails (no `<pad>` before a real token).
+# Every pair must satisfy the same invariants, not only the one we looked at. We check all
+# 21,000. The target's digits are the source's reversed, and each row has exactly one `<eos>`.
+# The target starts with `<bos>`, and padding only ever trails (no `<pad>` before a real token).
 
 # %%
 def check_pairs(src, tgt):
@@ -124,8 +132,7 @@ print("all", len(src_train) + len(src_val), "pairs pass")
 # ## Lengths and padding
 #
 # Lengths are uniform over 3..12, so each of the ten lengths should hold about a tenth of the
-# 20,000 training samples. The cell asserts that every length is within 10 % of 2,000, and
-# Figure 9.1 draws the counts.
+# 20,000 training samples. Every length is within 10 % of 2,000. Figure 9.1 draws the counts.
 
 # %%
 lengths_train = (src_train != PAD_ID).sum(1) - 1  # minus <eos>
@@ -134,7 +141,7 @@ print({L: int(c) for L, c in zip(range(MIN_LEN, MAX_LEN + 1), counts)})
 assert lengths_train.min() == MIN_LEN and lengths_train.max() == MAX_LEN
 assert ((counts - 2000).abs() < 200).all()
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(6.5, 3))
 ax.bar(range(MIN_LEN, MAX_LEN + 1), counts.tolist(), color="tab:blue")
 ax.axhline(2000, color="k", lw=1, ls="--", label="uniform: 2,000 each")
@@ -147,14 +154,15 @@ plt.show()
 
 # %% [markdown]
 # Because the tensors have a fixed width of 14, short samples carry a lot of `<pad>`. With $L$
-# uniform over 3..12 the mean length is 7.5, so a source holds on average $7.5 + 1$ real tokens
-# (the digits and `<eos>`) out of 14, and a target $7.5 + 2$ (with `<bos>`). The expected padding
-# shares are therefore $1 - 8.5/14 \approx 39.3\,\%$ and $1 - 9.5/14 \approx 32.1\,\%$. The cell
-# counts the `<pad>` tokens and checks the counts against these numbers, which follow from the
-# length distribution alone: a generator that drew lengths from 3 to 11, or wrote one token too
-# many, would fail. Two consequences come up in chapter 10: the loss must ignore padded
-# positions (`ignore_index`), and a batch of short sequences can be cut to a narrower width to
-# save work (exercise 9.2).
+# uniform over 3..12 the mean length is 7.5. So a source holds on average $7.5 + 1$ real tokens
+# (the digits and `<eos>`) out of 14, and a target $7.5 + 2$ (with `<bos>`). The expected
+# padding shares are $1 - 8.5/14 \approx 39.3\,\%$ and $1 - 9.5/14 \approx 32.1\,\%$. The cell
+# counts the `<pad>` tokens and compares. These numbers follow from the length distribution
+# alone: a generator that drew lengths from 3 to 11, or wrote one token too many, would fail.
+#
+# Two consequences come up in chapter 10. The loss must ignore padded positions
+# (`ignore_index`). And a batch of short sequences can be cut to a narrower width to save work
+# (exercise 9.2).
 
 # %%
 pad_share_src = (src_train == PAD_ID).float().mean().item()
@@ -183,9 +191,9 @@ assert (freq - 0.1).abs().max() < 0.01
 # ## Train, validation and test: split by seed
 #
 # The training set uses seed 0 and the validation set seed 1, as in
-# {ref}`the reference chapter <reference-chapter>`. The same seed always gives the same
-# data (so a checkpoint trained today was trained on exactly these samples), and a different seed
-# gives different data.
+# {ref}`the reference chapter <reference-chapter>`. The same seed always gives the same data,
+# so a checkpoint trained today was trained on exactly these samples. A different seed gives
+# different data.
 
 # %%
 again_src, again_tgt = make_dataset(20000, seed=0)
@@ -195,11 +203,11 @@ print("seed 0 twice: identical; seed 0 vs seed 1: different")
 
 # %% [markdown]
 # "Different seed" does **not** mean "no overlap". A different seed draws independently, and
-# independent draws can repeat a sequence. How often? There are only $10^3 = 1000$ strings of three
-# digits, and the training set holds about 2,000 three-digit samples, so most three-digit
-# validation sequences also occur in training. For length $L$ with $n_L$ training samples, the
-# chance that a given validation sequence of that length appears among them is
-# $p_L = 1-(1-10^{-L})^{n_L}$, and the expected overlap is the sum of $p_L$ over the validation
+# independent draws can repeat a sequence. How often? There are only $10^3 = 1000$ strings of
+# three digits. The training set holds about 2,000 three-digit samples. So most three-digit
+# validation sequences also occur in training. Take length $L$ with $n_L$ training samples. A
+# given validation sequence of that length appears among them with chance
+# $p_L = 1-(1-10^{-L})^{n_L}$. The expected overlap is the sum of $p_L$ over the validation
 # sequences.
 #
 # The next cell prints $p_L$, counts the overlap exactly, and compares the count with that
@@ -233,26 +241,28 @@ assert 0.07 < in_train.float().mean() < 0.14  # about one in nine
 assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within sampling noise
 
 # %% [markdown]
-# So 113 of the 1,000 validation sequences, about one in nine, were also seen in training, nearly
-# all of them with three or four digits. That does not make validation useless: the task has
-# $10^{12}$ twelve-digit inputs, far more than any training set could hold, and chapter 10
-# reports the score on unseen sequences separately. The overlap can flatter the score a little,
-# and there is a second, larger problem with reporting it: training stops at
-# the first evaluation where the validation score reaches the target (chapter 10). A score that
-# decided when to stop is chosen to be high; reporting it as the model's accuracy is optional
-# stopping. The validation set keeps that one job, deciding when to stop, and keeps the
-# reference chapter's split (train: 20,000 with seed 0, validation: 1,000 with seed 1).
+# So 113 of the 1,000 validation sequences, about one in nine, were also seen in training.
+# Nearly all of them have three or four digits. That does not make validation useless. The task
+# has $10^{12}$ twelve-digit inputs, far more than any training set could hold. Chapter 10
+# reports the score on unseen sequences separately.
+#
+# The overlap can flatter the score a little. There is a second, larger problem with reporting
+# it. Training stops at the first evaluation where the validation score reaches the target
+# (chapter 10). A score that decided when to stop is chosen to be high. Reporting it as the
+# model's accuracy is optional stopping. So the validation set keeps one job, deciding when to
+# stop. It keeps the reference chapter's split (train: 20,000 with seed 0, validation: 1,000
+# with seed 1).
 #
 # ## The test set
 #
-# The accuracy the book reports comes from a third split that neither training nor stopping ever
-# looks at: `helpers.test_set()`, 10,000 sequences drawn by the same generator with a seed no
-# other split uses (`helpers.TEST_SEED`). Ten times as many sequences make the interval around the
-# reported number about three times narrower (its width shrinks roughly as $1/\sqrt{n}$, and
-# $\sqrt{10} \approx 3.2$): the cell prints the 95 % interval of a score of 99.5 % on 1,000 and on
-# 10,000 sequences, and the ratio of their widths (the Wilson interval {cite}`wilson1927`, which
-# chapter 10 explains). The same arithmetic as above predicts the test
-# set's overlap with the training set, and `helpers.train_test_overlap` counts it:
+# The accuracy the book reports comes from a third split that neither training nor stopping
+# ever looks at. `helpers.test_set()` holds 10,000 sequences drawn by the same generator, with a
+# seed no other split uses (`helpers.TEST_SEED`). Ten times as many sequences make the interval
+# around the reported number about three times narrower. Its width shrinks roughly as
+# $1/\sqrt{n}$, and $\sqrt{10} \approx 3.2$. The cell shows the 95 % interval of a score of
+# 99.5 % on 1,000 and on 10,000 sequences, and the ratio of their widths. This is the Wilson
+# interval {cite}`wilson1927`, which chapter 10 explains. The same arithmetic as above predicts
+# the test set's overlap with the training set, and `helpers.train_test_overlap` counts it:
 
 # %%
 from helpers import TEST_SEED, TEST_SIZE, test_set, train_test_overlap, wilson_interval
@@ -280,15 +290,17 @@ assert int(test_in_train[lengths_test >= 7].sum()) == 0
 assert abs(int(test_in_train.sum()) - expected_test) < 3 * expected_test**0.5
 
 # %% [markdown]
-# The test set overlaps the training set as much as the validation set does, about one sequence
-# in nine, all of them with at most six digits. Chapter 10 therefore reports the test score
+# The test set overlaps the training set as much as the validation set does: about one
+# sequence in nine, all of them with at most six digits. So chapter 10 reports the test score
 # twice: on all 10,000 sequences, and on the unseen ones only.
 #
-# Inside one split, the same arithmetic predicts duplicates as well. Of $n_L$ draws from $10^L$
-# equally likely strings, $10^L\,(1-(1-10^{-L})^{n_L})$ are distinct on average; the rest repeat
-# one drawn before:
+# :::{dropdown} Going deeper: duplicates inside one split
+# The same arithmetic predicts duplicates inside one split as well. Of $n_L$ draws from $10^L$
+# equally likely strings, $10^L\,(1-(1-10^{-L})^{n_L})$ are distinct on average. The rest
+# repeat one drawn before. The cell below counts them.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 dupes = len(src_train) - len(train_set)
 expected_dupes = sum(int(n_per_len[L]) - 10.0**L * p_seen(L) for L in range(MIN_LEN, MAX_LEN + 1))
 print(
@@ -313,9 +325,9 @@ for n, seed in ((20000, 0), (1000, 1)):
 print("helpers.make_reversal_dataset == make_dataset for both splits")
 
 # %% [markdown]
-# Its companion `helpers.decode_digits` reads the digits of one sequence back, up to `<eos>`. An id
-# outside the vocabulary is a bug upstream (a model with the wrong output size, ids shifted by one),
-# so it raises instead of turning id 13 into a "digit" 10:
+# Its companion `helpers.decode_digits` reads the digits of one sequence back, up to `<eos>`.
+# An id outside the vocabulary is a bug upstream: a model with the wrong output size, or ids
+# shifted by one. So it raises instead of turning id 13 into a "digit" 10:
 
 # %%
 print("digits of", describe(tgt_test[0]), "->", decode_digits(tgt_test[0]))
