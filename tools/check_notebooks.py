@@ -21,7 +21,9 @@ on what nbval cannot see (appendix pages: the first group only):
   solution cell must be collapsed in JupyterLab (`jupyter.source_hidden`) and behind a
   toggle in the HTML (tag `hide-input`); a prediction's solution hides its output too (tag
   `hide-cell`, `jupyter.outputs_hidden`), and prose right after a solution sits in a
-  collapsed `:::{dropdown}` cell, so that no answer shows before the reader asks for it;
+  `:::{dropdown}` cell, so that no answer shows before the reader asks for it; no markdown
+  cell is collapsed with `jupyter.source_hidden` (JupyterLab would show its first line raw:
+  jupyterlab-myst renders the dropdown collapsed instead);
 - an opening that is not: the title, a few lines, and the picture `figures/NN_slug.png`,
   which must be the stored png of the code cell tagged `opening-figure`
   (tools/export_opening_figures.py writes it); then a cell tagged `run-time` that says what
@@ -101,6 +103,10 @@ def hidden_markdown(cell) -> bool:
     return cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
 
 
+def dropdown_start(text: str) -> bool:
+    return bool(re.match(r":{3,}\{dropdown\}", text.lstrip()))
+
+
 def check(path: Path) -> list[str]:
     nb = json.loads(path.read_text(encoding="utf-8"))
     cells = nb.get("cells", [])
@@ -144,6 +150,11 @@ def check(path: Path) -> list[str]:
             if len(line) > MAX_LINE:
                 problem(f"cell {i} line {n} has {len(line)} characters (at most {MAX_LINE})")
     for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "markdown" and hidden_markdown(cell):
+            problem(
+                f"markdown cell {i} is collapsed (jupyter.source_hidden): JupyterLab then shows "
+                "its first source line raw; a ':::{dropdown}' collapses it in both renderers"
+            )
         if cell.get("cell_type") == "markdown" and path.name[:2].isdigit():
             for match in dict.fromkeys(m.group(0) for m in HARNESS.finditer(source(cell))):
                 problem(
@@ -263,12 +274,11 @@ def check(path: Path) -> list[str]:
                 after is not None
                 and after.get("cell_type") == "markdown"
                 and not re.match(r"(### Exercise|## )", source(after))
-                and not (source(after).startswith(":::{dropdown}") and hidden_markdown(after))
+                and not dropdown_start(source(after))
             ):
                 problem(
                     f"the prose after the solution to exercise {chap}.{k} (cell {j + 1}) gives "
-                    "the answer away: put it in a ':::{dropdown} Answer ...' cell with "
-                    "jupyter.source_hidden"
+                    "the answer away: put it in a ':::{dropdown} Answer ...' cell"
                 )
 
     # figures

@@ -183,8 +183,14 @@ def prepare(nb, keep_outputs: bool = False) -> None:
             jupyter["source_hidden"] = True
         if "hide-cell" in tags or "hide-output" in tags:
             jupyter["outputs_hidden"] = True
+        if cell.cell_type == "markdown":
+            # a collapsed markdown cell shows its first source line raw in JupyterLab
+            # (":::{dropdown} ..."); jupyterlab-myst collapses the dropdown itself
+            jupyter.pop("source_hidden", None)
         if jupyter:
             cell.metadata["jupyter"] = jupyter
+        else:
+            cell.metadata.pop("jupyter", None)
         if cell.cell_type == "code" and not keep_outputs:
             cell.outputs = []
             cell.execution_count = None
