@@ -16,16 +16,23 @@
 # %% [markdown]
 # # 11. Greedy decoding
 #
-# Training (chapter 10) never lets the decoder read its own output: teacher forcing feeds it the
+# We write the loop that turns the trained model into a translator: one token at a time, each
+# the most likely, appended to the decoder's own input. Then we score it on the test set.
+# The picture shows one source decoded step by step.
+#
+# ![Greedy decoding of one source, step by step](figures/11_greedy_decoding.png)
+
+# %% [markdown]
+# Training (chapter 10) never lets the decoder read its own output. Teacher forcing feeds it the
 # true prefix and scores every position in one pass. At inference there is no true prefix. The
 # decoder must produce one token, append it to its own input, and run again, until it says
 # `<eos>`. The simplest rule for "produce one token" is to take the most likely one, the
 # **argmax**: greedy decoding.
 #
-# This chapter writes that loop by hand on one example, printing the output as it grows; then
-# makes it work on a batch whose rows finish at different steps; defines exact match and reports
-# it on the 10,000 test sequences of chapter 09, with greedy decoding; and shows what happens
-# when the model is left in training mode, an inference bug that raises no error.
+# We write that loop by hand on one example and watch the output grow. Then we make it work on
+# a batch whose rows finish at different steps. We define exact match and measure it on the
+# 10,000 test sequences of chapter 09. Last, we see what happens when the model is left in
+# training mode, an inference bug that raises no error.
 
 # %%
 import dataclasses
@@ -60,11 +67,11 @@ assert not model.training
 # %% [markdown]
 # ## One example, step by step
 #
-# The encoder runs **once**: its output (`memory`) depends only on the source. The decoder then
-# runs once per output token. Its input starts as `[<bos>]`; at each step we take the logits of
-# the **last** position only (the earlier positions predict tokens we already have), pick the
-# argmax, and append it. The cell counts the encoder and decoder calls as it goes; Figure 11.1
-# after it draws the same run.
+# The encoder runs **once**: its output (`memory`) depends only on the source. The decoder
+# then runs once per output token. Its input starts as `[<bos>]`. At each step we take the
+# logits of the **last** position only; the earlier positions predict tokens we already have.
+# We pick the argmax and append it. The cell counts the encoder and decoder calls as it goes.
+# Figure 11.1 after it draws the same run.
 
 # %%
 src = encode_digits("730951", width=14)  # digits, <eos>, <pad>...
@@ -96,7 +103,7 @@ print("reversed:", decode_digits(out[0]), "| calls:", calls)
 assert decode_digits(out[0]) == [1, 5, 9, 0, 3, 7]
 assert calls == {"encode": 1, "decode": 7}  # six digits and <eos>
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(11, 3.6))
 box = dict(boxstyle="round,pad=0.4", fc="white", ec="0.5")
 n = len(trace)
@@ -127,17 +134,18 @@ ax.set_title(
 plt.show()
 
 # %% [markdown]
-# The logits grow by one row per step: the loop above re-runs the decoder over the whole prefix
-# every time, recomputing keys and values it already computed at the previous step. That is the
-# simplest loop; the KV cache (chapter 13) removes the recomputation and must produce the same
+# The logits grow by one row per step. The loop re-runs the decoder over the whole prefix every
+# time, recomputing keys and values it already computed at the previous step. That is the
+# simplest loop. The KV cache (chapter 13) removes the recomputation and must produce the same
 # tokens.
 
 # %% [markdown]
 # ## A batch whose rows finish at different times
 #
-# In a batch, rows have different lengths, so they emit `<eos>` at different steps. The loop must
-# keep going until **every** row is done, and what a finished row produces after its `<eos>` is
-# meaningless. First, the loop without any bookkeeping, on three sources of lengths 3, 6 and 10:
+# In a batch, rows have different lengths, so they emit `<eos>` at different steps. The loop
+# must keep going until **every** row is done. What a finished row produces after its `<eos>`
+# is meaningless. First, the loop without any bookkeeping, on three sources of lengths 3, 6 and
+# 10:
 
 # %% tags=["nbval-ignore-output"]
 batch = torch.cat([encode_digits(d, width=14) for d in ("123", "480265", "9081726354")])
@@ -161,17 +169,21 @@ print("tokens produced after <eos> in the two short rows:", [describe(t) for t i
 assert all((t != PAD_ID).all() for t in after_eos)  # never padding
 
 # %% [markdown]
-# The short rows keep generating after their `<eos>`: this model repeats `<eos>` (the printout),
-# another model may produce digits, and in these rows not once `<pad>`. That is no
-# surprise: positions after `<eos>` are padding in every training target, and the loss ignores
-# them (chapter 10), so the model was never taught what to put there; and since `<pad>` is never
-# a target, the gradient of the cross-entropy lowered its logit at every position it scored. The
-# fix takes a few lines: keep a `finished` flag per row, overwrite the next token of a finished
-# row with `<pad>`, and stop as soon as every row is finished.
+# The short rows keep generating after their `<eos>`. This model repeats `<eos>`; another
+# model may produce digits. These rows never produce `<pad>`.
 #
-# The loop also runs the model in evaluation mode (dropout off) and gives the caller's mode back
-# at the end, even when it raises. The small context manager `eval_mode` does both. The last
-# section shows why.
+# :::{dropdown} Going deeper: why the model never learned what follows `<eos>`
+# Positions after `<eos>` are padding in every training target, and the loss ignores them
+# (chapter 10). So the model was never taught what to put there. And since `<pad>` is never a
+# target, the gradient of the cross-entropy lowered its logit at every position it scored.
+# :::
+#
+# The fix takes a few lines. Keep a `finished` flag per row, overwrite the next token of a
+# finished row with `<pad>`, and stop as soon as every row is finished.
+#
+# The loop also runs the model in evaluation mode (dropout off). It gives the caller's mode
+# back at the end, even when it raises. The small context manager `eval_mode` does both. The
+# last section shows why.
 
 
 # %%
@@ -215,10 +227,10 @@ for row, digits in zip(pred, ("123", "480265", "9081726354")):
 # %% [markdown]
 # ## Exact match
 #
-# Token accuracy is forgiving: a 12-digit answer with one wrong digit is still 92 % right
-# (12 of its 13 tokens, counting `<eos>`). The task's real metric is **exact match**: the
+# Token accuracy is forgiving: a 12-digit answer with one wrong digit is still 92 % right (12
+# of its 13 tokens, counting `<eos>`). The task's real metric is **exact match**. It is the
 # fraction of sequences whose output equals the target at every position up to and including
-# `<eos>` (what comes after `<eos>` is padding and does not count). One wrong digit, a missing
+# `<eos>`. What comes after `<eos>` is padding and does not count. One wrong digit, a missing
 # `<eos>`, or an extra digit all make the sequence wrong.
 
 
@@ -239,10 +251,10 @@ print(f"(one wrong digit of 12: token accuracy {12 / 13:.0%}, exact match 0)")
 assert em >= 0.995  # training stopped once greedy decoding got there
 
 # %% [markdown]
-# That is the validation set, whose score decided when training stopped (chapter 10), so it is
+# That is the validation set, whose score decided when training stopped (chapter 10). So it is
 # not the number to report. `helpers.greedy_decode` and `helpers.exact_match` are the finished
-# versions of these two functions; `exact_match` decodes with the KV cache by default. They must
-# agree with ours, token for token.
+# versions of these two functions; `exact_match` decodes with the KV cache by default. They
+# must agree with ours, token for token.
 
 # %%
 from helpers import exact_match, greedy_decode, sequences_equal
@@ -260,15 +272,18 @@ assert exact_match(model, src_val, tgt_val) == em
 # %% [markdown]
 # ## The test set
 #
-# The number to report comes from the 10,000 test sequences of chapter 09, which stopping never
-# looked at (about one in nine of them also occurs in the training set; chapter 10 reports the
-# others apart). The cell decodes all of them greedily (with the KV cache, in batches of
-# 1,000) and prints the exact match with its 95 % Wilson interval {cite}`wilson1927`. It also
-# checks the claim chapter 10 relies on during training: the teacher-forced count, one forward
-# pass per batch, is the same number. Chapter 10 trained the same recipe on four kernel paths
-# and got four models. They scored from 98.91 % (the book's pinned kernels) to 99.77 %. A model
-# trained on your CPU may be any of them, or another. The cell asserts chapter 10's floor of
-# 98 %, which all four clear.
+# The number to report comes from the 10,000 test sequences of chapter 09, which stopping
+# never looked at. The cell decodes all of them greedily (with the KV cache, in batches of
+# 1,000). It shows the exact match with its 95 % Wilson interval {cite}`wilson1927`. It also
+# checks a claim chapter 10 relies on during training: the teacher-forced count, one forward
+# pass per batch, is the same number. Chapter 10's floor is 98 %.
+#
+# :::{dropdown} Going deeper: why the score depends on your CPU
+# About one in nine of the test sequences also occurs in the training set; chapter 10 reports
+# the others apart. Chapter 10 trained the same recipe on four kernel paths and got four
+# models. They scored from 98.91 % (the book's pinned kernels) to 99.77 %. A model trained on
+# your CPU may be any of them, or another. All four clear the floor of 98 %.
+# :::
 
 # %% tags=["nbval-ignore-output"]
 src_test, tgt_test = test_set()
@@ -301,18 +316,17 @@ assert long_errors > int((~right).sum()) / 2
 # ## The pitfall: forgetting `model.eval()`
 #
 # Dropout zeroes a random subset of activations **in training mode** and does nothing in
-# evaluation mode. A model left in training mode at inference is therefore a random function:
-# the same input gives different outputs on every call. Nothing raises an error: the outputs
-# still have the shape of an answer, only they are wrong more often and not reproducible
-# (the decoding cell below counts both). `torch.no_grad()` does not help either: it turns off
-# gradient tracking, not dropout.
+# evaluation mode. A model left in training mode at inference is a random function: the same
+# input gives different outputs on every call. Nothing raises an error. The outputs still have
+# the shape of an answer, only they are wrong more often and not reproducible.
+# `torch.no_grad()` does not help either: it turns off gradient tracking, not dropout.
 #
 # The book's model was trained without dropout (chapter 10). Its dropout layers have
-# probability 0, so training mode changes nothing: the cell checks that two calls agree. Two
-# other models show the bug:
+# probability 0, so training mode changes nothing: two calls agree. Two other models show the
+# bug:
 #
 # - **trained with dropout**: chapter 18's model, trained with dropout 0.15 (its weights are
-#   stored in `chapters/data/`).
+#   in `chapters/data/`).
 # - **an extreme case**: the book's weights loaded into a model built with dropout 0.1, as in
 #   {ref}`the reference chapter <reference-chapter>`. These weights never saw dropout in
 #   training. Dropout has no weights, so the state dict fits as is.
@@ -352,10 +366,10 @@ for name, m in two_models.items():
     assert diff > 0.1
 
 # %% [markdown]
-# What this does to decoding: the hand-written loop below has no `eval_mode` in it, so it keeps
-# whatever mode the model is in. The cell decodes the 1,000 validation sequences in evaluation
-# mode, then three times in training mode (three draws of the dropout masks). It counts how
-# many outputs differ between the first two draws.
+# What this does to decoding: the hand-written loop below has no `eval_mode` in it, so it
+# keeps whatever mode the model is in. The cell decodes the 1,000 validation sequences in
+# evaluation mode, then three times in training mode (three draws of the dropout masks). It
+# counts how many outputs differ between the first two draws.
 
 
 # %% tags=["nbval-ignore-output"]
@@ -403,16 +417,17 @@ assert em_eval[extreme] == em and max(em_train[extreme]) < 0.1  # same weights a
 
 # %% [markdown]
 # In training mode, the model trained with dropout gets many more sequences wrong than in
-# evaluation mode (the cell prints each draw). The model that never saw dropout gets more than
-# nine sequences in ten wrong. In both, two draws give different outputs for the same input.
+# evaluation mode. The model that never saw dropout gets more than nine sequences in ten wrong.
+# In both, two draws give different outputs for the same input.
 #
-# The fix is `eval_mode` in `greedy` above: the decoding function switches dropout off itself,
-# so that no caller can forget it. It also gives the caller's mode back when it returns, so a
-# training loop that scores its model mid-run keeps training with dropout on. It gives it back
-# even when decoding raises: that is what the `try`/`finally` is for. `helpers.greedy_decode`
-# and `helpers.exact_match_with_interval` do the same. The cell checks all three on the model
-# trained with dropout, left in training mode. Then it feeds `greedy` a source that is too
-# long, and does the same with a version of `eval_mode` that has no `finally`.
+# The fix is `eval_mode` in `greedy` above. The decoding function switches dropout off itself,
+# so no caller can forget it. It also gives the caller's mode back when it returns. So a
+# training loop that scores its model mid-run keeps training with dropout on. It gives the
+# mode back even when decoding raises: that is what the `try`/`finally` is for.
+# `helpers.greedy_decode` and `helpers.exact_match_with_interval` do the same. The cell checks
+# all three on the model trained with dropout, left in training mode. Then it feeds `greedy` a
+# source that is too long, and does the same with a version of `eval_mode` that has no
+# `finally`.
 
 # %% tags=["nbval-ignore-output"]
 reference = greedy_keeps_mode(with_dropout.eval(), src_val[:300])
