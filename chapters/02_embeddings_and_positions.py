@@ -16,19 +16,21 @@
 # %% [markdown]
 # # 2. Embeddings and positions
 #
-# The model's first step turns token ids `[B, L]` into vectors `[B, L, d]`. This chapter
-# builds that step by hand:
+# The model's first step turns token ids `[B, L]` into vectors `[B, L, d]`.
+# You will build it by hand: a learned vector per token, plus a fixed vector per position.
+# You will see why attention needs the positions, and why sines and cosines make good ones.
+# You will also measure what goes wrong when the two parts have different scales.
+#
+# ![The sinusoidal position table as a heatmap](figures/02_embeddings_and_positions.png)
+#
+# The step is
 #
 # $$
 # x_{b,p} = \sqrt{d}\; E[\text{ids}_{b,p}] + PE[p]
 # $$
 #
-# a row of a learned table $E$ per token, scaled by $\sqrt{d}$, plus a fixed vector $PE[p]$
-# that says *where* the token is, both as in {cite}`vaswani2017`. Each part hides a
-# decision worth understanding: why a lookup, why the position vectors are sines and
-# cosines, how a fixed table is stored in a module, why the scale and the initialisation
-# must match (we measure what happens when they do not), and what happens to a sequence
-# longer than the table.
+# A row of a learned table $E$ per token is scaled by $\sqrt{d}$. A fixed vector $PE[p]$ says
+# *where* the token is. Both are as in {cite}`vaswani2017`.
 
 # %%
 import copy
@@ -47,11 +49,9 @@ from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
 #
 # `nn.Embedding(V, d)` holds a weight matrix of shape `[V, d]`, one row per token. Calling
 # it with ids returns the rows those ids point at: `emb(ids)` is `emb.weight[ids]`. It is
-# also, mathematically, a one-hot vector times the weight matrix, which is why the
-# embedding is sometimes described as "a linear layer without bias applied to one-hot
-# inputs". The lookup gives the same numbers without building a `[B, L, V]` tensor of
-# zeros and without $V$ multiplications per entry. We use a small $d = 8$ so the numbers
-# fit on screen.
+# also a one-hot vector times the weight matrix: "a linear layer without bias applied to
+# one-hot inputs". The lookup gives the same numbers without building a `[B, L, V]` tensor
+# of zeros. We use a small $d = 8$ so the numbers fit on screen.
 
 # %%
 torch.manual_seed(0)
@@ -73,14 +73,18 @@ torch.testing.assert_close(looked_up, one_hot @ emb.weight)
 # ### The padding row
 #
 # `padding_idx=PAD_ID` does two things: the `<pad>` row starts at zero, and it never
-# receives a gradient. Rows of tokens that did not occur in the batch get a zero gradient
-# too: that is what a lookup means for the backward pass. Whether such a row moves depends
-# on the optimiser. Plain SGD moves a row only in a step whose batch contains its token.
-# Adam, the optimiser this book trains with (chapter 10), keeps running averages of past
-# gradients. So under Adam a row keeps moving after its token has left the batch. A row
-# with no gradient yet, like the pad row, has nothing to average and stays put. The cell
-# takes two steps with each optimiser, from the same weights: the first batch holds the
-# digits 2 and 4, the second only the digit 6.
+# receives a gradient. The cell takes two optimiser steps and checks that the pad row stays
+# zero. The first batch holds the digits 2 and 4, the second only the digit 6.
+#
+# :::{dropdown} Going deeper: rows of tokens not in the batch
+# Rows of tokens that did not occur in the batch get a zero gradient too: that is what a
+# lookup means for the backward pass. Whether such a row moves depends on the optimiser.
+# Plain SGD moves a row only in a step whose batch contains its token. Adam, the optimiser
+# this book trains with (chapter 10), keeps running averages of past gradients. So under
+# Adam a row keeps moving after its token has left the batch. A row with no gradient yet,
+# like the pad row, has nothing to average and stays put. The cell runs both optimisers
+# from the same weights: in step 2, SGD changes only row 9 and Adam rows 5, 7 and 9.
+# :::
 
 # %%
 batches = [
@@ -110,9 +114,9 @@ assert changed["SGD", 1].tolist() == changed["Adam", 1].tolist() == [5, 7]
 assert changed["SGD", 2].tolist() == [9] and changed["Adam", 2].tolist() == [5, 7, 9]
 
 # %% [markdown]
-# One trap: the zero is only set at construction. Any re-initialisation of the weight,
-# such as the `nn.init.normal_` we will apply below, overwrites the pad row too, and
-# nothing warns you. The pad row must be zeroed again afterwards (and `helpers` does so).
+# One trap: the zero is only set at construction. Any re-initialisation of the weight
+# overwrites the pad row too, and nothing warns you. An example is the `nn.init.normal_`
+# we apply below. The pad row must be zeroed again afterwards (and `helpers` does so).
 
 # %%
 nn.init.normal_(emb.weight, std=d_small**-0.5)
@@ -128,10 +132,9 @@ assert emb.weight[PAD_ID].abs().max() == 0
 #
 # Self-attention compares every token with every other token, but nothing in it knows
 # the tokens' order. Permute the input rows and the output rows come out permuted the
-# same way, with identical values: the operation is *permutation-equivariant*. For our
-# task that is fatal: `7 3 0` and `0 3 7` would look like the same set of tokens. The
-# cell below applies PyTorch's built-in attention (chapter 03 builds it by hand) to
-# embedded tokens with and without a position signal added.
+# same way: the operation is *permutation-equivariant*. For our task that is fatal:
+# `7 3 0` and `0 3 7` would look like the same set of tokens. The cell applies PyTorch's
+# built-in attention (chapter 03 builds it by hand) with and without positions added.
 
 # %%
 x = emb(ids[:1]).detach()  # [1, 6, 8]: tokens only, no positions
@@ -161,12 +164,14 @@ assert gap_positions > 1e-2
 # `helpers.Transformer` and a copy whose encoder position table is zero (the decoder keeps
 # its own). It feeds both a source and the same digits reversed, with the same decoder
 # input. With the encoder's positions removed, the two orders give the same logits, up to
-# float rounding. This does not depend on the weights. Without positions the encoder is
-# permutation-equivariant: its attention is (as shown above), and its feed-forward
-# networks and LayerNorms act on each position alone. Cross-attention then sums over the
-# memory positions, so their order drops out. Yet the first output token is the last source
-# digit, and it differs between the two orders. Such a model is wrong on at least one of
-# them, however it is trained.
+# float rounding. Yet the right first output token (the last source digit) differs between
+# the two orders. Such a model is wrong on at least one of them, however it is trained.
+#
+# :::{dropdown} Going deeper: why this does not depend on the weights
+# Without positions the encoder is permutation-equivariant. Its attention is, as shown
+# above, and its feed-forward networks and LayerNorms act on each position alone.
+# Cross-attention then sums over the memory positions, so their order drops out.
+# :::
 
 # %%
 with torch.random.fork_rng():  # leave the global random stream to the later cells
@@ -213,12 +218,11 @@ assert first_a != first_b
 # PE[p, 2i] = \sin(\omega_i\, p), \qquad PE[p, 2i+1] = \cos(\omega_i\, p).
 # $$
 #
-# The first pair turns once every $2\pi \approx 6.3$ positions; the frequencies then fall
-# geometrically, so that the last pair barely moves over hundreds of positions. Each
-# position gets a distinct pattern (the cell prints the smallest distance between two
-# rows), like the hands of a clock that has many hands turning at different speeds. We
-# build the table for the book's defaults, `max_len` $= 64$ and $d = 128$, straight from
-# the formula.
+# The first pair turns once every $2\pi \approx 6.3$ positions. The frequencies then fall
+# geometrically, so the last pair barely moves over hundreds of positions. Each position
+# gets a distinct pattern, like a clock with many hands turning at different speeds. The
+# cell prints the smallest distance between two rows. We build the table for the book's
+# defaults, `max_len` $= 64$ and $d = 128$, straight from the formula.
 
 # %%
 max_len, d = 64, 128
@@ -255,7 +259,7 @@ assert row_distances.min() > 0.5
 # frequencies), slowly varying columns on the right. The line plot beside it follows a
 # few sine dimensions along the positions.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
 im = ax1.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
 ax1.set(title="PE[p, j]  (max_len=64, d=128)", xlabel="dimension j", ylabel="position p")
@@ -269,8 +273,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ### The wavelength geometry
-#
+# :::{dropdown} Going deeper: the wavelength geometry
 # Pair $i$ repeats every $2\pi / \omega_i = 2\pi \cdot 10000^{2i/d}$ positions. That is
 # $2\pi$ for the first pair and $2\pi \cdot 10000^{(d-2)/d}$ for the last one,
 # $i = d/2 - 1$. At $d = 128$ the last is $2\pi \cdot 8660$, about 54,410 positions; it
@@ -279,8 +282,9 @@ plt.show()
 # whose angle $\omega_i p$ stays below 0.1 radian up to position 13 (their sine stays
 # below 0.1, their cosine above 0.99). Such pairs carry
 # almost no position information here; only much longer sequences move them.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 wavelength = 2 * math.pi / omega
 print(
     "wavelengths (positions): first pairs",
@@ -315,7 +319,7 @@ assert (pe[:14, 1::2][:, -slow:] > 0.99).all() and (pe[:14, 0::2][:, -slow:] < 0
 # \begin{pmatrix} \cos \omega_i k & -\sin \omega_i k \\ \sin \omega_i k & \cos \omega_i k \end{pmatrix}
 # $$
 #
-# Stack one such $2 \times 2$ block per pair into a block-diagonal matrix $R_k$; then
+# Stack one such $2 \times 2$ block per pair into a block-diagonal matrix $R_k$. Then
 # $PE[p+k] = PE[p]\, R_k$ for **every** $p$: the matrix depends on the offset $k$ only.
 # A layer that needs "the token three places back" can in principle learn one linear
 # map for it, instead of one rule per absolute position. The cell checks the identity for
@@ -337,11 +341,10 @@ for k in (1, 3, 10):
     torch.testing.assert_close(pe[:-k] @ R, pe[k:], atol=1e-5, rtol=0)
 
 # %% [markdown]
-# Two consequences follow. Every row has the same length, $\lVert PE[p] \rVert^2 = d/2$
-# (each pair contributes $\sin^2 + \cos^2 = 1$), and the dot product of two rows depends
-# only on their distance: $PE[p] \cdot PE[p+k] = \sum_i \cos(\omega_i k)$. The cell
-# checks both for three starting positions $p$ and prints the dot product at a few
-# offsets.
+# Two consequences follow. Every row has the same length, $\lVert PE[p] \rVert^2 = d/2$,
+# because each pair contributes $\sin^2 + \cos^2 = 1$. And the dot product of two rows
+# depends only on their distance: $PE[p] \cdot PE[p+k] = \sum_i \cos(\omega_i k)$. The
+# cell checks both for three starting positions $p$.
 
 # %%
 norms_sq = pe.pow(2).sum(dim=1)
@@ -362,9 +365,9 @@ print(
 assert (formula[1:] < formula[0]).all() and (formula[1:11].diff() < 0).all()
 
 # %% [markdown]
-# Figure 2.2 plots the three curves: they coincide, peak at $k = 0$ and fall with
-# distance (monotonically over the first ten offsets, asserted above), so nearby
-# positions have similar vectors.
+# Figure 2.2 plots the three curves. They coincide, peak at $k = 0$ and fall with
+# distance, monotonically over the first ten offsets. So nearby positions have similar
+# vectors.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
@@ -381,7 +384,7 @@ plt.show()
 # %% [markdown]
 # ## Storing a fixed table: `register_buffer`
 #
-# The table is not learned, yet it belongs to the module: it must move with
+# The table is not learned, yet it belongs to the module. It must move with
 # `model.to(device)` and change dtype with `model.double()`. A module has three places to
 # keep a tensor, and they behave differently:
 #
@@ -390,10 +393,9 @@ plt.show()
 #   with `persistent=False` it is moved but not saved;
 # - a plain attribute `self.t = t`: invisible to PyTorch: not moved, not saved.
 #
-# The cell shows each of the three behaviours. There is no GPU here, so it moves the
-# module to the `meta` device (tensors with shapes but no data) instead; `Module.to`
-# moves parameters and buffers, whatever the target device (its documentation says so),
-# and the cell shows what it does with the plain attribute.
+# The cell shows each of the three behaviours. It moves the module to the `meta` device
+# (tensors with shapes but no data), so it needs no GPU. `Module.to` moves parameters and
+# buffers to any target device in the same way.
 
 # %%
 class Holder(nn.Module):
@@ -431,35 +433,32 @@ assert "device" in str(caught)
 # The plain attribute stayed behind, and the first operation that mixes it with a moved
 # tensor fails with a device mismatch. The position table is a buffer.
 #
-# Why `persistent=False`? The table is a pure function of `(max_len, d)`, so saving it
-# only makes checkpoints larger, and it makes them brittle: a checkpoint saved by a model
-# with `max_len = 64` no longer loads into the same model built with `max_len = 128`,
-# though every learned weight fits. We will see this once the module is built.
+# Why `persistent=False`? The table is a pure function of `(max_len, d)`. Saving it makes
+# checkpoints larger and brittle. A checkpoint saved with `max_len = 64` would no longer
+# load into the same model built with `max_len = 128`, though every learned weight fits.
+# We will see this once the module is built.
 
 # %% [markdown]
 # ## The scale and the initialisation
 #
 # Vaswani et al. {cite}`vaswani2017` (section 3.4) multiply the embedding weights by
 # $\sqrt{d}$ without saying why. A plausible reason: in their model the same matrix also
-# serves as the output projection (tied weights, {cite}`press2017`), whose weights are
-# small, of order $d^{-1/2}$; the factor brings the token vectors up to the scale of the
-# position vectors before the two are added. That is what matters: if one
-# part of the sum is much larger, the sum is essentially that part, and the other is
-# drowned out. We measure the size of each part by its root mean square (RMS),
-# $\sqrt{\text{mean}(x^2)}$ over the entries; a vector's length is its RMS times
-# $\sqrt{d}$. Sinusoidal positions have entries in $[-1, 1]$, and every row has RMS
-# $\sqrt{1/2} \approx 0.71$ (its squared length is $d/2$, shown above). What the token part
-# looks like depends on how $E$ is initialised:
+# serves as the output projection (tied weights, {cite}`press2017`). Its weights are small,
+# of order $d^{-1/2}$. The factor brings the token vectors up to the scale of the position
+# vectors before the two are added. That is what matters. If one part of the sum is much
+# larger, the other is drowned out. We measure each part by its root mean square (RMS),
+# $\sqrt{\text{mean}(x^2)}$ over the entries. Every sinusoidal row has RMS
+# $\sqrt{1/2} \approx 0.71$, since its squared length is $d/2$. The token part depends
+# on how $E$ is initialised:
 #
 # - PyTorch's `nn.Embedding` starts from $\mathcal{N}(0, 1)$. Times $\sqrt{128} \approx 11.3$,
 #   the token part has an RMS around 11.
 # - Initialising $E$ from $\mathcal{N}(0, d^{-1/2})$ (standard deviation $d^{-1/2}$)
 #   instead makes $\sqrt{d}\,E$ have an RMS around 1.
 #
-# This is an easy trap when porting a Transformer from another framework (or from the
-# paper) to PyTorch, and it raises no error (chapter 12 measures what it does to
-# training). Measure the two scales on a real batch of the reversal task, counting only
-# the non-padding tokens:
+# This is an easy trap when porting a Transformer to PyTorch, and it raises no error.
+# (Chapter 12 measures what it does to training.) Measure the two scales on a real batch of
+# the reversal task, counting only the non-padding tokens:
 
 # %%
 src, _ = make_reversal_dataset(256, seed=0)
@@ -501,18 +500,20 @@ assert ratio_default > 10 and ratio_fixed < 3
 
 # %% [markdown]
 # With the default initialisation the token part is more than ten times larger than the
-# position part; with $\mathcal{N}(0, d^{-1/2})$ the two are within a small factor of
-# each other. (The standard deviation is a different measure: it subtracts the mean of
-# the entries. The position entries have a mean near 0.5, because at positions 0 to 13
-# most cosines sit near 1 (printed). So their standard deviation is smaller than their
-# RMS.)
+# position part. With $\mathcal{N}(0, d^{-1/2})$ the two are within a small factor of
+# each other.
 #
-# What that means for the model: look at one token (the digit `5`) at positions 0 to 13
-# and ask how different its input vector is from the same token at position 0 (cosine
-# similarity; 1 means "the same direction"). With the default
-# initialisation, moving the token from position 0 to position 13 leaves the cosine
-# above 0.99: the model has to hear a whisper under a shout. Figure 2.3 shows all
-# fourteen positions.
+# :::{dropdown} Going deeper: RMS is not the standard deviation
+# The standard deviation subtracts the mean of the entries. The position entries have a
+# mean near 0.5, because at positions 0 to 13 most cosines sit near 1. So their standard
+# deviation is smaller than their RMS.
+# :::
+#
+# What that means for the model: take the digit `5` at positions 0 to 13. How different is
+# its input vector from the same token at position 0? We measure cosine similarity, where
+# 1 means "the same direction". With the default initialisation, the cosine stays above
+# 0.99 up to position 13: the model has to hear a whisper under a shout. Figure 2.3 shows
+# all fourteen positions.
 
 # %%
 five = helpers.NUM_OFFSET + 5
@@ -543,10 +544,15 @@ plt.show()
 # %% [markdown]
 # ## The module, built by hand
 #
-# Putting the pieces together: a lookup table initialised from $\mathcal{N}(0, d^{-1/2})$
-# with a zero pad row, the sinusoidal table as a non-persistent buffer, the $\sqrt{d}$
-# scale, and dropout on the sum (the original paper's regularisation {cite}`vaswani2017`;
-# it is off in `eval()` mode). The forward pass slices the table to the input length `L`.
+# Now put the pieces together:
+#
+# - a lookup table initialised from $\mathcal{N}(0, d^{-1/2})$, with a zero pad row;
+# - the sinusoidal table as a non-persistent buffer;
+# - the $\sqrt{d}$ scale;
+# - dropout on the sum, the original paper's regularisation {cite}`vaswani2017`. It is off
+#   in `eval()` mode.
+#
+# The forward pass slices the table to the input length `L`.
 
 # %%
 def sinusoidal_table(max_len: int, d: int) -> torch.Tensor:
@@ -588,12 +594,12 @@ assert src[0, -1] == PAD_ID and pad_gap == 0
 
 # %% [markdown]
 # Note the last line: a `<pad>` input becomes exactly its position vector, not zero. That is
-# harmless, because attention masks the pad positions as keys and the loss ignores them
-# as targets (chapter 07 builds the masks).
+# harmless. Attention masks the pad positions as keys, and the loss ignores them as
+# targets (chapter 07 builds the masks).
 #
-# Here is the checkpoint argument from the `register_buffer` section, made concrete:
-# moving to a longer `max_len` works for a non-persistent table and fails for a saved
-# one, whose stored `[64, 128]` no longer matches the new `[128, 128]`.
+# Here is the checkpoint argument from the `register_buffer` section, made concrete.
+# Moving to a longer `max_len` works for a non-persistent table. It fails for a saved one,
+# whose stored `[64, 128]` no longer matches the new `[128, 128]`.
 
 # %%
 for persistent in (False, True):
@@ -643,19 +649,20 @@ assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]
 # %% [markdown]
 # The trade-offs:
 #
-# - **For learned positions:** no assumption about what position should look like; the
+# - **For learned positions:** no assumption about what position should look like. The
 #   model fits whatever pattern the task needs. Vaswani et al. tried both on translation
 #   and report nearly identical results {cite}`vaswani2017`.
-# - **Against:** `max_len` $\times\, d$ extra parameters (here 8,192 per stack);
-#   a row is trained only by sequences long enough to reach it (the cell shows rows 14 to
-#   63 get no gradient from our data, so they stay random); and there is no row at all for
-#   a position at or beyond `max_len`.
+# - **Against:** `max_len` $\times\, d$ extra parameters (here 8,192 per stack). A row is
+#   trained only by sequences long enough to reach it: rows 14 to 63 get no gradient from
+#   our data, so they stay random. And there is no row at all at or beyond `max_len`.
 # - **Sinusoids** cost nothing, are defined for every position, and encode offsets as
-#   rotations. They are no free pass to longer inputs, though: a model trained on 14
-#   positions has never seen the patterns of position 40, and Press et al. measure how
-#   language models with sinusoidal positions degrade on inputs longer than those they
-#   were trained on {cite}`press2022`.
+#   rotations. They are no free pass to longer inputs, though. A model trained on 14
+#   positions has never seen the patterns of position 40. Press et al. measure how language
+#   models with sinusoidal positions degrade on longer inputs {cite}`press2022`.
 #
+# Many recent language models use neither: they use RoPE or ALiBi, inside attention.
+#
+# :::{dropdown} Going deeper: RoPE and ALiBi
 # Many recent language models use neither. **RoPE** (rotary position embedding
 # {cite}`su2021`, used by LLaMA among others) takes the rotation property of the previous
 # section and applies it directly to the queries and keys inside attention, so that
@@ -665,14 +672,15 @@ assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]
 # its authors report that it extrapolates to longer inputs. Both live inside attention
 # rather than at the input (exercise 3.3 builds ALiBi's penalty); our task needs no more
 # than sinusoids.
+# :::
 
 # %% [markdown]
 # ## Pitfall: a sequence longer than `max_len`
 #
 # The table has `max_len` rows. What happens when an input is longer? Both hand-built
 # modules fail, but with messages that do not say what went wrong. The fixed table's
-# slice `pe[:L]` silently stops at 64 rows, and the addition then complains about sizes;
-# the learned table fails inside the embedding lookup.
+# slice `pe[:L]` silently stops at 64 rows, and the addition then complains about sizes.
+# The learned table fails inside the embedding lookup.
 
 # %%
 too_long = torch.full((1, max_len + 6), helpers.NUM_OFFSET)  # 70 tokens, max_len is 64
@@ -690,8 +698,8 @@ assert isinstance(errors["learned"], IndexError)
 
 # %% [markdown]
 # Neither message mentions positions or `max_len`. The finished `helpers.TokenAndPosition`
-# checks the length first and says what is wrong and what to do (the `helpers` model
-# applies the same check to its inputs before anything else runs):
+# checks the length first, and says what is wrong and what to do. The `helpers` model
+# applies the same check to its inputs before anything else runs.
 
 # %%
 checked = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len)
@@ -705,11 +713,11 @@ assert isinstance(caught, ValueError) and "max_len=64" in str(caught)
 # %% [markdown]
 # ## Checking against `helpers`
 #
-# The library's versions must compute exactly what this chapter built: the position table
-# equals the hand-built one (the library computes the frequencies in log space,
-# $\exp(-2i \ln 10000 / d)$, so the two agree to float32 rounding), and
-# `helpers.TokenAndPosition`, given the weights of our module, produces the same output
-# in evaluation mode, with the same names for its parts.
+# The library's versions must compute exactly what this chapter built. Its position table
+# equals the hand-built one to float32 rounding. (The library computes the frequencies in
+# log space, $\exp(-2i \ln 10000 / d)$.) Given the weights of our module,
+# `helpers.TokenAndPosition` produces the same output in evaluation mode, with the same
+# names for its parts.
 
 # %%
 lib_table = helpers.sinusoidal_position_encoding(max_len, d)
