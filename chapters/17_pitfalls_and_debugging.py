@@ -16,19 +16,15 @@
 # %% [markdown]
 # # 17. Pitfalls and debugging
 #
-# A Transformer has little code, and many of its bugs do not crash. A wrong mask or a wrong scale
-# gives a model that runs without an error (and may look into the future, or average where it
-# should choose); a forgotten `eval()` gives answers that change from one call to the next. This
-# chapter is a checklist: nineteen pitfalls, each **reproduced** (the wrong number or the error is
-# printed and asserted) and then fixed. Several chapters already show one of them in depth; each
-# entry names that chapter, and still reproduces the pitfall in a few lines so this page works on
-# its own.
+# Many Transformer bugs do not crash: the model runs and does the wrong thing.
+# We reproduce nineteen such pitfalls, one cell each, and fix them.
+# Then `helpers.check_model` runs a debugging order on one batch and catches nine breaks.
 #
-# The second half turns the checklist into a **debugging order** (shapes, then masks, then data,
-# then the loss at initialisation, then gradients) and a function that runs it,
-# `helpers.check_model(model, batch)`. It finds each break by what the model *does*, with probes,
-# and we watch it catch nine breaks (seven broken models, two broken batches) while passing the
-# healthy model (Figure 17.1).
+# ![What check_model flags for a healthy model and nine broken ones](figures/17_pitfalls_and_debugging.png)
+
+# %% [markdown]
+# Each entry below gives the symptom, a cell that breaks, and the fix. The last column names the
+# chapter that shows the pitfall in depth.
 #
 # | # | pitfall | symptom | fix | in depth |
 # | --- | --- | --- | --- | --- |
@@ -98,10 +94,9 @@ def new_model(**kw):
 
 
 # %% [markdown]
-# Many pitfalls are about what the *textbook* attention formula does when nothing guards it:
-# `masked_fill` with $-\infty$, then softmax. `helpers.MultiHeadAttention` guards against several of
-# them, so to reproduce them we use the bare formula, and a context manager that swaps it into
-# `helpers` models for the duration of a `with` block.
+# Many pitfalls live in the *textbook* attention formula: `masked_fill` with $-\infty$, then
+# softmax. `helpers` guards against several of them, so we reproduce them with the bare formula.
+# A context manager swaps it into `helpers` models inside a `with` block.
 
 # %%
 def attention_textbook(q, k, v, blocked=None, fill=float("-inf"), scale=None):
@@ -125,13 +120,13 @@ def textbook_attention():
 
 
 # %% [markdown]
-# ## 1. A causal mask with `diagonal=0`, or without `triu`
+# ## 1. A causal mask with `diagonal=0`, or `tril` for `triu`
 #
-# The causal mask blocks every key *after* the query: `True` strictly above the diagonal, which is
-# `torch.triu(ones, diagonal=1)`. Two slips are easy to make. `diagonal=0` also blocks the diagonal:
-# position $i$ may not see itself, and position 0 may see nothing at all. Writing the mask in the
-# "keep" polarity (`tril`, True on and below the diagonal) while the code expects "blocked" blocks
-# the past and opens the future.
+# **Symptom:** NaN in row 0, or a decoder that sees the future.
+#
+# The causal mask blocks every key after the query: `torch.triu(ones, diagonal=1)`. With
+# `diagonal=0` it also blocks the diagonal, so position 0 may see nothing. `tril` is the "keep"
+# polarity. Read as "blocked", it blocks the past and opens the future.
 
 # %%
 L = 5
@@ -152,11 +147,13 @@ print("diagonal=0, attention weights of query 0:", w[0, 0, 0].tolist())
 assert fully_masked_rows(diag0)[0] and w[0, 0, 0].isnan().all()
 
 # %% [markdown]
-# The `tril` slip also leaves a row with nothing to attend to (the last one), but its real damage
-# is the leak: every other position sees the future. The test that catches it is the **causality
-# probe** of chapter 08: change the last input token, and no earlier output may move.
+# :::{dropdown} Going deeper: the causality probe catches the `tril` leak
+# The `tril` slip also leaves a row with nothing to attend to (the last one). Its real damage is
+# the leak: every other position sees the future. The **causality probe** of chapter 08 catches
+# it. Change the last input token, and no earlier output may move.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 mha = MultiHeadAttention(16, 2, dropout=0.0).eval()
 x = torch.randn(1, L, 16)
 x_changed = x.clone()
@@ -173,17 +170,22 @@ for name, m in [("right", right), ("tril", keep_polarity)]:
     assert (moved == 0) == (name == "right")
 
 # %% [markdown]
-# **Fix:** `torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)` (`helpers.make_causal_mask`),
-# and the causality probe in the test suite.
+# **Fix:** `torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)`, which is
+# `helpers.make_causal_mask`, and the causality probe in your tests.
 #
 # ## 2. The causal mask passed to cross-attention
 #
+# **Symptom:** a shape error if $L_s \ne L_t$; otherwise it runs and hides later memory positions.
+#
 # Cross-attention's keys are the *source* tokens, so its mask is the source padding mask,
-# `[B, 1, 1, Ls]`. Handing it the decoder's causal mask `[1, 1, Lt, Lt]` fails loudly when the
-# lengths differ (`helpers` checks the mask against the scores' shape and names both), and
-# silently when they happen to be equal: target position $i$ then sees only memory positions
-# $0..i$. Those come out of a bidirectional encoder, so each still carries information about the
-# whole source; chapter 07 measures what the wrong mask costs a trained model.
+# `[B, 1, 1, Ls]`. The decoder's causal mask is `[1, 1, Lt, Lt]`. When the lengths differ,
+# `helpers` checks the mask against the scores' shape and names both. When they are equal, target
+# position $i$ sees only memory positions $0..i$.
+#
+# :::{dropdown} Going deeper: what the hidden positions cost
+# Memory positions $0..i$ come out of a bidirectional encoder, so each still carries information
+# about the whole source. Chapter 07 measures what the wrong mask costs a trained model.
+# :::
 
 # %%
 dec = torch.randn(1, 4, 16)
@@ -202,17 +204,17 @@ print("Lt=Ls=6, weights of target position 0 over the 6 memory positions (head 0
 assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 
 # %% [markdown]
-# **Fix:** `decode(tgt_in, memory, src_mask)` takes the source padding mask for cross-attention
-# (chapter 07 shows the wiring and a one-line guard on the mask's last dimension).
+# **Fix:** `decode(tgt_in, memory, src_mask)` takes the source padding mask for cross-attention.
+# Chapter 07 shows the wiring and a one-line guard on the mask's last dimension.
 #
 # ## 3. A fully masked row turns into NaN
 #
-# If a query may attend to no key at all, the textbook softmax computes $0/0$. An all-PAD row in a
-# batch (an empty example) is enough. The NaN does not stay in its example. The loss is a mean
-# over the batch, so the loss is NaN. The gradients of the inputs stay per example: example 0's
-# are finite. A weight that every example uses can be different. Here a projection computes the
-# values, as `W_v` does. Its gradient sums the contributions of all examples, and the NaN of
-# example 1 makes every entry NaN. One optimizer step then writes NaN into the whole weight.
+# **Symptom:** NaN in the outputs, the loss and the gradients.
+#
+# If a query may attend to no key, the textbook softmax computes $0/0$. One empty example is
+# enough. The loss is a mean over the batch, so it is NaN. The input gradients stay per example:
+# example 0's are finite. A shared weight, like `W_v`, sums the gradients of all examples, so its
+# whole gradient is NaN. One optimizer step then writes NaN into the whole weight.
 
 # %%
 ids = torch.tensor([[5, 6, 7, 2], [PAD_ID] * 4])  # the second example is empty
@@ -238,8 +240,8 @@ print(f"after one SGD step: {int(shared.weight.isnan().sum())} of 64 weights are
 assert shared.weight.isnan().all()
 
 # %% [markdown]
-# `helpers.MultiHeadAttention` gives such a row zero attention output on both of its paths, so the
-# NaN never appears; after the output projection the row is just `W_o`'s bias:
+# `helpers.MultiHeadAttention` gives such a row zero attention output, on both of its paths. The
+# NaN never appears. After the output projection the row is just `W_o`'s bias:
 
 # %%
 mha8 = MultiHeadAttention(8, 1, dropout=0.0).eval()
@@ -255,15 +257,17 @@ with torch.no_grad():
         assert o.isfinite().all() and from_bias == 0
 
 # %% [markdown]
-# **Fix:** do not create empty rows (filter empty examples; never start a decoder input with PAD,
-# next section), and guard the softmax as `helpers` does. Chapter 07 shows where such rows come
+# **Fix:** do not create empty rows: filter empty examples, and never start a decoder input with
+# PAD (next section). Guard the softmax as `helpers` does. Chapter 07 shows where such rows come
 # from, including left padding.
 #
 # ## 4. A start symbol equal to PAD
 #
-# The decoder input starts with a start symbol. If its id is the padding id (a tempting shortcut:
-# "0 is free"), the padding mask built from the ids blocks key 0. Query 0 may only see key 0, so
-# its row is fully masked: pitfall 3, on every sequence.
+# **Symptom:** the first query sees nothing: NaN, or no query sees the start.
+#
+# The decoder input starts with a start symbol. Its id may be the padding id ("0 is free"). Then
+# the padding mask built from the ids blocks key 0. Query 0 may only see key 0, so its row is
+# fully masked: pitfall 3, on every sequence.
 
 # %%
 tgt_in_pad_start = tgt_in.clone()
@@ -274,16 +278,19 @@ print("self-attention mask, first 3 queries x 3 keys:\n", self_mask[0, 0, :3, :3
 assert fully_masked_rows(self_mask)[:, 0, 0].all()
 
 # %% [markdown]
-# With the textbook attention the whole output is NaN: query 0 is NaN after the first layer, and in
+# :::{dropdown} Going deeper: what PAD as the start does to a model
+# With the textbook attention the whole output is NaN. Query 0 is NaN after the first layer. In
 # the second layer every query multiplies that NaN value by its zero weight ($0 \times$ NaN is
-# NaN). With `helpers`' guarded attention the output stays finite. The start symbol is now the
-# padding row of the embedding, which `padding_idx` keeps at zero: its row gets no gradient. That
-# does not remove the cue for the first position. Position 0 still gets its encoding, so the
-# first decoder input is the fixed vector `pe[0]`, not zero. Hugging Face's Marian starts its
-# decoder this way (chapter 16). The harm is in our mask: it is derived from the ids, so key 0 is
-# blocked for every query, and no position can attend to the start.
+# NaN). With `helpers`' guarded attention the output stays finite.
+#
+# The start symbol is now the padding row of the embedding, which `padding_idx` keeps at zero: its
+# row gets no gradient. That does not remove the cue for the first position. Position 0 still gets
+# its encoding, so the first decoder input is the fixed vector `pe[0]`, not zero. Hugging Face's
+# Marian starts its decoder this way (chapter 16). The harm is in our mask. It is derived from the
+# ids, so key 0 is blocked for every query, and no position can attend to the start.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 model = new_model().eval()
 with torch.no_grad(), textbook_attention():
     ok_logits, bad_logits = model(src, tgt_in), model(src, tgt_in_pad_start)
@@ -312,17 +319,22 @@ assert torch.equal(first_input, pe0.expand_as(first_input)) and pe0.norm() > 1
 assert self_mask[..., 0].all()
 
 # %% [markdown]
-# **Fix:** give BOS its own id (ours: BOS = 1, PAD = 0). Hugging Face's Marian does start its decoder
-# with PAD, safely. Its decoder padding mask is passed in (`decoder_attention_mask`, all ones by
-# default) rather than derived from the ids, and position 0 still gets its encoding (chapter 16).
+# **Fix:** give BOS its own id (ours: BOS = 1, PAD = 0).
+#
+# :::{dropdown} Going deeper: Marian starts with PAD, safely
+# Hugging Face's Marian does start its decoder with PAD. Its decoder padding mask is passed in
+# (`decoder_attention_mask`, all ones by default), not derived from the ids. And position 0 still
+# gets its encoding (chapter 16).
+# :::
 #
 # ## 5. `-1e9` under fp16
 #
-# A large negative constant is a simple way to mask (The Annotated Transformer {cite}`rush2018`
-# fills with `-1e9`). In float16 the largest finite magnitude is 65,504: `-1e9` does not fit.
-# `masked_fill` refuses it, and the additive form turns it into $-\infty$, which brings back the NaN
-# of pitfall 3 for any fully masked row. (bfloat16 has float32's range, so `-1e9` fits there; the
-# bug appears when the same code runs in fp16.)
+# **Symptom:** an overflow error, or $-\infty$ and NaN.
+#
+# A large negative constant is a simple way to mask. The Annotated Transformer {cite}`rush2018`
+# fills with `-1e9`. In float16 the largest finite magnitude is 65,504, so `-1e9` does not fit.
+# `masked_fill` refuses it. The additive form turns it into $-\infty$, which brings back the NaN of
+# pitfall 3 for any fully masked row. bfloat16 has float32's range, so `-1e9` fits there.
 
 # %%
 scores16 = torch.randn(2, 4, dtype=torch.float16)
@@ -347,20 +359,25 @@ print(
 assert fixed.isfinite().all() and fixed[0, 1:3].eq(0).all()
 
 # %% [markdown]
-# **Fix:** `torch.finfo(scores.dtype).min` (what `helpers` uses, and Hugging Face's eager masks,
-# chapter 16). Chapter 03 measures the same thing for bf16 and fp32.
+# **Fix:** `torch.finfo(scores.dtype).min`, as `helpers` and Hugging Face's eager masks use
+# (chapter 16). Chapter 03 measures the same thing for bf16 and fp32.
 #
 # ## 6. `uint8` masks, `~` and `|`
 #
-# Masks from outside (a tokenizer, NumPy, older code) are often integers with 1 = attend. Three
-# things go wrong: `masked_fill` refuses them; `~` on integers is a **bitwise** NOT (1 becomes 254,
-# 0 becomes 255, both true), so "inverting" a keep-mask blocks everything; and OR-ing two keep-masks
+# **Symptom:** a `masked_fill` error, or everything or nothing blocked.
+#
+# Masks from a tokenizer, NumPy or older code are often integers with 1 = attend. Three things go
+# wrong. `masked_fill` refuses them. `~` on integers is a **bitwise** NOT: 1 becomes 254 and 0
+# becomes 255, both true. So "inverting" a keep-mask blocks everything. And OR-ing two keep-masks
 # lets a key through when *either* allows it, so every real token in the future becomes visible.
 #
-# This corrects one of the articles this book was written from. It blames `|` on `uint8` masks
-# for being bitwise rather than logical. On values 0 and 1 the bitwise OR equals the logical OR
-# (the cell checks all four pairs). The damage comes from the polarity: OR is the wrong operator
-# for keep-masks in any dtype. Of the two operators, only `~` changes meaning with the dtype.
+# :::{dropdown} Going deeper: `|` on `uint8` is not the culprit
+# This corrects one of the articles this book was written from. It blames `|` on `uint8` masks for
+# being bitwise rather than logical. On values 0 and 1 the bitwise OR equals the logical OR, on all
+# four pairs (near the end of the cell). The damage comes from the polarity: OR is the wrong
+# operator for keep-masks in any dtype. Of the two operators, only `~` changes meaning with the
+# dtype.
+# :::
 
 # %%
 ids6 = torch.tensor([[BOS_ID, 7, 8, EOS_ID, PAD_ID, PAD_ID]])
@@ -395,15 +412,17 @@ assert blocked_ok.dtype == torch.bool and (~blocked_ok)[0, 0].tolist() == [True]
 
 # %% [markdown]
 # **Fix:** convert once, where the mask enters your code, with a comparison that states the
-# polarity (`mask = keep == 0`), then combine `bool` masks with the operator of that polarity
-# (`|` for "blocked"). `helpers` accepts only `bool` masks. Chapter 07 goes through all three cases.
+# polarity (`mask = keep == 0`). Then combine `bool` masks with the operator of that polarity (`|`
+# for "blocked"). `helpers` accepts only `bool` masks. Chapter 07 goes through all three cases.
 #
 # ## 7. A mask on another device
 #
-# Masks are often built with `torch.ones(L, L)`, which lives on the CPU, while the scores live on
-# the GPU. There is no GPU here, so the `meta` device (tensors with a shape and no data) stands in
-# for "another device". PyTorch's own error names devices but not the tensor at fault;
-# `helpers.MultiHeadAttention` names the argument:
+# **Symptom:** an error deep inside attention.
+#
+# Masks built with `torch.ones(L, L)` live on the CPU, while the scores may live on a GPU. Here
+# the `meta` device (tensors with a shape and no data) stands in for "another device". PyTorch's
+# own error names the devices but not the tensor at fault. `helpers.MultiHeadAttention` names the
+# argument:
 
 # %%
 mask_elsewhere = make_causal_mask(L, device="meta")
@@ -423,16 +442,18 @@ with torch.no_grad():
 print("built on x.device:", out.device, tuple(out.shape))
 
 # %% [markdown]
-# **Fix:** build masks from the inputs' device: `make_causal_mask(L, device=x.device)`; a padding
-# mask built from the ids (`ids == PAD_ID`) is on the right device automatically.
+# **Fix:** build masks on the inputs' device: `make_causal_mask(L, device=x.device)`. A padding
+# mask built from the ids (`ids == PAD_ID`) is on the right device already.
 #
 # ## 8. Dividing by $\sqrt{d_{model}}$ instead of $\sqrt{d_k}$
 #
-# Each head computes dot products of $d_k$-dimensional vectors; with unit-variance components their
-# variance is $d_k$, and dividing by $\sqrt{d_k}$ brings the scores back to variance 1. Dividing by
-# $\sqrt{d_{model}} = \sqrt{h \cdot d_k}$ shrinks them $\sqrt{h}$ times too much, and the softmax
-# goes flat. We measure it for the paper's sizes ($d_{model} = 512$, $h = 8$, $d_k = 64$) on 32 keys,
-# against the uniform distribution's entropy $\ln 32$:
+# **Symptom:** near-uniform attention.
+#
+# Each head takes dot products of $d_k$-dimensional vectors. With unit-variance components their
+# variance is $d_k$, and dividing by $\sqrt{d_k}$ brings it back to 1. Dividing by
+# $\sqrt{d_{model}} = \sqrt{h \cdot d_k}$ shrinks the scores $\sqrt{h}$ times too much, and the
+# softmax goes flat. We measure it at the paper's sizes ($d_{model} = 512$, $h = 8$, $d_k = 64$)
+# on 32 keys. The uniform distribution's entropy is $\ln 32$:
 
 # %%
 d_model, h, Lk = 512, 8, 32
@@ -458,16 +479,20 @@ entropies = [stats[k][2] for k in ("1 (no scale)", "sqrt(d_k)", "sqrt(d_model)")
 assert entropies == sorted(entropies) and entropies[-1] > 0.97 * math.log(Lk)
 
 # %% [markdown]
-# Without scaling, one key takes most of the weight (0.815 on average: a softmax near saturation);
-# with $\sqrt{d_{model}}$, every key gets nearly $1/32$ and the entropy is within a few percent of
-# uniform: the layer starts out averaging, and training would have to grow the scores
-# $\sqrt{8}$-fold to undo it. **Fix:** divide by `math.sqrt(d_k)` (Hugging Face's BART:
-# `scaling = head_dim ** -0.5`, exercise 16.2). Chapter 03 measures the variance argument.
+# Without scaling, one key takes most of the weight (0.815 on average): the softmax is near
+# saturation. With $\sqrt{d_{model}}$, every key gets nearly $1/32$, and the entropy is within a
+# few percent of uniform. The layer starts out averaging. Training would have to grow the scores
+# $\sqrt{8}$-fold to undo it.
+#
+# **Fix:** divide by `math.sqrt(d_k)`. Hugging Face's BART writes `scaling = head_dim ** -0.5`
+# (exercise 16.2). Chapter 03 measures the variance argument.
 #
 # ## 9. `d_model % num_heads != 0`
 #
-# With $d_{model} = 100$ and $h = 3$, `d_model // h` is 33 and 99 dimensions do not fill 100. The
-# error then comes from a `view` deep in the forward pass, naming a shape, not the cause:
+# **Symptom:** a `view` error far from the cause.
+#
+# With $d_{model} = 100$ and $h = 3$, `d_model // h` is 33, and 99 dimensions do not fill 100.
+# The error then comes from a `view` deep in the forward pass. It names a shape, not the cause:
 
 # %%
 x100 = torch.randn(2, 5, 100)
@@ -489,9 +514,11 @@ for cls in (nn.MultiheadAttention, MultiHeadAttention):
 #
 # ## 10. `view` after `transpose`
 #
-# Merging heads means `[B, h, L, d_k]` -> `[B, L, h, d_k]` -> `[B, L, d_model]`. After `transpose`
-# the tensor is not contiguous and `view` refuses. The worse slip is to skip the `transpose` and
-# `reshape` directly: it runs, and each output row is built from *several positions* of one head.
+# **Symptom:** a `RuntimeError`, or heads mixed across positions.
+#
+# Merging heads goes `[B, h, L, d_k]` -> `[B, L, h, d_k]` -> `[B, L, d_model]`. After `transpose`
+# the tensor is not contiguous, and `view` refuses. The worse slip skips the `transpose` and calls
+# `reshape` directly. It runs, and each output row is built from *several positions* of one head.
 
 # %%
 Bh, hh, Lh, dh = 2, 4, 5, 8
@@ -515,20 +542,24 @@ print(
 assert from_one_head == 0 and not torch.equal(wrong_merge, right_merge)
 
 # %% [markdown]
-# **Fix:** `x.transpose(1, 2).reshape(B, L, d_model)` (or `.contiguous().view(...)`). Chapter 03
+# **Fix:** `x.transpose(1, 2).reshape(B, L, d_model)`, or `.contiguous().view(...)`. Chapter 03
 # prints the strides that explain it.
 #
 # ## 11. Positional-encoding overflow
 #
-# A position table has `max_len` rows. Slicing it never raises (`pe[:20]` on 14 rows returns 14
-# rows), so the error appears later as a size mismatch, or not at all: when decoding with a cache,
+# **Symptom:** a size mismatch, or silently wrong positions.
+#
+# A position table has `max_len` rows. Slicing it never raises: `pe[:20]` on 14 rows returns 14
+# rows. The error appears later as a size mismatch, or not at all. When decoding with a cache,
 # forgetting the offset gives every new token position 0's encoding, and the shapes fit.
 #
-# This corrects one of the articles this book was written from. It reports an `IndexError` when
-# it slices a sinusoidal table that is too short. Slicing the table raises nothing; the addition
-# that follows raises a `RuntimeError` (the size mismatch below). An `IndexError` needs an index
-# past the last row: a tensor of positions used as an index into the table, or a learned table,
+# :::{dropdown} Going deeper: where an `IndexError` comes from
+# This corrects one of the articles this book was written from. It reports an `IndexError` when it
+# slices a sinusoidal table that is too short. Slicing the table raises nothing. The addition that
+# follows raises a `RuntimeError` (the size mismatch below). An `IndexError` needs an index past
+# the last row. That is a tensor of positions used as an index into the table, or a learned table,
 # `nn.Embedding`, looked up past its end.
+# :::
 
 # %%
 pe = sinusoidal_position_encoding(14, 16)
@@ -568,15 +599,17 @@ shifted = emb(one_token, start_pos=step) - emb(one_token)
 torch.testing.assert_close(shifted, (pe[step] - pe[0])[None, None])
 
 # %% [markdown]
-# **Fix:** check the length against `max_len` with an error that says what to do, and pass the
+# **Fix:** check the length against `max_len`, with an error that says what to do. Pass the
 # absolute position when decoding step by step (`start_pos`, as `helpers.greedy_decode` does with
 # its cache). Chapter 02 builds the length check and compares learned and sinusoidal positions.
 #
 # ## 12. The default initialisation
 #
-# `nn.Embedding` starts at $\mathcal{N}(0, 1)$; multiplied by $\sqrt{d}$ = 11.3 the token vectors
-# drown the sinusoidal positions, whose values never exceed 1 (chapter 12 trains both
-# initialisations). Measuring the two standard deviations takes no training:
+# **Symptom:** token vectors drown the positions, and learning is slow.
+#
+# `nn.Embedding` starts at $\mathcal{N}(0, 1)$. Multiplied by $\sqrt{d}$ = 11.3, the token vectors
+# drown the sinusoidal positions, whose values never exceed 1. Measuring the two standard
+# deviations takes no training:
 
 # %%
 def token_and_position_std(model):
@@ -593,16 +626,18 @@ for name, m in [("book init", new_model()), ("PyTorch defaults", apply_default_i
 assert ratios["book init"] < 2 and ratios["PyTorch defaults"] > 10
 
 # %% [markdown]
-# **Fix:** embeddings with standard deviation $d^{-1/2}$ (so scaled tokens have std 1), as
+# **Fix:** embeddings with standard deviation $d^{-1/2}$, so scaled tokens have std 1, as
 # `helpers.Transformer` does (chapter 02). Chapter 12 trains the 2 x 2 of this fix and Xavier
-# initialisation of the linear layers (seeds 0-2): there, this fix alone closes the gap.
+# initialisation on seeds 0-2: this fix alone closes the gap.
 #
 # ## 13. A list instead of `nn.ModuleList`
 #
-# `nn.Module` registers a submodule when it is assigned as an attribute, or held in a
-# `ModuleList`/`ModuleDict`. A plain list hides its modules: their parameters are missing from
-# `parameters()` (so from the optimizer), from `state_dict()` (so from checkpoints), and `.to()`
-# and `.eval()` never reach them. The forward pass works perfectly.
+# **Symptom:** parameters invisible to the optimizer.
+#
+# `nn.Module` registers a submodule assigned as an attribute, or held in a `ModuleList` or
+# `ModuleDict`. A plain list hides its modules. Their parameters are missing from `parameters()`,
+# so from the optimizer, and from `state_dict()`, so from checkpoints. `.to()` and `.eval()` never
+# reach them. The forward pass works perfectly.
 
 # %%
 class Stack(nn.Module):
@@ -634,10 +669,12 @@ for container in (list, nn.ModuleList):
 assert sum(p.numel() for p in Stack(list).parameters()) == 0
 
 # %% [markdown]
-# **Fix:** `nn.ModuleList` (chapter 05). A list of modules built *inside* `forward` is the same bug
-# with fresh random weights every call.
+# **Fix:** `nn.ModuleList` (chapter 05). A list of modules built *inside* `forward` is the same
+# bug, with fresh random weights every call.
 #
 # ## 14. Forgetting `eval()`
+#
+# **Symptom:** random outputs at inference.
 #
 # Dropout is on in training mode, and a module starts in training mode. A model left that way
 # gives a different answer every time it is asked:
@@ -657,13 +694,15 @@ assert changed > 0 and changed_eval == 0
 
 # %% [markdown]
 # **Fix:** `model.eval()` before evaluating or decoding, `model.train()` before training again.
-# `helpers.greedy_decode` calls `model.eval()` itself, and says so in its docstring; chapter 11
-# shows what a trained model does without it.
+# `helpers.greedy_decode` calls `model.eval()` itself. Chapter 11 shows what a trained model does
+# without it.
 #
 # ## 15. Forgetting `ignore_index`
 #
+# **Symptom:** padding rewarded in the loss and the accuracy.
+#
 # About a third of the target positions in a batch of reversal data are padding. Without
-# `ignore_index`, the loss and the accuracy count them, and a model that predicts PAD everywhere
+# `ignore_index`, the loss and the accuracy count them. A model that predicts PAD everywhere then
 # looks partly right. Take exactly that degenerate model:
 
 # %%
@@ -683,15 +722,17 @@ print(f"                  loss {loss_all:.2f} counting PAD, {loss_ignore:.2f} wi
 assert acc_all == pad_share > 0.25 and acc_real == 0 and loss_all < 0.75 * loss_ignore
 
 # %% [markdown]
-# **Fix:** `F.cross_entropy(..., ignore_index=PAD_ID)` and accuracy over `tgt_out != PAD_ID` only
+# **Fix:** `F.cross_entropy(..., ignore_index=PAD_ID)`, and accuracy over `tgt_out != PAD_ID` only
 # (chapter 10). Hugging Face marks ignored labels with -100 instead (chapter 16).
 #
 # ## 16. Label smoothing with `ignore_index`, by hand
 #
+# **Symptom:** a loss that counts PAD rows.
+#
 # Label smoothing replaces the one-hot target with $1 - \varepsilon$ on the right class plus
-# $\varepsilon / V$ spread over all $V$ classes. `F.cross_entropy` does it, and with `ignore_index`
-# it leaves the PAD positions out entirely, smoothing included. A hand-written version must do the
-# same; the easy mistake is to smooth every row and average over all of them:
+# $\varepsilon / V$ over all $V$ classes. `F.cross_entropy` with `ignore_index` leaves the PAD
+# positions out entirely, smoothing included. A hand-written version must do the same. The easy
+# mistake is to smooth every row and average over all of them:
 
 # %%
 eps = 0.1
@@ -712,20 +753,31 @@ assert abs(by_hand_forgot - builtin) > 0.01
 
 # %% [markdown]
 # **Fix:** use the built-in arguments together, or mask the rows before averaging. Check a custom
-# loss against `F.cross_entropy` on one batch, as above. (Some implementations, The Annotated
-# Transformer's {cite}`rush2018` among them, also take the PAD *class* out of the smoothing mass;
-# that is a different loss, not a bug, but it changes the numbers you compare with.)
+# loss against `F.cross_entropy` on one batch, as above.
+#
+# :::{dropdown} Going deeper: PAD taken out of the smoothing mass
+# Some implementations, The Annotated Transformer's {cite}`rush2018` among them, also take the PAD
+# *class* out of the smoothing mass. That is a different loss, not a bug. But it changes the
+# numbers you compare with.
+# :::
 #
 # ## 17. A `[B, L]` padding mask without `unsqueeze`
 #
-# The scores have shape `[B, h, L_q, L_k]`. A padding mask built as `ids == PAD_ID` has shape
-# `[B, L_k]`. Broadcasting aligns shapes from the right, so PyTorch reads it as
-# `[1, 1, B, L_k]`: the batch dimension lands on the query dimension. When $B$ and $L_q$ differ
-# and neither is 1, `masked_fill` raises an error. When $B = L_q$ it runs, and query $i$ of every
-# sequence gets the padding of sequence $i$. With one query per sequence ($L_q = 1$, a cached
-# decoding step) it runs too, and the scores grow from `[B, h, 1, L_k]` to `[B, h, B, L_k]`.
-# (With $B = 1$ the mask broadcasts correctly; chapter 07 shows that case.) Five sequences of five
-# tokens make $B = L_q$:
+# **Symptom:** a shape error, or a silent wrong mask when $B = L_q$.
+#
+# The scores have shape `[B, h, L_q, L_k]`. A padding mask `ids == PAD_ID` has shape `[B, L_k]`.
+# Broadcasting aligns shapes from the right, so PyTorch reads the mask as `[1, 1, B, L_k]`: the
+# batch dimension lands on the query dimension. When $B = L_q$ it runs, and query $i$ of every
+# sequence gets the padding of sequence $i$.
+#
+# :::{dropdown} Going deeper: the other sizes
+# When $B$ and $L_q$ differ and neither is 1, `masked_fill` raises an error. With one query per
+# sequence ($L_q = 1$, a cached decoding step) it runs too, and the scores grow from
+# `[B, h, 1, L_k]` to `[B, h, B, L_k]`. With $B = 1$ the mask broadcasts correctly; chapter 07
+# shows that case. The cell below tries both other sizes after the main case.
+# :::
+#
+# Five sequences of five tokens make $B = L_q$:
 
 # %%
 ids17 = torch.tensor([[5, 6, 7, 8, EOS_ID], [5, 6, EOS_ID, PAD_ID, PAD_ID],
@@ -758,17 +810,22 @@ except ValueError as e:
     print("helpers:", type(e).__name__, "|", e)
 
 # %% [markdown]
-# **Fix:** give the mask its two missing dimensions, `[B, 1, 1, L]` (`helpers.make_padding_mask`),
-# and check a mask's rank where it enters attention, as `helpers.MultiHeadAttention` does.
+# **Fix:** give the mask its two missing dimensions, `[B, 1, 1, L]` (`helpers.make_padding_mask`).
+# Check a mask's rank where it enters attention, as `helpers.MultiHeadAttention` does.
 #
 # ## 18. A learning rate too high, or the schedule forgotten
 #
+# **Symptom:** the loss rises far above $\ln V$.
+#
 # Chapter 10's Noam schedule runs through `LambdaLR` with a base learning rate of 1.0. The
-# schedule's factor is then the actual learning rate: it warms up from almost 0 (0.0011 at the
-# first step here). Forget to create
-# the scheduler, and Adam runs at 1.0 from the first step. The articles this book was written
-# from recommend warmup, and one lists a learning rate that is too high as a cause of a NaN loss.
+# schedule's factor is then the actual learning rate. It warms up from almost 0 (0.0011 at the
+# first step here). Forget to create the scheduler, and Adam runs at 1.0 from the first step.
 # Twenty steps of a small model (two layers, width 32) on 32 pairs show the divergence.
+#
+# :::{dropdown} Going deeper: what the source articles say
+# The articles this book was written from recommend warmup. One lists a learning rate that is too
+# high as a cause of a NaN loss.
+# :::
 
 # %% tags=["nbval-ignore-output"]
 src18, tgt18 = make_reversal_dataset(32, seed=18)
@@ -805,19 +862,25 @@ assert runs["with the schedule"][-1] < runs["with the schedule"][0] - 0.5  # it 
 assert min(runs["schedule forgotten"][5:]) > 3 * math.log(V)  # far worse than a uniform guess
 
 # %% [markdown]
-# With the schedule, the loss falls. At a learning rate of 1.0 it jumps within a few steps to
-# many times $\ln V$, the loss of a uniform guess, and stays there. **Fix:** check the learning
-# rate the optimizer actually uses (`opt.param_groups[0]["lr"]`) at the first steps, and warm
-# up to a small peak (chapter 10).
+# With the schedule, the loss falls. At a learning rate of 1.0 it jumps within a few steps to many
+# times $\ln V$, the loss of a uniform guess, and stays there.
+#
+# **Fix:** check the learning rate the optimizer actually uses (`opt.param_groups[0]["lr"]`) at
+# the first steps, and warm up to a small peak (chapter 10).
 #
 # ## 19. The causal mask rebuilt at every generation step
 #
-# Without a cache, step $t$ of greedy decoding runs the decoder on $t$ tokens and needs a
-# $t \times t$ causal mask. One of the articles this book was written from rebuilds it at every
-# step. That gives the right mask, but step $t$ allocates and fills $t^2$ entries, about $T^3/3$
-# over $T$ steps. A mask built once for the longest output and sliced is the same mask at every
-# step, and a slice is a view: it allocates nothing. With a KV cache (chapter 13), a step feeds
+# **Symptom:** extra work that grows with the length.
+#
+# Without a cache, step $t$ of greedy decoding runs the decoder on $t$ tokens with a $t \times t$
+# causal mask. Rebuilding it at every step gives the right mask, but step $t$ fills $t^2$ entries:
+# about $T^3/3$ over $T$ steps. A mask built once for the longest output and sliced is the same
+# mask, and a slice is a view that allocates nothing. With a KV cache (chapter 13), a step feeds
 # one query, the newest, and its causal row blocks nothing.
+#
+# :::{dropdown} Going deeper: where this pitfall comes from
+# One of the articles this book was written from rebuilds the mask at every step.
+# :::
 
 # %%
 T = 64
@@ -833,34 +896,36 @@ print(f"the newest query's causal row blocks {int(newest.sum())} of {T} keys")
 assert rebuilt == T * (T + 1) * (2 * T + 1) // 6 and not newest.any()
 
 # %% [markdown]
-# **Fix:** build the causal mask once, at the maximum length, and slice it; with a cache, pass no
+# **Fix:** build the causal mask once, at the maximum length, and slice it. With a cache, pass no
 # causal mask for the one new query.
 #
 # ## A debugging order
 #
-# When a model does not learn, the order of the checks matters: each step assumes the ones before
-# it. Fix the shapes before reading masks; fix the masks before blaming the data; look at the loss
-# *before* training (for $V$ classes, a model that knows nothing should score near $\ln V$, as
-# measured below); look at gradients last.
+# When a model does not learn, check in this order. Each step assumes the ones before it.
 #
 # 1. **Shapes**: one forward pass on a fixed small batch; logits are `[B, Lt, V]`; two passes in
 #    eval mode agree.
-# 2. **Masks**: no query row is fully masked; changing *future* target tokens leaves earlier logits
-#    unchanged (causality probe); cutting off a sequence's padding leaves its logits unchanged
-#    (padding-invariance probe).
-# 3. **Data**: the decoder input starts with BOS and BOS is not PAD; ids are inside the vocabulary;
-#    no source row is empty; the target is the decoder input shifted by one.
-# 4. **Loss at init**: near $\ln V$ (far above it: an initialisation or output-scale problem);
-#    the embeddings entering the first LayerNorm are of order 1.
-# 5. **Gradients**: every parameter gets one, none is huge; no tensor takes part in the forward
-#    pass while hidden from the optimizer.
+# 2. **Masks**: no query row is fully masked. Changing *future* target tokens leaves earlier
+#    logits unchanged (causality probe). Cutting off a sequence's padding leaves its logits
+#    unchanged (padding-invariance probe).
+# 3. **Data**: the decoder input starts with BOS, and BOS is not PAD. Ids are inside the
+#    vocabulary. No source row is empty. The target is the decoder input shifted by one.
+# 4. **Loss at init**: near $\ln V$; far above it points to an initialisation or output-scale
+#    problem. The embeddings entering the first LayerNorm are of order 1.
+# 5. **Gradients**: every parameter gets one, and none is huge. No tensor takes part in the
+#    forward pass while hidden from the optimizer.
 #
-# And at every step: NaN or inf anywhere, and where it first appears.
+# At every step, look for NaN or inf, and where it first appears.
 #
-# `helpers.check_model(model, batch)` runs this order on one batch and prints a short report. It
-# judges the model only by what it does: the masks the attention modules receive (seen through
+# `helpers.check_model(model, batch)` runs this order on one batch and prints a short report.
+#
+# :::{dropdown} Going deeper: what `check_model` looks at
+# It judges the model only by what it does: the masks its attention modules receive (through
 # forward hooks), the probes above, and the autograd graph of the loss. It leaves the model as it
-# found it (train/eval mode, no `.grad` written; the cell checks both). First, the healthy model:
+# found it: same train/eval mode, no `.grad` written.
+# :::
+#
+# First, the healthy model:
 
 # %%
 t0 = time.perf_counter()
@@ -870,16 +935,18 @@ assert report.ok and not report.failures
 assert healthy.training and all(p.grad is None for p in healthy.parameters())  # left as found
 
 # %% [markdown]
+# :::{dropdown} Going deeper: why the initial loss is above $\ln V$
 # The healthy model's initial loss is 1.37 times $\ln V$, not $\ln V$. A model that knows nothing
-# is not a uniform guess: its logits are random, with some spread $s$ across the vocabulary at
-# each position, and for random logits of a small spread $s$ the expected cross entropy is about
-# $\ln V + s^2/2$ (the mean of $e^{z}$ over Gaussian $z$ is $e^{s^2/2}$; exercise 17.1 shows where
-# this breaks down). Xavier-initialised
-# output projections give $s$ a little above 1 here. `check_model` therefore flags the initial
-# loss only above `loss_ratio_limit` times $\ln V$, which it takes as "confidently wrong": the
-# cell reads the limit from its signature and says which spread it corresponds to.
+# is not a uniform guess. Its logits are random, with some spread $s$ across the vocabulary at
+# each position. For random logits of a small spread $s$, the expected cross entropy is about
+# $\ln V + s^2/2$: the mean of $e^{z}$ over Gaussian $z$ is $e^{s^2/2}$. Exercise 17.1 shows where
+# this breaks down. Xavier-initialised output projections give $s$ a little above 1 here. So
+# `check_model` flags the initial loss only above `loss_ratio_limit` times $\ln V$, which it takes
+# as "confidently wrong". The cell reads the limit from its signature and says which spread it
+# corresponds to.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 limit = inspect.signature(check_model).parameters["loss_ratio_limit"].default
 ln_v = math.log(V)
 with torch.no_grad():
@@ -895,8 +962,8 @@ print(
 assert abs(measured - (ln_v + spread**2 / 2)) < 0.15 and measured < limit * ln_v
 
 # %% [markdown]
-# Now nine ways to break it: seven models, each built in a few lines by subclassing or editing a
-# healthy one, and two batches with a data bug. Next to each, the checks we expect it to fail:
+# Now nine ways to break it: seven models, each built in a few lines from a healthy one, and two
+# batches with a data bug. Next to each are the checks we expect it to fail:
 
 # %%
 class CausalVariant(Transformer):
@@ -985,7 +1052,7 @@ for name, model, batch, expected in cases:
 # Every break is flagged, each by the check designed for it, and the healthy model by none.
 # Figure 17.1 lays the ten reports side by side, with the checks in debugging order.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def draw_report_grid():
     rows = {"healthy model": report, **reports}
     checks = [f.check for f in report.findings]
@@ -1012,17 +1079,16 @@ draw_report_grid()
 plt.show()
 
 # %% [markdown]
-# Two flags deserve a look at the full report. The plain list is found twice: the hidden layers stay
-# in training mode (so two eval-mode passes differ) and their weights take part in the autograd
-# graph without being parameters of the model; the report even names the attribute:
+# The full report finds the plain list twice. The hidden layers stay in training mode, so two
+# eval-mode passes differ. And their weights take part in the
+# autograd graph without being parameters of the model. The report names the attribute:
 
 # %%
 print(reports["decoder layers in a plain list"])
 
 # %% [markdown]
 # The NaN is traced to the first module whose output is not finite, which points at the faulty
-# weight; the probes that compare logits are skipped rather than reporting a meaningless
-# difference:
+# weight. The probes that compare logits are skipped rather than report a meaningless difference:
 
 # %%
 for check in ("activations finite", "parameters finite", "causality probe"):
@@ -1037,18 +1103,17 @@ print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 # %% [markdown]
 # ## Summary
 #
-# - Nineteen pitfalls, each reproduced in a few lines with the wrong number or the error printed
-#   and asserted, then fixed; most of them run without an error.
+# - Nineteen pitfalls, each reproduced in a few lines, then fixed. Most of them run without an
+#   error.
 # - A debugging order (shapes, masks, data, loss at init, gradients, and NaN/inf at every step),
 #   and `helpers.check_model`, which runs it on one batch by probing what the model does.
 # - It flags each of nine breaks (seven models, two batches) with the checks designed for them
 #   and passes the healthy model (Figure 17.1).
 # - The healthy model starts at 1.37 times $\ln V$, close to what random logits of its spread
 #   give ($\ln V + s^2/2$); `check_model` flags an initial loss only above 2 times $\ln V$.
-# - The one thing to remember: most of these bugs are silent, so reproduce a suspicion in a few
-#   lines and assert what the right answer must satisfy. The probes run on an untrained model,
-#   before its first training step (chapter 08 turns causality and padding invariance into unit
-#   tests).
+# - The one thing to remember: most of these bugs are silent. Reproduce a suspicion in a few
+#   lines, and assert what the right answer must satisfy. The probes need no training: they run
+#   before the first step (chapter 08 turns causality and padding invariance into unit tests).
 #
 # ## Exercises
 #
