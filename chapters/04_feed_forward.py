@@ -16,22 +16,11 @@
 # %% [markdown]
 # # 4. The feed-forward network
 #
-# Every Transformer layer has two kinds of sub-layer. Attention (chapter 03) is the only
-# place where positions exchange information. The **feed-forward network** (FFN) is the
-# other one, and it does the opposite: it transforms each position's vector on its own,
-# with the same small two-layer MLP everywhere ({cite}`vaswani2017` used a ReLU where this
-# book uses a GELU):
+# Attention mixes positions. The feed-forward network (FFN) works on each position alone.
+# You will build it and check that it treats every position alike.
+# Then you will compare its two usual activations, ReLU and GELU, and count what it costs.
 #
-# $$
-# \operatorname{FFN}(x) = W_2\, \operatorname{GELU}(W_1 x + b_1) + b_2,
-# \qquad W_1 \in \mathbb{R}^{d_{ff} \times d},\; W_2 \in \mathbb{R}^{d \times d_{ff}}.
-# $$
-#
-# It widens each vector from $d$ to $d_{ff}$ (four times wider in this book: 128 to 512),
-# applies a nonlinearity, and projects back to $d$. Simple as it is, it holds most of an
-# encoder layer's parameters. This chapter builds it, checks that it really is the same
-# function at every position, compares the two usual activations (ReLU and GELU, with
-# GELU's two variants), and counts what the 4x width costs.
+# ![ReLU and GELU with their derivatives](figures/04_feed_forward.png)
 
 # %%
 import copy
@@ -50,6 +39,20 @@ _ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## The network, built by hand
+#
+# Every Transformer layer has two kinds of sub-layer. Attention (chapter 03) is the only
+# place where positions exchange information. The FFN does the opposite. It transforms
+# each position's vector on its own, with the same small two-layer MLP everywhere
+# ({cite}`vaswani2017` used a ReLU where this book uses a GELU):
+#
+# $$
+# \operatorname{FFN}(x) = W_2\, \operatorname{GELU}(W_1 x + b_1) + b_2,
+# \qquad W_1 \in \mathbb{R}^{d_{ff} \times d},\; W_2 \in \mathbb{R}^{d \times d_{ff}}.
+# $$
+#
+# It widens each vector from $d$ to $d_{ff}$ (four times wider in this book: 128 to 512),
+# applies a nonlinearity, and projects back to $d$. Simple as it is, it holds most of an
+# encoder layer's parameters.
 #
 # Two `nn.Linear` layers with an activation between them, then dropout (a regulariser
 # during training, the identity in eval mode). `nn.Linear` multiplies along the *last*
@@ -203,7 +206,7 @@ print(
 )
 assert (relu_grad[negative_x] == 0).all() and (gelu_grad[negative_x] != 0).all()
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
 for name, (ys, grad) in curves.items():
     ax1.plot(xs.detach(), ys, label=name)
@@ -219,12 +222,21 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Read the landmarks off a fine grid in float64: where GELU reaches its minimum (there its
-# derivative is zero), the sign of the derivative on either side, and the range of the
-# derivative, whose extremes sit at $x = \pm\sqrt 2$, where the derivative of
-# $\Phi(x) + x\varphi(x)$, namely $(2 - x^2)\varphi(x)$, vanishes.
+# GELU's derivative is zero at exactly one point, $x \approx -0.752$, where GELU has its
+# minimum. It is negative left of that point and positive right of it.
+#
+# :::{dropdown} Going deeper: GELU's landmarks, read off a fine grid
+# The cell below reads the landmarks off a grid in float64. It finds where GELU reaches
+# its minimum (there its derivative is zero) and the sign of the derivative on either
+# side. It also finds the range of the derivative. Its extremes sit at $x = \pm\sqrt 2$,
+# where the derivative of $\Phi(x) + x\varphi(x)$, namely $(2 - x^2)\varphi(x)$, vanishes.
+#
+# Left of the minimum the derivative goes down to about $-0.13$ at $x = -\sqrt 2$, then
+# back towards 0 from below. A unit whose input sits there gets a gradient of the
+# *opposite* sign to the one it would get on the right, but not a zero one.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 grid = torch.linspace(-6, 6, 120_001, dtype=torch.float64, requires_grad=True)
 g = F.gelu(grid)
 (dg,) = torch.autograd.grad(g.sum(), grid)
@@ -249,13 +261,7 @@ assert abs(grid[dg.argmin()] + math.sqrt(2)) < 1e-3
 assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative on the left
 
 # %% [markdown]
-# So GELU's derivative is zero at exactly one point, $x \approx -0.752$, negative for
-# every $x$ below it (down to about $-0.13$ at $x = -\sqrt 2$, then back towards 0 from
-# below), and positive above it. A unit whose input sits left of the minimum gets a
-# gradient of the *opposite* sign to the one it would get on the right, but not a zero one.
-#
-# ### Exact GELU and the tanh approximation
-#
+# :::{dropdown} Going deeper: exact GELU and the tanh approximation
 # The GELU paper {cite}`hendrycks2016` also gave a cheaper tanh approximation, which
 # early implementations used (the docstring of Hugging Face's version, printed below,
 # names Google's BERT code and OpenAI's GPT):
@@ -269,10 +275,15 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # equal, so a checkpoint trained with one and run with the other computes slightly
 # different activations. Hugging Face's `transformers` {cite}`wolf2020` keeps separate
 # names for the variants: `gelu` for the exact form, `gelu_new` for the tanh form (the
-# cell prints the version). Check the default, both formulas, the two names, and the size
-# of the gap:
+# cell prints the version). The cell checks the default, both formulas, the two names,
+# and the size of the gap.
+#
+# The model in this book uses the exact form throughout (checked at the end of this
+# chapter). The gap matters when you load weights trained with the other variant and
+# expect bit-for-bit equal outputs.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 print("transformers", transformers.__version__)
 print("nn.GELU() ->", nn.GELU(), "  default approximate =", repr(nn.GELU().approximate))
 assert nn.GELU().approximate == "none"
@@ -297,10 +308,6 @@ print(
 assert 1e-4 < gap.max() < 1e-3  # small, but far above float32 rounding
 
 # %% [markdown]
-# The model in this book uses the exact form throughout (checked at the end of this
-# chapter). The gap matters when you load weights trained with the other variant and
-# expect bit-for-bit equal outputs.
-#
 # ### A dead ReLU unit gets no gradient; a GELU unit still does
 #
 # ReLU's derivative is exactly 0 for every negative input. A hidden unit whose
@@ -347,18 +354,31 @@ assert 0.4 < negative < 0.6
 
 # %% [markdown]
 # The ReLU unit's gradient is exactly zero. The GELU unit sits in the flat tail of the
-# curve: its gradient is small, but not zero. How far a training step moves it depends on
-# the optimiser. Plain SGD moves a weight by the learning rate times its gradient, so a
-# small gradient gives a small step. Adam, which this book trains with (chapter 10),
+# curve: its gradient is small, but not zero.
+#
+# Even for healthy units, ReLU passes no gradient wherever their pre-activation is
+# negative. That is half of the pre-activations here, with random weights and inputs.
+# GELU's gradient is zero only at the single point $x \approx -0.752$. Its authors put the
+# difference as weighting inputs by their value rather than gating them by their sign.
+# They report improvements over ReLU and ELU on their vision, language and speech tasks
+# {cite}`hendrycks2016`.
+#
+# :::{dropdown} Going deeper: how far one optimiser step moves the two units
+# How far a training step moves the GELU unit depends on the optimiser. Plain SGD moves
+# a weight by the learning rate times its gradient, so a small gradient gives a small step. Adam, which this book trains with (chapter 10),
 # divides each gradient by the square root of a running average of its squares. Its first
 # step therefore moves every weight with a non-zero gradient by about the learning rate
 # (as long as the gradient is well above Adam's $\epsilon$, here $10^{-9}$). On this first
 # step, a zero gradient moves nothing under either. The cell takes one step of each, with
 # learning rate $10^{-3}$, and compares how far unit 0's weights move with how far a
-# typical unit's do (the median over the other units):
+# typical unit's do (the median over the other units).
+#
+# Under SGD the GELU unit moves less than a hundredth as far as a typical unit. Under Adam
+# it moves as far as a typical unit. The ReLU unit does not move under either.
+# :::
 
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def first_step_ratio(act, make_opt):
     """Largest change of unit 0's weights after one step / the median over other units."""
     f = copy.deepcopy(base)
@@ -389,16 +409,6 @@ assert 0 < ratios["SGD", "GELU"] < 0.01
 assert 0.95 < ratios["Adam", "GELU"] < 1.05
 
 # %% [markdown]
-# Under SGD the GELU unit moves less than a hundredth as far as a typical unit. Under Adam
-# it moves as far as a typical unit. The ReLU unit does not move under either.
-#
-# Even for healthy units, ReLU passes no gradient wherever their pre-activation is
-# negative. That is half of the pre-activations here (50 %, printed; random weights and
-# inputs). GELU's gradient is zero only at the single point $x \approx -0.752$. Its
-# authors put the difference as weighting inputs by their value rather than gating them by
-# their sign, and report improvements over ReLU and ELU on their vision, language and
-# speech tasks {cite}`hendrycks2016`.
-#
 # Is a dead ReLU unit dead for good, then? Not necessarily: "dead" is a property of the
 # unit *and its inputs*. Its own weights get no gradient, but its inputs are the outputs
 # of the layers below, which keep training. If they drift along the unit's weight vector
@@ -488,13 +498,20 @@ assert 0.65 < shares[4][0] < 0.68 and 0.48 < shares[4][1] < 0.51
 # with a gated unit such as SwiGLU have *three* $d \times d_{ff}$ matrices, and shrink $d_{ff}$ to
 # $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget (exercise 4.3 builds one).
 #
+# :::{dropdown} Going deeper: the FFN's arithmetic per token
 # The parameters are also the compute. Every FFN weight is used exactly once per token
 # (one multiply-add), so the FFN costs $2\,d\,d_{ff}$ multiply-adds per token whatever the
 # sequence length. Attention's projections cost $4d^2$ per token too, but its two
 # length-dependent products ($QK^\top$ and the weighted sum of values) cost $2\,L\,d$
-# per query. The FFN dominates those until $L$ reaches $d_{ff}$:
+# per query. The FFN dominates those until $L$ reaches $d_{ff}$.
+#
+# For the reversal task ($L \le 14$) the FFN does 37 times more arithmetic per token than
+# attention's two length-dependent products. By this count, attention's length-dependent
+# cost catches up only at $L = d_{ff} = 512$. The benchmark chapter (19) measures
+# attention's cost directly.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 for L_seq in (14, 128, 512, 2048):
     ffn_macs, attn_len_macs = 2 * d * dff, 2 * L_seq * d
     print(
@@ -504,11 +521,6 @@ for L_seq in (14, 128, 512, 2048):
     )
 
 # %% [markdown]
-# For the reversal task ($L \le 14$) the FFN does 37 times more arithmetic per token than
-# attention's two length-dependent products; by this count, attention's length-dependent
-# cost catches up only at $L = d_{ff} = 512$ (the benchmark chapter, 19, measures
-# attention's cost directly).
-#
 # ## Dropout: on in training, off in eval
 #
 # The last element is dropout, the original paper's regulariser {cite}`vaswani2017`. In
@@ -601,7 +613,7 @@ print(f"encoder layer: {n_params(big_layer):,}; FFN share {p_big / n_params(big_
 assert p_big == ffn_formula(512, 2048) == 2_099_712
 assert abs(p_big / n_params(big_layer) - shares[4][0]) < 0.01  # the same 2/3 as at d = 128
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 4.1
 # 2,099,712 parameters, about two thirds of the layer, the same share as at $d = 128$:
 # with $d_{ff} = 4d$ both the FFN ($8d^2$) and the attention ($4d^2$) grow as $d^2$.
@@ -631,7 +643,7 @@ print(f"|mean of 4000 training-mode outputs - eval output| / |eval output|: {sho
 assert rel < 0.01
 
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 4.2
 # The average of 4000 training-mode outputs is within 1 % of the eval-mode output: each
 # output is kept with probability 0.9 and then divided by 0.9, so its expected value is
