@@ -168,6 +168,102 @@ print("sum_j w[0,j] V[j] =", by_loop.numpy().round(3))
 torch.testing.assert_close(out[0], by_loop)
 
 # %% [markdown]
+# ## A head that does a job: look at the mirror
+#
+# Random weights show the mechanics, not the point. So set the weights by hand. The
+# reversal task needs output position $i$ to read input position $L-1-i$, its *mirror*.
+# One head can do that with chapter 02's sinusoidal encodings and no training.
+#
+# Each frequency $\omega$ of the encoding stores the pair $(\sin \omega p, \cos \omega p)$.
+# Write $c = L-1$. The trigonometric identities for $\omega(c-p)$ give
+#
+# $$
+# \begin{pmatrix} \sin \omega(c-p) \\ \cos \omega(c-p) \end{pmatrix}
+# = \begin{pmatrix} -\cos \omega c & \sin \omega c \\ \sin \omega c & \cos \omega c \end{pmatrix}
+#   \begin{pmatrix} \sin \omega p \\ \cos \omega p \end{pmatrix}.
+# $$
+#
+# The matrix is fixed once $L$ is known: a reflection, one $2 \times 2$ block per
+# frequency. Its entries are just the pair stored in $\mathrm{pe}(c)$. Stack the blocks
+# into $R$, and $R\,\mathrm{pe}(i) = \mathrm{pe}(L-1-i)$ exactly. So use
+# $W_q = s R$ and $W_k = I$. The score of query $i$ and key $j$ is then
+# $s \sum_\omega \cos \omega\,(j - (L-1-i))$, largest when $j = L-1-i$. The gain $s$
+# sharpens the softmax; $s = 16$ (after the $1/\sqrt{d_k}$) is enough here.
+
+
+# %%
+def mirror_weights(pe):
+    """pe [L, d_pos] -> the hand-set W_q [d_pos, d_pos] of a head that attends to the mirror."""
+    L, d_pos = pe.shape
+    s, c = pe[L - 1, 0::2], pe[L - 1, 1::2]  # sin(w (L-1)), cos(w (L-1)) per frequency w
+    R = torch.zeros(d_pos, d_pos)
+    R[0::2, 0::2], R[0::2, 1::2] = torch.diag(-c), torch.diag(s)
+    R[1::2, 0::2], R[1::2, 1::2] = torch.diag(s), torch.diag(c)
+    return R
+
+
+d_pos, gain = 16, 16.0
+mirror_min = {}
+for L_m in (6, 10, 16):
+    pe = helpers.sinusoidal_position_encoding(L_m, d_pos)  # [L, d_pos], chapter 02
+    R = mirror_weights(pe)
+    torch.testing.assert_close(pe @ R.T, pe.flip(0))  # R pe(i) = pe(L-1-i)
+    Q_m, K_m = (gain * math.sqrt(d_pos)) * pe @ R.T, pe  # W_q = s sqrt(d_k) R, W_k = I
+    w_m = (Q_m @ K_m.T / math.sqrt(d_pos)).softmax(dim=-1)  # [L, L]
+    mirror = torch.arange(L_m - 1, -1, -1)  # key L-1-i for query i
+    assert torch.equal(w_m.argmax(dim=-1), mirror)
+    mirror_min[L_m] = w_m[torch.arange(L_m), mirror].min().item()
+    print(
+        f"L = {L_m:2d}: every query's top key is its mirror; "
+        f"smallest mirrored weight {mirror_min[L_m]:.2f}"
+    )
+    if L_m == 10:
+        w_mirror10 = w_m
+assert min(mirror_min.values()) > 0.999
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
+fig, ax = plt.subplots(figsize=(4.2, 3.6))
+im = ax.imshow(w_mirror10, cmap="viridis", vmin=0, vmax=1)
+ax.set(xlabel="key position j", ylabel="query position i")
+ax.set_xticks(range(10))
+ax.set_yticks(range(10))
+fig.colorbar(im, ax=ax, fraction=0.046)
+ax.set_title("Figure 3.2  A hand-set head: query i\nattends to key L-1-i (L = 10)", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Now let the head carry tokens. Give each position the input
+# $x_j = [\text{one-hot}(t_j);\ \mathrm{pe}(j)]$. $W_q$ and $W_k$ read only the
+# position part, $W_v$ only the token part. The output at position $i$ is then close to
+# the one-hot of the token at $L-1-i$, and its argmax reads the sequence backwards.
+
+# %%
+digits = helpers.encode_digits("3141592653")[0, :-1]  # 10 digit tokens, <eos> dropped
+L_m = len(digits)
+pe = helpers.sinusoidal_position_encoding(L_m, d_pos)
+x_m = torch.cat([F.one_hot(digits, VOCAB_SIZE).float(), pe], dim=-1)  # [L, 13 + 16]
+zeros_tok = torch.zeros(d_pos, VOCAB_SIZE)
+W_q_m = torch.cat([zeros_tok, gain * math.sqrt(d_pos) * mirror_weights(pe)], dim=1)
+W_k_m = torch.cat([zeros_tok, torch.eye(d_pos)], dim=1)  # [d_pos, 29]
+W_v_m = torch.cat([torch.eye(VOCAB_SIZE), torch.zeros(VOCAB_SIZE, d_pos)], dim=1)  # [13, 29]
+Q_m, K_m, V_m = x_m @ W_q_m.T, x_m @ W_k_m.T, x_m @ W_v_m.T
+out_m = (Q_m @ K_m.T / math.sqrt(d_pos)).softmax(dim=-1) @ V_m  # [L, 13]
+read = out_m.argmax(dim=-1)
+print("input:  ", describe(digits))
+print("output: ", describe(read))
+print(f"smallest winning value in the output rows: {out_m.max(dim=-1).values.min():.2f}")
+assert torch.equal(read, digits.flip(0))
+assert out_m.max(dim=-1).values.min() > 0.999
+
+# %% [markdown]
+# One head, no training, and the sequence comes out reversed. What it does not do:
+# $R$ is built from $\mathrm{pe}(L-1)$, so we handed the head the length. Another length
+# needs another $R$. A trained model
+# gets no such gift. It must find the end of the source from the tokens (the `<eos>`)
+# and learn where to look from data; chapter 18 shows the map a trained model learns.
+
+# %% [markdown]
 # ## Why divide by $\sqrt{d_k}$
 #
 # Suppose the components of $q$ and $k$ are independent with mean 0 and variance 1. Then
@@ -235,7 +331,7 @@ assert stats[256, "none"][4] < 0.4 * stats[256, "1/sqrt(dk)"][4]  # less than 40
 # half of the rows are already one-hot (over 99 % on one key) before any training, and
 # less than 40 % of the gradient is left: the mean Jacobian norm is 0.10, against 0.31
 # with the scale. With the scale, every column is the same at every width: the softmax
-# sees scores of variance 1. Figure 3.2 sweeps $d_k$ from 4 to 512 (1,000 rows per width,
+# sees scores of variance 1. Figure 3.3 sweeps $d_k$ from 4 to 512 (1,000 rows per width,
 # seed 0).
 
 # %%
@@ -266,7 +362,7 @@ for (col, title, ylabel), ax in zip(panels, axes):
     ax.set_xticks(dks, [str(v) for v in dks])
 axes[0].set_yscale("log")
 axes[0].legend()
-fig.suptitle("Figure 3.2  Unscaled scores saturate the softmax as d_k grows", fontsize=10)
+fig.suptitle("Figure 3.3  Unscaled scores saturate the softmax as d_k grows", fontsize=10)
 fig.tight_layout()
 plt.show()
 
@@ -293,7 +389,7 @@ assert abs(v_wrong - 1 / h) < 0.02
 # projections are still $d \times d$ matrices, and the heads are a different way of
 # *reading* their outputs. The trick is in the shapes: the head dimension is split off
 # the feature dimension and moved next to the batch dimension, so that one batched matrix
-# product computes all heads at once. Figure 3.3 draws the split and the merge for one
+# product computes all heads at once. Figure 3.4 draws the split and the merge for one
 # sequence; the cell below follows the shapes with $B = 2$ sequences of $L = 5$ tokens
 # (the first ends in two `<pad>`), embedded at $d = 16$, and $h = 4$ heads.
 
@@ -363,7 +459,7 @@ for x0, x1 in ((2.5, 3.1), (5.8, 6.3), (9.6, 10.3), (13.6, 14.3)):
         "", xy=(x1, y), xytext=(x0, y), arrowprops=dict(arrowstyle="-|>", color="0.3", lw=1.2)
     )
 ax.set_title(
-    "Figure 3.3  Splitting the features into heads and merging them back "
+    "Figure 3.4  Splitting the features into heads and merging them back "
     "(one sequence, d = 16, h = 4; colour = head)",
     fontsize=10,
 )
@@ -752,7 +848,7 @@ assert blocked_max == 0
 torch.testing.assert_close(w.sum(-1), torch.ones(B, h, L))
 
 # %% [markdown]
-# Figure 3.4 shows the four heads' weights for the first sequence. Each head has its own
+# Figure 3.5 shows the four heads' weights for the first sequence. Each head has its own
 # pattern, and all of them respect the mask: zero above the diagonal (the future) and
 # zero in the last two columns (padding): the largest weight on a blocked key, printed
 # above, is 0. Note the last two
@@ -765,7 +861,7 @@ for i, ax in enumerate(axes):
     ax.imshow(w[0, i].detach(), cmap="viridis", vmin=0, vmax=1)
     ax.set(title=f"head {i}", xlabel="key position", ylabel="query position" if i == 0 else None)
 fig.suptitle(
-    "Figure 3.4  Sequence 0: no weight on future keys or on the two padding keys", fontsize=10
+    "Figure 3.5  Sequence 0: no weight on future keys or on the two padding keys", fontsize=10
 )
 fig.tight_layout()
 plt.show()
@@ -994,7 +1090,7 @@ assert torch.equal(out_blocked_fast[0], bias.expand(L, d))
 #   $d_k = 256$ more than half of the random rows were one-hot and less than 40 % of the
 #   gradient reached the scores. Divide by $\sqrt{d_k}$ of one head, not $\sqrt{d}$.
 # - Heads are a reshape, not extra parameters: `view` + `transpose(1, 2)` to split,
-#   `transpose(1, 2)` + `reshape` to merge (Figure 3.3). `view` after `transpose` raises,
+#   `transpose(1, 2)` + `reshape` to merge (Figure 3.4). `view` after `transpose` raises,
 #   except when $L = 1$; `reshape` without the `transpose` silently scrambles positions.
 # - Combine bool masks with `|` and fill the blocked scores once with
 #   `masked_fill(mask, finfo.min)`: `-1e9` does not exist in float16, `-inf` turns a
