@@ -16,27 +16,12 @@
 # %% [markdown]
 # # 18. Cross-attention heatmaps: watching the model read backwards
 #
-# To reverse `7 3 0 9 5 1 8`, the decoder must, at every step, find the one source position
-# that holds the next output digit: the last digit first, then the one before it, and finally
-# notice that every digit has been written and emit `<eos>`. Nobody tells the model to do this;
-# the loss only rewards correct outputs. Cross-attention is where the model decides where to
-# look: its weights form a matrix with one row per decoder step (the query) and one column per
-# source token (the key), each row summing to 1. Bahdanau et al. introduced such weights as a
-# learned soft *alignment* between output and input {cite}`bahdanau2015`; the Transformer's
-# encoder-decoder attention computes them with scaled dot products {cite}`vaswani2017`.
+# To reverse `7 3 0 9 5 1 8`, the decoder must find, at every step, the source digit to copy next.
+# Cross-attention shows where it looks. This chapter loads a model with a sharp map, draws it
+# layer by layer and head by head, and lets you explore it.
+# Then it shows that an accurate model can have a blurred map, and how the sharp recipe was found.
 #
-# For a model that reverses, the perfect alignment is the anti-diagonal. The heatmap in
-# {ref}`the reference chapter <reference-chapter>` (last decoder layer, mean of its four heads,
-# input `7 3 0 9 5 1 8`) comes close: at least 0.94 on the mirrored source token in every row
-# and 1.00 on `<eos>` in the last row. This chapter
-#
-# 1. measures how sharp the book's own model of chapter 10 is;
-# 2. shows, from recorded training runs, which changes to the recipe make the alignment sharp;
-# 3. loads a small sharp model from its recorded run, trains its first 100 steps live to tie the
-#    record to this code, and checks it over 200 probe sequences;
-# 4. compares its twin trained with PyTorch's default initialisation (chapter 12), from a
-#    recorded run whose first 100 steps the chapter reproduces;
-# 5. draws every layer and head, and ends with an interactive explorer.
+# ![The sharp model's cross-attention map of 7 3 0 9 5 1 8](figures/18_cross_attention_heatmaps.png)
 
 # %%
 import dataclasses
@@ -82,24 +67,206 @@ from helpers.train import build_model
 _ = torch.manual_seed(0)
 
 # %% [markdown]
-# ## 1. What "sharp" means, measured
+# ## 1. A sharp model and its map
 #
-# Take one source of $n$ digits followed by `<eos>`. Under teacher forcing the decoder input is
-# `<bos>` and the $n$ reversed digits, so the map has $n + 1$ rows and $n + 1$ columns. Row $i$
-# (for $i < n$) predicts output digit $i$, which is source digit $n - 1 - i$; the last row
-# predicts `<eos>` and should read the source's `<eos>`, column $n$. `mirrored_columns(n)`
-# lists these columns. Three numbers say how sharp a layer is, each averaged over its heads
-# (`helpers.alignment_stats`):
+# Cross-attention weights form a matrix with one row per decoder step (the query) and one column
+# per source token (the key). Each row sums to 1. Bahdanau et al. introduced such weights as a
+# learned soft *alignment* between output and input {cite}`bahdanau2015`. The Transformer's
+# encoder-decoder attention computes them with scaled dot products {cite}`vaswani2017`. Nobody
+# tells the model where to look; the loss only rewards correct outputs.
+#
+# For a model that reverses, the perfect alignment is the anti-diagonal. The heatmap in
+# {ref}`the reference chapter <reference-chapter>` (last decoder layer, mean of its four heads)
+# comes close: at least 0.94 on the mirrored source token in every row.
+#
+# `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the book's recipe of chapter 10 with
+# $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, twice the learning rate,
+# and a fixed budget of 1000 steps. Its cooldown ends at the last step; there is no early stop.
+# It has about four times the book model's parameters. Training it takes more than a minute, so
+# the chapter loads its stored weights (seed 0, in `chapters/data/`). To train it yourself,
+# call `load_or_train(SHARP_ATTENTION_RECIPE)`.
+
+# %%
+data = json.loads(Path("data/ch18_sharpness.json").read_text())  # recorded runs
+runs = {(r["name"], r["seed"]): r for r in data["runs"]}
+SHOWN = -1  # the layer this chapter shows, as the reference chapter does: the last one
+stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
+assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # the weights of this very recipe
+model = build_model(SHARP_ATTENTION_RECIPE)
+model.load_state_dict(stored["state_dict"])
+model.eval()
+sharp_run = runs[("sharp1000d15", 0)]
+diff = {
+    f.name: getattr(SHARP_ATTENTION_RECIPE, f.name)
+    for f in dataclasses.fields(BOOK_RECIPE)
+    if getattr(SHARP_ATTENTION_RECIPE, f.name) != getattr(BOOK_RECIPE, f.name)
+}
+book_params = count_parameters(build_model(BOOK_RECIPE))
+print("changes from BOOK_RECIPE:", diff)
+print(f"parameters: {count_parameters(model):,} (book model: {book_params:,})")
+print(f"trained for {sharp_run['points'][-1]['step']} steps on {path_label(stored['numerics'])}")
+n_layers, n_heads = len(model.decoder.layers), model.decoder.layers[0].cross_mha.h
+assert sharp_run["key"] == stored["key"] and sharp_run["points"][-1]["step"] == 1000
+
+# %% [markdown]
+# The chapter shows the map of the last decoder layer, as the reference chapter does. First the
+# model reverses the input:
+
+# %%
+digits = [7, 3, 0, 9, 5, 1, 8]
+src = encode_digits(digits)
+pred = greedy_decode(model, src)
+print("src :", tuple(src.shape), [token_name(t) for t in src[0]])
+print("pred:", tuple(pred.shape), [token_name(t) for t in pred[0]])
+assert decode_digits(pred[0]) == digits[::-1]
+
+# %% [markdown]
+# To get the weights, run the decoder once more on its own output minus the final `<eos>`
+# (the decoder *input* at each step: `<bos>` to predict the first digit, ..., the last digit to
+# predict `<eos>`). `decode` returns the logits and one cross-attention tensor per layer,
+# `[B, h, L_t, L_s]`: batch, heads, decoder positions, source positions.
+
+# %%
+with torch.no_grad():
+    memory, src_mask = model.encode(src)
+    logits, cross = model.decode(pred[:, :-1], memory, src_mask)
+print("decoder input:", tuple(pred[:, :-1].shape), " logits:", tuple(logits.shape))
+print("cross-attention:", len(cross), "layers of", tuple(cross[SHOWN].shape))
+w = cross[SHOWN][0].mean(dim=0)  # the shown layer, mean over heads -> [L_t, L_s]
+torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
+
+# %% [markdown]
+# The weight each row puts on its mirrored column:
+
+# %% tags=["nbval-ignore-output"]
+n = len(digits)
+on_mirror = w[torch.arange(n + 1), torch.as_tensor(mirrored_columns(n))]
+print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mirror.tolist()])
+low = [round(v, 3) for v in on_mirror[on_mirror < 0.94].tolist()]
+print(f"rows below the reference's 0.94: {len(low)} of {n + 1}, to 3 decimals {low}")
+assert (w.argmax(dim=-1).numpy() == mirrored_columns(n)).all()
+assert (on_mirror < 0.94).sum() >= 1 and on_mirror[-1] < 0.9  # the <eos> row
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
+fig, ax = plt.subplots(figsize=(5.6, 4.6))
+plot_attention(cross_attention(model, digits, layer=SHOWN), ax=ax, annotate=True)
+ax.set_title("Figure 18.2: the sharp model, last layer, mean of heads", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Every row peaks on its mirrored column, the anti-diagonal, and the last row on `<eos>`. But
+# this map is less sharp than the reference chapter's, which had at least 0.94 in every row.
+# Here some rows fall below 0.94, and the `<eos>` row puts less than 0.9 on `<eos>`.
+#
+# :::{dropdown} Going deeper: the packaged helper
+# `helpers.cross_attention` packages this computation. The cell below checks that it gives the
+# same matrix as the cells above, for the mean of heads and for a single head. Its companion
+# `attention_sharpness` scores one such map as `alignment_stats` (section 4) scores a batch.
+# :::
+
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+amap = cross_attention(model, digits, layer=SHOWN, head=MEAN_OF_HEADS)
+torch.testing.assert_close(torch.from_numpy(amap.weights), w)
+rows = [token_name(t) for t in pred[0, :-1]]
+assert amap.row_labels == rows and amap.col_labels == [str(d) for d in digits] + ["<eos>"]
+per_head = cross_attention(model, digits, layer=n_layers - 1, head=n_heads - 1)
+torch.testing.assert_close(torch.from_numpy(per_head.weights), cross[-1][0, n_heads - 1])
+one = attention_sharpness(amap)
+print(f"helpers.cross_attention reproduces the hand-built matrices: {amap.weights.shape}")
+assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
+
+# %% [markdown]
+# ## 2. Every layer and every head
+#
+# The mean of heads hides how the work is shared. Figure 18.4 shows each head of each decoder
+# layer on the same input (rows: decoder input, columns: source).
+
+# %%
+grid = plot_attention_grid(model, digits)
+print(f"{len(grid.axes)} panels = {n_layers} layers x {n_heads} heads")
+assert len(grid.axes) == n_layers * n_heads
+grid.suptitle(
+    "Figure 18.4: cross-attention of every layer and head of the sharp model", fontsize=10
+)
+display(grid)
+
+# %% [markdown]
+# ## 3. An explorer
+#
+# Type digits, pick a layer and a head (or the mean of heads): the decoded output and the
+# heatmap update live in JupyterLab. The logic lives in `helpers.visualize`.
+# `AttentionExplorer.render(text, layer, head)` parses the text, decodes, and draws, or returns
+# a clear message for bad input; the widgets only call it.
+
+# %% tags=["nbval-ignore-output"]
+explorer = AttentionExplorer(model, digits="7 3 0 9 5 1 8")
+box = explorer.widget()
+display(box)
+assert explorer.last_figure is not None and explorer.last_message.endswith("correct")
+
+# %% [markdown]
+# <div class="html-attention-explorer" data-src="../_static/attention_explorer.json">
+# <p><em>In the HTML version of this book, an explorer that needs no kernel appears here.</em></p>
+# </div>
+# <script src="../_static/attention_explorer.js"></script>
+
+# %% [markdown]
+# The HTML book cannot run widgets, so it shows the explorer above instead. It draws weights
+# computed beforehand: you pick one of twelve stored inputs, one of three models, a layer and a
+# head, but you cannot type digits. Figure 18.5 is the widget's initial view, as a static figure.
+
+# %%
+print(explorer.last_message)
+display(explorer.last_figure)
+
+# %% [markdown]
+# Bad input never reaches the model: the explorer answers with a message instead of a
+# traceback, and draws nothing. Calling `render` directly shows what the widget would display:
+
+# %%
+for text in ["", "12a4", "1234567890123"]:
+    fig, message = explorer.render(text)
+    print(f"{text!r:>17} -> {message}")
+    assert fig is None and message.startswith("error:")
+assert explorer.render("")[1] == "error: type at least one digit (0-9)"
+assert "too long" in explorer.render("1" * (model.max_len - 1))[1]
+assert explorer.render("1" * (model.max_len - 2))[0] is not None  # the longest input that fits
+
+# %% [markdown]
+# And the controls drive the picture: switching the layer dropdown redraws a different heatmap,
+# and typing an invalid input replaces it with the error message.
+
+# %% tags=["nbval-ignore-output"]
+explorer.update()  # redraw from the controls (the cell above called render directly)
+before = explorer.last_figure.axes[0].images[0].get_array().copy()
+explorer.controls["layer"].value = 0
+after = explorer.last_figure.axes[0].images[0].get_array()
+assert not np.allclose(before, after)
+explorer.controls["text"].value = "12x"
+assert explorer.last_figure is None and "only the digits" in explorer.controls["status"].value
+explorer.controls["text"].value = "7 3 0 9 5 1 8"
+explorer.controls["layer"].value = n_layers - 1
+assert explorer.last_message.endswith("correct")
+
+# %% [markdown]
+# ## 4. How sharp is it, measured?
+#
+# One map is one input. To measure a model, take one source of $n$ digits followed by `<eos>`.
+# Under teacher forcing the decoder input is `<bos>` and the $n$ reversed digits, so the map has
+# $n + 1$ rows and $n + 1$ columns. Row $i$ (for $i < n$) predicts output digit $i$, which is
+# source digit $n - 1 - i$. The last row predicts `<eos>` and should read the source's `<eos>`,
+# column $n$. `mirrored_columns(n)` lists these columns. Three numbers say how sharp a layer is,
+# each averaged over its heads (`helpers.alignment_stats`):
 #
 # - **mirror**: the mean weight on the mirrored column, over every row of every sequence
 #   (1.0 = a perfect anti-diagonal);
 # - **`<eos>` peak**: the share of sequences whose last row has its maximum on `<eos>`;
 # - **neighbours**: the mean weight on the two columns beside the mirrored one.
 #
-# They are measured on 200 sequences drawn with their own seed (7), under teacher forcing, so
-# every model is asked the same questions. Drawn independently, some of them (short ones:
-# chapter 9 counts such repeats) also occur in the training set; the cell counts them. For
-# the 4-digit source `7 3 0 9`:
+# They are measured on 200 probe sequences drawn with their own seed (7), so every model is
+# asked the same questions. Some short ones also occur in the training set (chapter 9 counts
+# such repeats); the cell counts them.
 
 # %%
 print("mirrored columns for n = 4:", mirrored_columns(4).tolist())
@@ -125,17 +292,140 @@ def report(name, stats):
 
 
 # %% [markdown]
+# The chapter's targets for the layer it shows: mirror at least 0.90, and the `<eos>` row peaking
+# on `<eos>` in at least 90 % of sequences. The first is below the reference chapter's 0.94.
+# The cell also prints the same numbers for the seed-0 models that other kernel paths trained.
+
+# %% tags=["nbval-ignore-output"]
+paths = kernel_spread(Path("data/kernel_spread.json"))["results"]  # the kernel paths
+sharp = alignment_stats(model, src_p, tgt_p)
+report("sharp model", sharp)
+recorded = runs[("sharp1000d15", 0)]["points"][-1]
+print(
+    f"recorded run (same recipe, seed 0): mirror {recorded['mirror']}, <eos> peak "
+    f"{recorded['eos_peak']}"
+)
+assert recorded["mirror"][SHOWN] >= 0.90 and recorded["eos_peak"][SHOWN] >= 0.90
+for r in paths.values():
+    print(
+        f"{path_label(r['numerics'])}: last layer mirror {r['sharp']['mirror'][SHOWN]:.3f}, "
+        f"<eos> peak {r['sharp']['eos_peak'][SHOWN]:.1%}"
+    )
+    assert r["sharp"]["mirror"][SHOWN] >= 0.90 and r["sharp"]["eos_peak"][SHOWN] >= 0.90
+for key in ("mirror", "eos_peak"):  # the stored weights, evaluated on each kernel path
+    gap = largest_gap(paths, "sharp_loaded", key)
+    allowed = tolerance(gap)
+    print(f"{key}: largest gap between kernel paths {gap:.4f}; allowed here {allowed:.4f}")
+    assert np.allclose(sharp[key].numpy(), recorded[key], atol=allowed)
+
+# %% [markdown]
+# This model meets both targets, and so did the models of the other kernel paths. Per head:
+
+# %% tags=["nbval-ignore-output"]
+for layer in range(n_layers):
+    line = ", ".join(f"head {h}: {v:.2f}" for h, v in enumerate(sharp["mirror_heads"][layer]))
+    print(f"layer {layer}, weight on the mirrored position: {line}")
+assert sharp["mirror_heads"][SHOWN].min() > 0.85
+
+# %% [markdown]
+# Both heads of the last layer put more than 0.85 on the mirrored position: they agree, so their
+# mean is sharp too.
+#
+# Its accuracy, on the 10,000 test sequences of chapter 9 that no choice in this chapter looked
+# at (teacher-forced exact match, with a Wilson 95 % interval, chapter 10):
+
+# %% tags=["nbval-ignore-output"]
+test_result = exact_match_with_interval(model, *test_set())
+print(f"test exact match: {test_result}")
+assert test_result.exact_match > 0.999 and test_result.low > 0.99
+
+# %% [markdown]
+# The probe numbers are not an unbiased estimate. The 200 probe sequences measured every
+# candidate recipe of section 6, and the recipe and seed 0 were chosen because they scored well
+# on them. So the chapter also measures the model on 1000 fresh sequences, drawn with a seed
+# (18) that chose nothing:
+
+# %% tags=["nbval-ignore-output"]
+FRESH_SEED = 18
+src_f, tgt_f = make_reversal_dataset(1000, seed=FRESH_SEED)
+print(f"fresh sequences that are also probe sequences: {train_test_overlap(src_f, src_p).sum()}")
+fresh = alignment_stats(model, src_f, tgt_f)
+report("probe (200)", sharp)
+report("fresh (1000)", fresh)
+assert fresh["mirror"][SHOWN] > 0.90 and fresh["eos_peak"][SHOWN] > 0.95
+assert abs(fresh["mirror"][SHOWN] - sharp["mirror"][SHOWN]) < 0.01
+assert fresh["eos_peak"][SHOWN] > sharp["eos_peak"][SHOWN] - 0.02  # within 4 of the 200
+
+# %% [markdown]
+# On the fresh sequences the last layer still puts more than 0.90 on the mirrored position and
+# peaks on `<eos>` in more than 95 % of them. The mirror weight is within 0.01 of the probe
+# set's, the `<eos>` peak within 0.02. Choosing on the probe set did not inflate these numbers.
+#
+# :::{dropdown} Going deeper: are these the weights this code trains?
+# The recipe's cooldown starts only after step 100. So a run of 100 steps without cooldown takes
+# exactly the recorded run's first 100 steps. Trained live, it must match the record's point at
+# step 100. On the book's pinned kernels it matches to the record's four decimals. Elsewhere the
+# last bits differ, and 100 steps amplify them. The allowed gap is twice the largest one measured
+# between kernel paths for this recipe at the same step, for each number. It is never less than
+# one probe sequence in 200 (0.005).
+# :::
+
+
+# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
+def check_first_100(recipe, run, part):
+    """Train recipe's first 100 steps live; compare with the record's step-100 point, within
+    the tolerance that kernel_spread.json's `part` (the same 100 steps per path) justifies."""
+    assert run["key"] == recipe.key()  # the record is this recipe, seed 0
+    live_model = train_reversal(
+        dataclasses.replace(recipe, max_steps=100, cooldown=0), progress=False
+    ).model
+    live = alignment_stats(live_model, src_p, tgt_p)
+    at_100 = next(p for p in run["points"] if p["step"] == 100)
+    for key in ("mirror", "eos_peak"):
+        gap = largest_gap(paths, part, key)
+        allowed = tolerance(gap)
+        live_values = [round(v, 4) for v in live[key].tolist()]
+        print(f"{key:>8} at step 100, per layer: live {live_values}, recorded {at_100[key]}")
+        print(f"{'':>8} largest gap between kernel paths {gap:.3f}; allowed here {allowed:.4f}")
+        assert np.allclose(live[key].numpy(), at_100[key], atol=allowed)
+
+
+check_first_100(SHARP_ATTENTION_RECIPE, sharp_run, "sharp_step_100")
+
+# %% [markdown]
+# :::{dropdown} Going deeper: how long the 1000 steps take
+# The recipe keeps the book's one thread. `tools/time_ch18_recipe.py` trained it from scratch
+# on one thread, and again with `threads=2`. The steps and data are the same; only the order of
+# the sums inside each operation changes. Each run was timed from the call to the trained model.
+# It ran with the CPU's own kernels on an Intel Xeon, not in the book's pinned kernel. On one
+# thread it took more than a minute (median 75 s). Only with `threads=2`, a change of recipe, did
+# it take under a minute (median 54 s).
+# :::
+
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+timing = json.loads(Path("data/ch18_training_time.json").read_text())
+print(f"recorded {timing['date'][:10]} by `{timing['command']}`")
+print(f"torch {timing['hardware']['torch'].split('+')[0]}, {timing['hardware']['cores']} cores")
+print(f"CPU {timing['numerics']['cpu']}, MKL_CBWR {timing['numerics']['mkl_cbwr']}")
+for threads in (1, 2):
+    secs = [r["seconds"] for r in timing["runs"] if r["threads"] == threads]
+    median = timing["median_seconds"][str(threads)]
+    print(f"{threads} thread(s): runs {secs} s, median {median} s")
+assert all(r["steps"] == SHARP_ATTENTION_RECIPE.max_steps for r in timing["runs"])
+assert timing["median_seconds"]["2"] <= 60 < timing["median_seconds"]["1"]
+
+# %% [markdown]
+# ## 5. Accurate, yet blurred: the book's model
+#
 # The book's model of chapter 10 (`BOOK_RECIPE`: $d_{model} = 32$, four heads of $d_k = 8$, no
 # dropout) stops training at the first evaluation with 99.5 % validation exact match. It is
-# accurate; is it sharp? Trained on other kernels, it is a slightly different model, so the cell
-# also prints the same numbers, and the test score, for the models that the four kernel paths of
-# chapter 10 trained (three on an AMD EPYC, one earlier on an Intel Xeon).
+# accurate; is it sharp? The cell also prints the numbers, and the test score, for the models
+# that the four kernel paths of chapter 10 trained.
 
 # %% tags=["nbval-ignore-output"]
 book_model = trained_reversal_model(progress=False, verbose=False)
 book = alignment_stats(book_model, src_p, tgt_p)
 report("book model", book)
-paths = kernel_spread(Path("data/kernel_spread.json"))["results"]
 for r in paths.values():
     print(f"{path_label(r['numerics'])}:")
     print(
@@ -150,34 +440,39 @@ assert book["mirror"].max() < BOOK_MIRROR_BOUND and book["eos_peak"][-1] < BOOK_
 assert book["mirror"].min() > uniform
 
 # %% [markdown]
-# Above the uniform spread, far from the reference chapter's map: no layer puts even 0.7 on
-# the mirrored position, and the last layer's `<eos>` row peaks on `<eos>` in fewer than half
-# of the sequences, on every path. Yet these models reverse 98.9 % to 99.8 % of the test
-# sequences correctly (printed, one per path): accuracy does not require a sharp alignment.
+# Its map is above the uniform spread, but far from the sharp model's. No layer puts even 0.7 on
+# the mirrored position. The last layer's `<eos>` row peaks on `<eos>` in fewer than half of the
+# sequences, on every path. Yet these models reverse 98.9 % to 99.8 % of the test sequences
+# correctly. Accuracy does not require a sharp alignment.
 #
-# ## 2. What makes the alignment sharp: recorded runs
+# :::{dropdown} Going deeper: which machines trained these models
+# Three of the four kernel paths ran on an AMD EPYC, one earlier on an Intel Xeon.
+# :::
 #
-# Training a candidate recipe and measuring it every 100 steps takes minutes, so the runs were
-# recorded once by a script and the chapter reads the data:
+# ## 6. How the recipe was found
+#
+# Which changes to the book's recipe make the map sharp? Training a candidate and measuring it
+# every 100 steps takes minutes, so a script recorded the runs once and the chapter reads them.
+# Every run starts from `BOOK_RECIPE` and changes a few fields.
+#
+# :::{dropdown} Going deeper: the recorded runs, one table
+# The runs were recorded with
 #
 # ```bash
 # nice -n 10 .venv/bin/python tools/explore_ch18_sharpness.py NAME --set FIELD=VALUE ... --seed S
 # ```
 #
 # It trains a `TrainConfig` exactly as `train_reversal` does (same data, batches and random
-# streams) for a fixed number of steps with the cooldown ending at the last step, and records
+# streams) for a fixed number of steps, with the cooldown ending at the last step. It records
 # the three numbers per layer, the validation exact match and the training loss into
-# `chapters/data/ch18_sharpness.json`. Every run starts from `BOOK_RECIPE` and changes a few
-# fields; the table lists each run's last point. Only `sharp1000d15` (seeds 0 to 2) and
-# `sharp1000d15default` were recorded in the book's pinned kernel; the others are earlier records
-# made with a CPU's own kernels. Section 3 shows how much the kernels alone move these numbers:
-# at most 0.02 for the sharp recipe.
-
-# %%
-data = json.loads(Path("data/ch18_sharpness.json").read_text())
-runs = {(r["name"], r["seed"]): r for r in data["runs"]}
+# `chapters/data/ch18_sharpness.json`. The table lists each run's last point. Only
+# `sharp1000d15` (seeds 0 to 2) and `sharp1000d15default` were recorded in the book's pinned
+# kernel; the others are earlier records made with a CPU's own kernels. Section 4 shows how much
+# the kernels alone move these numbers: at most 0.02 for the sharp recipe.
+# :::
 
 
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def changes(config):
     skip = {"seed", "target_exact_match", "eval_every", "eval_gate", "max_steps", "cooldown"}
     return ", ".join(
@@ -198,10 +493,9 @@ for (name, seed), r in runs.items():
     )
 
 # %% [markdown]
-# Figure 18.1 follows the sharpness during training for the runs that tell the story: the
-# book's architecture trained for three times the book's step budget, then one change at a time
-# towards the recipe this chapter uses (three seeds), and that recipe with PyTorch's default
-# initialisation.
+# Figure 18.1 follows the sharpness during training for the runs that tell the story. First the
+# book's architecture, trained for three times the book's step budget. Then one change at a time
+# towards the sharp recipe (three seeds), and that recipe with PyTorch's default initialisation.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 story = [
@@ -248,14 +542,45 @@ fig.tight_layout(rect=(0, 0.1, 1, 1))
 plt.show()
 
 # %% [markdown]
-# The next cell sets the runs side by side, one change at a time. The runs before and after
-# differ only in the fields named. It reports both numbers for the layer this chapter shows,
-# the last one, and the first layer's mirror weight beside them. Each lever is one run with
-# seed 0. How far can the seed alone move these numbers? Three seeds of the sharp recipe
-# (section 3) give a band, printed first: a change smaller than it may be the seed's doing.
+# Training longer alone does not make the map sharp: the book's architecture, after 1500 steps,
+# stays low. Heads of $d_k = 32$ rather than 8 matter most. The next cell measures each change
+# against the seed's own spread.
+#
+# :::{dropdown} Going deeper: one change at a time
+# The cell sets the runs side by side, one change at a time. The runs before and after differ
+# only in the fields named. It reports both numbers for the last layer, and the first layer's
+# mirror weight beside them. Each lever is one run with seed 0. How far can the seed alone move
+# these numbers? Three seeds of the sharp recipe give a band, printed first: a change smaller
+# than it may be the seed's doing. What the runs show, on the last layer:
+#
+# - **Training longer alone does not do it.** The book's architecture trained for 1500 steps,
+#   three times the book's budget, to a validation exact match of 1.000, still puts less than
+#   0.65 on the mirrored position.
+# - **Heads of $d_k = 32$ rather than 8.** One head of $d_k = 32$ instead of four of 8 raised
+#   both numbers well beyond the band. So did two heads of 32 instead of one of 64, at
+#   $d_{model} = 64$ (with 200 more steps). The second change adds a head, so the runs do not
+#   say "fewer heads". They say: heads of at least 32 dimensions.
+# - **Dropout 0.1 depends on the model.** It sharpened the last layer of the four-head model
+#   on both numbers. In the one-head model it lifted the first layer by more than 0.3, but not
+#   the last: its mirror weight moved within the band, and its `<eos>` peak fell. Dropout 0.2
+#   cost the one-head model its accuracy.
+# - **Label smoothing** left the mirror weight within the band and took the `<eos>` peak to 0.
+# - **One layer per stack**: its only layer is sharper than the two-layer model's last one and
+#   peaks on `<eos>` everywhere, but less sharp than that model's first layer, and less
+#   accurate.
+# - **Twice the learning rate** moved nothing beyond the band at $d_{model} = 32$. At 64 it
+#   raised both numbers, each by just over the band.
+# - **1000 steps instead of 1200** lowered both. **Dropout 0.15 instead of 0.1** at 1000 steps
+#   then raised the `<eos>` peak beyond the band and left the mirror weight inside it.
+# - **Length bucketing** (batches of similar length, chapter 10) lowered the mirror weight by
+#   more than 0.1.
+#
+# Only one run of the table reaches the reference chapter's 0.94 on the last layer:
+# `d64h2droplr2`, with 1200 steps. Every other run falls below it, the sharp recipe included.
+# :::
 
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def final(name, key="mirror", layer=-1, seed=0):
     return runs[(name, seed)]["points"][-1][key][layer]
 
@@ -319,184 +644,21 @@ print(f"\nruns below the reference's 0.94 on the last layer (seed 0): {len(below
 assert set(below) == names - {"d64h2droplr2"}  # the one run at 0.94 or above
 
 # %% [markdown]
-# What these runs show, on the last layer (seed 0 each; a change inside the seed band may be
-# the seed's):
+# Is the sharp model's score the recipe or the seed? Over three seeds the recipe sits at the edge
+# of both targets; only seed 0 clears both.
 #
-# - **Training longer alone does not do it.** The book's architecture trained for 1500 steps,
-#   three times the book's budget, to a validation exact match of 1.000, still puts less than
-#   0.65 on the mirrored position.
-# - **Heads of $d_k = 32$ rather than 8.** One head of $d_k = 32$ instead of four of 8 raised
-#   both numbers well beyond the band. So did two heads of 32 instead of one of 64, at
-#   $d_{model} = 64$ (with 200 more steps). The second change adds a head, so the runs do not
-#   say "fewer heads". They say: heads of at least 32 dimensions.
-# - **Dropout 0.1 depends on the model.** It sharpened the last layer of the four-head model
-#   on both numbers. In the one-head model it lifted the first layer by more than 0.3, but not
-#   the last: its mirror weight moved within the band, and its `<eos>` peak fell. Dropout 0.2
-#   cost the one-head model its accuracy.
-# - **Label smoothing** left the mirror weight within the band and took the `<eos>` peak to 0.
-# - **One layer per stack**: its only layer is sharper than the two-layer model's last one and
-#   peaks on `<eos>` everywhere, but less sharp than that model's first layer, and less
-#   accurate.
-# - **Twice the learning rate** moved nothing beyond the band at $d_{model} = 32$. At 64 it
-#   raised both numbers, each by just over the band.
-# - **1000 steps instead of 1200** lowered both. **Dropout 0.15 instead of 0.1** at 1000 steps
-#   then raised the `<eos>` peak beyond the band and left the mirror weight inside it.
-# - **Length bucketing** (batches of similar length, chapter 10) lowered the mirror weight by
-#   more than 0.1.
-#
-# Only one run of the table reaches the reference chapter's 0.94 on the last layer:
-# `d64h2droplr2`, with 1200 steps. Every other run falls below it, the sharp recipe of section 3
-# included.
+# :::{dropdown} Going deeper: three seeds of the sharp recipe
+# Seeds 0, 1 and 2 differ in initial weights and batch order; the same script recorded them.
+# On average over the three seeds the last layer meets the `<eos>` target and falls just short
+# of 0.90 on the mirror weight. Seeds 1 and 2 fall just short of 0.90 on the mirror weight (both
+# above 0.88), and seed 2 also of 90 % on the `<eos>` peak. This recipe sits at the edge of what
+# its 1000 steps buy. The recorded 1200-step run with dropout 0.1 and twice the learning rate
+# (`d64h2droplr2` in the table, an earlier record on other kernels) went further on the mirror
+# weight with seed 0 (0.94 against 0.91), at 1.2 times the training steps (one seed only). The
+# book keeps 1000 steps.
+# :::
 
-# %% [markdown]
-# ## 3. A sharp model
-#
-# `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the last recipe of Figure 18.1: the book's
-# recipe with $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, twice the
-# learning rate, and a fixed budget of 1000 steps whose cooldown ends at the last step (no early
-# stop). It has about four times the book model's parameters.
-#
-# Its 1000 steps take more than a minute on one thread (timed below), so the chapter loads the
-# weights of the
-# recorded run of section 2 (`sharp1000d15`, seed 0, stored in `chapters/data/`). To train the
-# same model yourself, call `load_or_train(SHARP_ATTENTION_RECIPE)`.
-
-# %%
-SHOWN = -1  # the layer this chapter shows, as the reference chapter does: the last one
-stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
-assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # the weights of this very recipe
-model = build_model(SHARP_ATTENTION_RECIPE)
-model.load_state_dict(stored["state_dict"])
-model.eval()
-sharp_run = runs[("sharp1000d15", 0)]
-diff = {
-    f.name: getattr(SHARP_ATTENTION_RECIPE, f.name)
-    for f in dataclasses.fields(BOOK_RECIPE)
-    if getattr(SHARP_ATTENTION_RECIPE, f.name) != getattr(BOOK_RECIPE, f.name)
-}
-print("changes from BOOK_RECIPE:", diff)
-print(f"parameters: {count_parameters(model):,} (book model: {count_parameters(book_model):,})")
-print(f"trained for {sharp_run['points'][-1]['step']} steps on {path_label(stored['numerics'])}")
-n_layers, n_heads = len(model.decoder.layers), model.decoder.layers[0].cross_mha.h
-assert sharp_run["key"] == stored["key"] and sharp_run["points"][-1]["step"] == 1000
-
-# %% [markdown]
-# Are these the weights this code trains? The recipe's cooldown starts only after step 100, so a
-# run of 100 steps without cooldown takes exactly the recorded run's first 100 steps. Trained
-# live, it must match the record's point at step 100. On the book's pinned kernels it matches to
-# the record's four decimals. Elsewhere the last bits differ, and 100 steps amplify them: the
-# allowed gap is twice the largest one measured between kernel paths for this recipe at the same
-# step, for each number, and never less than one probe sequence in 200 (0.005).
-
-
-# %% tags=["nbval-ignore-output"]
-def check_first_100(recipe, run, part):
-    """Train recipe's first 100 steps live; compare with the record's step-100 point, within
-    the tolerance that kernel_spread.json's `part` (the same 100 steps per path) justifies."""
-    assert run["key"] == recipe.key()  # the record is this recipe, seed 0
-    live_model = train_reversal(
-        dataclasses.replace(recipe, max_steps=100, cooldown=0), progress=False
-    ).model
-    live = alignment_stats(live_model, src_p, tgt_p)
-    at_100 = next(p for p in run["points"] if p["step"] == 100)
-    for key in ("mirror", "eos_peak"):
-        gap = largest_gap(paths, part, key)
-        allowed = tolerance(gap)
-        live_values = [round(v, 4) for v in live[key].tolist()]
-        print(f"{key:>8} at step 100, per layer: live {live_values}, recorded {at_100[key]}")
-        print(f"{'':>8} largest gap between kernel paths {gap:.3f}; allowed here {allowed:.4f}")
-        assert np.allclose(live[key].numpy(), at_100[key], atol=allowed)
-
-
-check_first_100(SHARP_ATTENTION_RECIPE, sharp_run, "sharp_step_100")
-
-# %% [markdown]
-# How long do these 1000 steps take? The recipe keeps the book's one thread.
-# `tools/time_ch18_recipe.py` trained it from
-# scratch on one thread, and again with `threads=2` (the same steps and data; only the order of
-# the sums inside each operation changes), each run timed from the call to the trained model. It
-# ran with the CPU's own kernels on an Intel Xeon, not in the book's pinned kernel:
-
-# %%
-timing = json.loads(Path("data/ch18_training_time.json").read_text())
-print(f"recorded {timing['date'][:10]} by `{timing['command']}`")
-print(f"torch {timing['hardware']['torch'].split('+')[0]}, {timing['hardware']['cores']} cores")
-print(f"CPU {timing['numerics']['cpu']}, MKL_CBWR {timing['numerics']['mkl_cbwr']}")
-for threads in (1, 2):
-    secs = [r["seconds"] for r in timing["runs"] if r["threads"] == threads]
-    median = timing["median_seconds"][str(threads)]
-    print(f"{threads} thread(s): runs {secs} s, median {median} s")
-assert all(r["steps"] == SHARP_ATTENTION_RECIPE.max_steps for r in timing["runs"])
-assert timing["median_seconds"]["2"] <= 60 < timing["median_seconds"]["1"]
-
-# %% [markdown]
-# The recipe as the book trains it keeps one thread: with the CPU's own kernels it took more
-# than a minute (median 75 s). Only with `threads=2`, a change of recipe, did it take under a
-# minute (median 54 s).
-#
-# Its accuracy first, on the 10,000 test sequences of chapter 09 that neither training nor any
-# choice in this chapter looked at (teacher-forced exact match, which counts the same sequences
-# as greedy decoding; Wilson 95 % interval, chapter 10):
-
-# %% tags=["nbval-ignore-output"]
-test_result = exact_match_with_interval(model, *test_set())
-print(f"test exact match: {test_result}")
-assert test_result.exact_match > 0.999 and test_result.low > 0.99
-
-# %% [markdown]
-# Now the sharpness, per layer, on the 200 probe sequences. The chapter's targets for the layer
-# it shows: mirror at least 0.90, and the `<eos>` row peaking on `<eos>` in at least 90 % of
-# sequences. The first is below the reference chapter's 0.94.
-
-# %% tags=["nbval-ignore-output"]
-sharp = alignment_stats(model, src_p, tgt_p)
-report("sharp model", sharp)
-recorded = runs[("sharp1000d15", 0)]["points"][-1]
-print(
-    f"recorded run (same recipe, seed 0): mirror {recorded['mirror']}, <eos> peak "
-    f"{recorded['eos_peak']}"
-)
-assert recorded["mirror"][SHOWN] >= 0.90 and recorded["eos_peak"][SHOWN] >= 0.90
-for r in paths.values():
-    print(
-        f"{path_label(r['numerics'])}: last layer mirror {r['sharp']['mirror'][SHOWN]:.3f}, "
-        f"<eos> peak {r['sharp']['eos_peak'][SHOWN]:.1%}"
-    )
-    assert r["sharp"]["mirror"][SHOWN] >= 0.90 and r["sharp"]["eos_peak"][SHOWN] >= 0.90
-for key in ("mirror", "eos_peak"):  # the stored weights, evaluated on each kernel path
-    gap = largest_gap(paths, "sharp_loaded", key)
-    allowed = tolerance(gap)
-    print(f"{key}: largest gap between kernel paths {gap:.4f}; allowed here {allowed:.4f}")
-    assert np.allclose(sharp[key].numpy(), recorded[key], atol=allowed)
-
-# %% [markdown]
-# This model (seed 0) meets both targets, and so did the seed-0 models that the other kernel
-# paths trained (printed). These numbers are not an unbiased estimate. The 200 probe sequences
-# measured every candidate of section 2, and the recipe and seed 0 were chosen because they
-# scored well on them. So the chapter also measures the stored model on 1000 fresh sequences,
-# drawn with a seed (18) that chose nothing. The weights are stored, so this costs one forward
-# pass:
-
-# %% tags=["nbval-ignore-output"]
-FRESH_SEED = 18
-src_f, tgt_f = make_reversal_dataset(1000, seed=FRESH_SEED)
-print(f"fresh sequences that are also probe sequences: {train_test_overlap(src_f, src_p).sum()}")
-fresh = alignment_stats(model, src_f, tgt_f)
-report("probe (200)", sharp)
-report("fresh (1000)", fresh)
-assert fresh["mirror"][SHOWN] > 0.90 and fresh["eos_peak"][SHOWN] > 0.95
-assert abs(fresh["mirror"][SHOWN] - sharp["mirror"][SHOWN]) < 0.01
-assert fresh["eos_peak"][SHOWN] > sharp["eos_peak"][SHOWN] - 0.02  # within 4 of the 200
-
-# %% [markdown]
-# On the fresh sequences the last layer still puts more than 0.90 on the mirrored position and
-# peaks on `<eos>` in more than 95 % of them. The mirror weight is within 0.01 of the probe
-# set's, the `<eos>` peak within 0.02.
-# Choosing on the probe set did not inflate these two numbers for this model. Is that the
-# recipe or the seed? Over three seeds
-# (0, 1, 2: different initial weights and batch order, recorded by the same script):
-
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 seeds = [r["points"][-1] for (name, _), r in runs.items() if name == "sharp1000d15"]
 for seed, p in enumerate(seeds):
     print(
@@ -518,21 +680,25 @@ assert last_mirror.min() > 0.88 and (last_eos < 0.90).sum() == 1
 assert final("d64h2droplr2") > last_mirror.max()
 
 # %% [markdown]
-# On average over the three seeds the last layer meets the `<eos>` target and falls just short
-# of 0.90 on the mirror weight. Only seed 0 clears both: seeds 1 and 2 fall just short of 0.90
-# on the mirror weight (both above 0.88), and seed 2 also of 90 % on the `<eos>` peak (the cell
-# prints each).
-# This recipe sits at the edge of what its 1000 steps buy. The recorded 1200-step run with
-# dropout 0.1 and twice the learning rate (`d64h2droplr2` in the table, an earlier record on
-# other kernels) went further on the mirror weight with seed 0 (0.94 against 0.91), at 1.2 times
-# the training steps (one seed only). The book keeps 1000 steps.
+# The reference chapter's own recipe, `SEED_RECIPE`, is larger and trains for ten epochs. One
+# recorded run of it puts more than 0.94 on the mirrored position in its last layer, as the
+# reference chapter shows.
+#
+# :::{dropdown} Going deeper: the reference chapter's own recipe
+# `SEED_RECIPE` is larger than the sharp model and trains for more steps: ten epochs, with no
+# early stop. The same script recorded one run of it (seed 0, the book's pinned kernels),
+# measured on the same probe set. It was trained in float32 on a CPU, where the reference used
+# bf16 on a GPU. On its last layer it puts more than the reference chapter's 0.94 on the mirrored
+# position, and its `<eos>` peak is above 95 %. On the chapter's input every mirrored weight of
+# its map is above 0.94, as in the reference's figure. Its first layer is blurrier than the sharp
+# recipe's. This is one seed; its recipe was fixed by the reference, not chosen on these probe
+# sequences. The two timing records come from two different CPUs; in them the reference's recipe
+# cost more than three times as long to train. So the reference chapter's map is what its own
+# recipe gives. The sharp recipe gets close to it with a smaller model and fewer than a third of
+# the steps (of twice the batch).
+# :::
 
-# %% [markdown]
-# What about the reference chapter's own recipe, `SEED_RECIPE`? It is larger than the sharp
-# model and trains for more steps: ten epochs, with no early stop. The same script recorded one
-# run of it (seed 0, the book's pinned kernels), measured on the same probe set:
-
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 ref = json.loads(Path("data/ch18_seed_recipe.json").read_text())["runs"][0]
 ref_cfg = TrainConfig(**ref["config"])
 assert ref_cfg == SEED_RECIPE  # the recorded run used the reference's recipe, unchanged
@@ -573,91 +739,30 @@ assert ref_run["seconds_total"] > 3 * timing["median_seconds"]["1"]
 assert 3 * SHARP_ATTENTION_RECIPE.max_steps < SEED_RECIPE.max_steps
 
 # %% [markdown]
-# The reference's own recipe, trained for its ten epochs (in float32 on a CPU, where the
-# reference used bf16 on a GPU), is sharp on its last layer. On the probe set it puts more than
-# the reference chapter's 0.94 on the mirrored position, and its `<eos>` peak is above 95 %. On
-# the chapter's input every mirrored weight of its map is above 0.94, as in the reference's
-# figure. Its first layer is blurrier than the sharp recipe's. This is one seed. Its recipe was
-# fixed by the reference, not chosen on these probe sequences. The two timing records come
-# from two different CPUs; in them the reference's recipe cost more than three times as long to
-# train. So the reference chapter's map is what its own recipe gives. The sharp recipe gets
-# close to it with a smaller model and fewer than a third of the steps (of twice the batch).
-
-# %% [markdown]
-# Figure 18.2 is the map the reference chapter shows, for this model: last layer, mean of
-# heads, input `7 3 0 9 5 1 8`, with the weights written in the cells.
-
-# %%
-digits = [7, 3, 0, 9, 5, 1, 8]
-src = encode_digits(digits)
-pred = greedy_decode(model, src)
-print("src :", tuple(src.shape), [token_name(t) for t in src[0]])
-print("pred:", tuple(pred.shape), [token_name(t) for t in pred[0]])
-assert decode_digits(pred[0]) == digits[::-1]
-
-# %% [markdown]
-# To get the weights, run the decoder once more on its own output minus the final `<eos>`
-# (the decoder *input* at each step: `<bos>` to predict the first digit, ..., the last digit to
-# predict `<eos>`). `decode` returns the logits and one cross-attention tensor per layer,
-# `[B, h, L_t, L_s]`: batch, heads, decoder positions, source positions.
-
-# %%
-with torch.no_grad():
-    memory, src_mask = model.encode(src)
-    logits, cross = model.decode(pred[:, :-1], memory, src_mask)
-print("decoder input:", tuple(pred[:, :-1].shape), " logits:", tuple(logits.shape))
-print("cross-attention:", len(cross), "layers of", tuple(cross[SHOWN].shape))
-w = cross[SHOWN][0].mean(dim=0)  # the shown layer, mean over heads -> [L_t, L_s]
-torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
-
-# %% [markdown]
-# The weight each row puts on its mirrored column (the cell asserts where each row peaks):
-
-# %% tags=["nbval-ignore-output"]
-n = len(digits)
-on_mirror = w[torch.arange(n + 1), torch.as_tensor(mirrored_columns(n))]
-print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mirror.tolist()])
-low = [round(v, 3) for v in on_mirror[on_mirror < 0.94].tolist()]
-print(f"rows below the reference's 0.94: {len(low)} of {n + 1}, to 3 decimals {low}")
-assert (w.argmax(dim=-1).numpy() == mirrored_columns(n)).all()
-assert (on_mirror < 0.94).sum() >= 1 and on_mirror[-1] < 0.9  # the <eos> row
-
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
-fig, ax = plt.subplots(figsize=(5.6, 4.6))
-plot_attention(cross_attention(model, digits, layer=SHOWN), ax=ax, annotate=True)
-ax.set_title("Figure 18.2: the sharp model, last layer, mean of heads", fontsize=10)
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Every row peaks on its mirrored column, the anti-diagonal, and the last row on `<eos>`. But
-# this map is less sharp than the reference chapter's, which had at least 0.94 in every row.
-# Here some rows fall below 0.94 (the cell before the figure counts them), and the `<eos>` row
-# puts less than 0.9 on `<eos>`. The mirror target of section 3, 0.90, is about the
-# 200-sequence average, and it is lower than the reference's 0.94.
-
-# %% [markdown]
-# ## 4. The default-init twin
+# ## 7. The default-init twin
 #
-# Chapter 12 showed what PyTorch's default initialisation does to this model: its token
+# Chapter 12 showed what PyTorch's default initialisation does to this model. Its token
 # embeddings, drawn from $\mathcal{N}(0, 1)$ and multiplied by $\sqrt{d_{model}}$, are several
-# times louder relative to the positional encodings than with the book's initialisation, and
-# the model learns more slowly. The twin is `SHARP_ATTENTION_RECIPE` except
-# `init="default"`: same data, seed, schedule and budget.
+# times louder relative to the positional encodings than with the book's initialisation. The
+# model learns more slowly. The twin is `SHARP_ATTENTION_RECIPE` except `init="default"`: same
+# data, seed, schedule and budget.
 #
-# Training it means the same 1000 steps of the same architecture as the sharp model, so this
-# chapter uses its record: the script of section 2 recorded it (`sharp1000d15default`, the purple
-# line of Figure 18.1), measured on the same 200 probe sequences as the sharp model here, and at
-# the end scored it on the test set and stored its maps of `7 3 0 9 5 1 8`. The same check as
-# for the sharp model ties the record to this code: its first 100 steps, trained live.
+# The chapter reads the twin's record (`sharp1000d15default`, the purple line of Figure 18.1).
+# The script measured it on the same 200 probe sequences, scored it on the test set, and stored
+# its maps of `7 3 0 9 5 1 8`.
+#
+# :::{dropdown} Going deeper: tying the twin's record to this code
+# The same check as for the sharp model (section 4): its first 100 steps, trained live, must
+# match the record's point at step 100.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
 twin_recipe = dataclasses.replace(SHARP_ATTENTION_RECIPE, init="default")
 twin_run = runs[("sharp1000d15default", 0)]
 check_first_100(twin_recipe, twin_run, "twin_step_100")
 
 # %% [markdown]
-# The record's last point, after all 1000 steps, next to the sharp model of section 3:
+# The record's last point, after all 1000 steps, next to the sharp model:
 
 # %% tags=["nbval-ignore-output"]
 final_point = twin_run["points"][-1]
@@ -694,17 +799,18 @@ assert share["uniform rows"] < share["default init"] < 0.5 < share["sharp model"
 
 # %% [markdown]
 # With the same recipe and budget, the twin learned far less: under half of the test sequences
-# right. Its maps are blurred: its last layer puts less than 0.6 on the mirrored position, its
+# right. Its maps are blurred. Its last layer puts less than 0.6 on the mirrored position, its
 # first layer less than 0.3, not far above uniform rows.
 #
-# This twin is not the reference chapter's default-init model. That model is the reference's
-# own recipe with PyTorch's default initialisation, and it reached 0.60 exact match. The twin
-# is the sharp recipe with the same initialisation, and it reaches under half. The reference
-# says its model's rows are smeared over 2 to 3 neighbouring positions. For the twin
-# that is only partly true. Of the weight it puts off the mirrored column, a larger share lands
-# on the two neighbouring columns than uniform rows would put there. But that share is under
-# half, and smaller than in the sharp model, whose little off-mirror weight sits mostly next
-# door. Most of the twin's blur is further away.
+# :::{dropdown} Going deeper: not the reference chapter's default-init model
+# The reference chapter's default-init model is the reference's own recipe with PyTorch's
+# default initialisation, and it reached 0.60 exact match. The twin is the sharp recipe with the
+# same initialisation, and it reaches under half. The reference says its model's rows are smeared
+# over 2 to 3 neighbouring positions. For the twin that is only partly true. Of the weight it puts
+# off the mirrored column, a larger share lands on the two neighbouring columns than uniform rows
+# would put there. But that share is under half, and smaller than in the sharp model, whose
+# little off-mirror weight sits mostly next door. Most of the twin's blur is further away.
+# :::
 #
 # Figure 18.3 sets the two side by side on the input of Figure 18.2, every decoder layer.
 
@@ -724,118 +830,13 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## 5. Every layer and every head
-#
-# The mean of heads hides how the work is shared. Figure 18.4 shows each head of each decoder
-# layer of the sharp model on the same input (rows: decoder input, columns: source). The
-# explorers in section 6 let you pick one head at a time; this static figure shows them all at once.
-
-# %%
-grid = plot_attention_grid(model, digits)
-print(f"{len(grid.axes)} panels = {n_layers} layers x {n_heads} heads")
-assert len(grid.axes) == n_layers * n_heads
-grid.suptitle(
-    "Figure 18.4: cross-attention of every layer and head of the sharp model", fontsize=10
-)
-display(grid)
-
-# %% [markdown]
-# Over the 200 probe sequences, per head (the mean of heads in section 3 averages these):
-
-# %% tags=["nbval-ignore-output"]
-for layer in range(n_layers):
-    line = ", ".join(f"head {h}: {v:.2f}" for h, v in enumerate(sharp["mirror_heads"][layer]))
-    print(f"layer {layer}, weight on the mirrored position: {line}")
-assert sharp["mirror_heads"][SHOWN].min() > 0.85
-
-# %% [markdown]
-# Both heads of the last layer put more than 0.85 on the mirrored position (asserted above):
-# they agree, so their mean is sharp too.
-#
-# ## 6. An explorer
-#
-# Type digits, pick a layer and a head (or the mean of heads): the decoded output and the
-# heatmap update live in JupyterLab. The logic lives in `helpers.visualize`:
-# `AttentionExplorer.render(text, layer, head)` parses the text, decodes, and draws, or returns
-# a clear message for bad input; the widgets only call it. The HTML book cannot run widgets.
-# Under the widget, the HTML book shows an explorer of its own. It draws weights computed
-# beforehand: you pick one of twelve stored inputs, one of three models, a layer and a head, but
-# you cannot type digits. Figure 18.5 shows the widget's initial view.
-
-# %% tags=["nbval-ignore-output"]
-explorer = AttentionExplorer(model, digits="7 3 0 9 5 1 8")
-box = explorer.widget()
-display(box)
-assert explorer.last_figure is not None and explorer.last_message.endswith("correct")
-
-# %% [markdown]
-# <div class="html-attention-explorer" data-src="../_static/attention_explorer.json">
-# <p><em>In the HTML version of this book, an explorer that needs no kernel appears here.</em></p>
-# </div>
-# <script src="../_static/attention_explorer.js"></script>
-
-# %% [markdown]
-# Figure 18.5: the widget explorer's initial view, as a static figure.
-
-# %%
-print(explorer.last_message)
-display(explorer.last_figure)
-
-# %% [markdown]
-# Bad input never reaches the model: the explorer answers with a message instead of a
-# traceback, and draws nothing. Calling `render` directly shows what the widget would display:
-
-# %%
-for text in ["", "12a4", "1234567890123"]:
-    fig, message = explorer.render(text)
-    print(f"{text!r:>17} -> {message}")
-    assert fig is None and message.startswith("error:")
-assert explorer.render("")[1] == "error: type at least one digit (0-9)"
-assert "too long" in explorer.render("1" * (model.max_len - 1))[1]
-assert explorer.render("1" * (model.max_len - 2))[0] is not None  # the longest input that fits
-
-# %% [markdown]
-# And the controls drive the picture: switching the layer dropdown redraws a different heatmap,
-# and typing an invalid input replaces it with the error message.
-
-# %% tags=["nbval-ignore-output"]
-explorer.update()  # redraw from the controls (the cell above called render directly)
-before = explorer.last_figure.axes[0].images[0].get_array().copy()
-explorer.controls["layer"].value = 0
-after = explorer.last_figure.axes[0].images[0].get_array()
-assert not np.allclose(before, after)
-explorer.controls["text"].value = "12x"
-assert explorer.last_figure is None and "only the digits" in explorer.controls["status"].value
-explorer.controls["text"].value = "7 3 0 9 5 1 8"
-explorer.controls["layer"].value = n_layers - 1
-assert explorer.last_message.endswith("correct")
-
-# %% [markdown]
-# ## 7. The finished piece
-#
-# `helpers.cross_attention` is the computation of section 3, packaged: the same matrix as the
-# cells built by hand, for the mean of heads and for a single head; and `attention_sharpness`
-# scores one such map as `alignment_stats` scores a batch.
-
-# %%
-amap = cross_attention(model, digits, layer=SHOWN, head=MEAN_OF_HEADS)
-torch.testing.assert_close(torch.from_numpy(amap.weights), w)
-rows = [token_name(t) for t in pred[0, :-1]]
-assert amap.row_labels == rows and amap.col_labels == [str(d) for d in digits] + ["<eos>"]
-per_head = cross_attention(model, digits, layer=n_layers - 1, head=n_heads - 1)
-torch.testing.assert_close(torch.from_numpy(per_head.weights), cross[-1][0, n_heads - 1])
-one = attention_sharpness(amap)
-print(f"helpers.cross_attention reproduces the hand-built matrices: {amap.weights.shape}")
-assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
-
-# %% [markdown]
 # ## Summary
 #
 # - Measured over 200 probe sequences under teacher forcing, the book's model of chapter 10
 #   reverses correctly with a blurred alignment: on average less than 0.7 of a row's weight
 #   on the mirrored position, in every layer.
-# - Recorded runs (`tools/explore_ch18_sharpness.py`, `chapters/data/ch18_sharpness.json`, one
-#   seed per lever, read against a three-seed band) show that three times the book's training
+# - Recorded runs (one seed per lever, read against a three-seed band) show that
+#   three times the book's training
 #   budget alone does not make the last layer sharp. Heads of $d_k = 32$ instead of 8 do, on both
 #   numbers. Dropout 0.1 did for four heads, not for one. Label smoothing took the `<eos>` peak
 #   to 0. Only one of these runs reached the reference's 0.94.
@@ -844,16 +845,14 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 #   with seed 0, at least 0.90 on the mirrored position and `<eos>` peaks in at least 90 % of
 #   sequences in its last layer, on the probe set that chose it and on 1000 fresh sequences,
 #   and over 99.9 % test exact match. Over three seeds it sits at the edge of both targets.
-#   With the CPU's own kernels its 1000 steps took 75 s on the recipe's one thread (recorded).
-# - Its twin with PyTorch's default initialisation, same recipe (recorded; its first 100 steps
-#   reproduced live), learns far less, and its map is blurred: some of the blur sits on
+# - Its twin with PyTorch's default initialisation, same recipe, learns far less,
+#   and its map is blurred: some of the blur sits on
 #   neighbouring positions, most of it further away. It is not the reference chapter's 0.60
 #   default-init model, and the reference's "smeared over 2 to 3 neighbours" holds for it only
 #   in part.
 # - The reference chapter's own recipe, `SEED_RECIPE` (four heads of $d_k = 32$, ten epochs),
-#   recorded once (seed 0), puts more than 0.94 on the mirrored position in its last layer, as
-#   the reference chapter shows. In two timing records, from two different CPUs, it took more
-#   than three times as long as the sharp recipe to train.
+#   in one run (seed 0), puts more than 0.94 on the mirrored position in its last layer, as
+#   the reference chapter shows. It took more than three times as long as the sharp recipe to train.
 # - The one thing to remember: a heatmap shows what one trained model does, not what the task
 #   requires. An accurate model can have a blurred map; how sharp it is depends on the recipe.
 #
@@ -880,7 +879,7 @@ assert cols.tolist() == [3, 2, 1, 0, 4] and abs(score - 0.2) < 1e-6
 # Write `mirror_weight(weights, n)`: `weights` is one attention map `[n + 1, n + 1]` (rows
 # `<bos>` and the $n$ reversed digits, columns the $n$ source digits and `<eos>`); return the
 # mean over the rows of the weight on each row's mirrored column, one number. Then apply it to
-# the sharp model's map `w` of section 3. `check_mirror_weight` compares your function with the
+# the sharp model's map `w` of section 1. `check_mirror_weight` compares your function with the
 # book's on a perfect map, a uniform map and three random ones, and names the likely mistake.
 
 
