@@ -16,25 +16,25 @@
 # %% [markdown]
 # # 20. Distributed data parallel: one model, two processes
 #
+# You will train the book's model with `DistributedDataParallel` (DDP), in two processes started by
+# `torchrun`. Each process holds a replica of the model and trains on half of every batch.
+# DDP averages their gradients, so one DDP step equals one step of a single process on the whole batch.
+#
+# ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/20_distributed_data_parallel.png)
+
+# %% [markdown]
 # Chapter 10 trains the reversal model in one process with one thread (`BOOK_RECIPE.threads`,
-# printed below), on one of this machine's two cores. Larger models outgrow one process, and
-# then one machine.
-# PyTorch's answer is `torch.distributed` with `DistributedDataParallel` (DDP), started by
-# `torchrun`: the same script runs as two CPU processes here (the `gloo` backend), and is
-# written to run as eight processes on eight GPUs (`nccl`) or across machines (the commands
-# are at the end; they are not run here, this machine has no GPU).
+# printed below). Larger models outgrow one process, and then one machine. PyTorch's answer is
+# `torch.distributed` with DDP, started by `torchrun`. Here the script runs as two CPU processes,
+# with the `gloo` backend. The same script is written to run on eight GPUs (`nccl`) or across
+# machines; those commands are at the end, and are not run here.
 #
-# This chapter builds DDP training for the book's own model and proves it correct:
+# The chapter goes in five steps:
 #
-# 1. what DDP does: replicas, a gradient all-reduce in buckets during the backward pass, the
-#    same optimizer step everywhere;
-# 2. how the data is split: `DistributedSampler`, `set_epoch`, which seeds must agree across
-#    processes;
-# 3. a training script, `tools/train_ddp.py` (its logic is in `helpers.distributed`), started
-#    by `torchrun` from a cell; after one step it holds the same weights as one process that
-#    saw the whole batch;
-# 4. what two processes buy on this 2-core machine, against one process with one or two
-#    threads, start-up included;
+# 1. what DDP does: replicas, a gradient all-reduce in buckets, the same optimizer step everywhere;
+# 2. how the data is split: `DistributedSampler`, `set_epoch`, and which seeds must agree;
+# 3. a training script, `tools/train_ddp.py`, started by `torchrun` from a cell, and its proof;
+# 4. what two processes buy on two cores, start-up included;
 # 5. the commands for several GPUs and several machines.
 
 # %%
@@ -92,21 +92,20 @@ assert torch.distributed.is_available() and torch.distributed.is_gloo_available(
 # %% [markdown]
 # ## What DDP does
 #
-# DDP {cite}`li2020` runs one process per device. Every process holds a full **replica** of
-# the model, starts from the same weights (DDP's constructor broadcasts rank 0's weights to
-# the others) and trains on its own share of each batch. The forward and backward passes
-# run independently. As the backward pass produces gradients, DDP sums them across the
-# processes and divides by their number, an **all-reduce**, so that every replica ends the
-# backward pass holding the same averaged gradient. Every process then takes the same
-# optimizer step, and the replicas stay identical (the proof below checks it after a step)
-# without sending weights again.
+# DDP {cite}`li2020` runs one process per device. Every process holds a full **replica** of the
+# model. All replicas start from the same weights: DDP's constructor broadcasts rank 0's weights
+# to the others. Each process then trains on its own share of each batch. The forward and backward
+# passes run independently. As backward produces gradients, DDP sums them across the processes and
+# divides by their number. This is an **all-reduce**: every replica ends the backward pass with
+# the same averaged gradient. Every process then takes the same optimizer step. So the replicas
+# stay identical without sending weights again; the proof below checks it.
 #
-# DDP does not wait for the whole backward pass: it groups the gradients into **buckets** (25
-# MiB by default) in roughly the order backward produces them, last layer first, and starts a
-# bucket's all-reduce as soon as all its gradients are ready, while backward still works on
-# the earlier layers (measured below). Figure 20.1 shows one step on two processes.
+# DDP does not wait for the whole backward pass. It groups the gradients into **buckets** (25 MiB
+# by default), roughly in the order backward produces them, last layer first. A bucket's
+# all-reduce starts as soon as all its gradients are ready, while backward still works on earlier
+# layers. Figure 20.1 shows one step on two processes.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(9, 4.2))
 ax.set_xlim(0, 10)
 ax.set_ylim(0, 6.2)
@@ -137,13 +136,13 @@ plt.show()
 # %% [markdown]
 # ## Sharding the data: `DistributedSampler`
 #
-# Each process must see a different share of every batch, and the shares together must be the
-# whole batch. `torch.utils.data.distributed.DistributedSampler` does this: every rank draws the
-# same random permutation of the dataset (from `seed + epoch`) and takes every
-# `world_size`-th index of it, starting at its own rank. `helpers.rank_batches` cuts a rank's
-# indices into batches of `batch_size // world_size`. The recipe's global batch of 128 is then
-# split into two halves of 64 (rank 0 holds its positions 0, 2, 4, ..., rank 1 the odd ones),
-# and together they are exactly the batch one process would draw:
+# Each process must see a different share of every batch. Together, the shares must be the whole
+# batch. `torch.utils.data.distributed.DistributedSampler` does this. Every rank draws the same
+# random permutation of the dataset, from `seed + epoch`. Each rank takes every `world_size`-th
+# index of it, starting at its own rank. `helpers.rank_batches` cuts a rank's indices into batches
+# of `batch_size // world_size`. So the recipe's global batch of 128 splits into two halves of 64.
+# Rank 0 holds its positions 0, 2, 4, ..., rank 1 the odd ones. Together they are exactly the
+# batch one process would draw:
 
 # %%
 n, batch = BOOK_RECIPE.train_size, BOOK_RECIPE.batch_size
@@ -165,9 +164,9 @@ assert same and overlap == 0
 # %% [markdown]
 # Two details decide whether the shards stay right over many epochs.
 #
-# **`set_epoch`.** The sampler's permutation depends on `seed + epoch`, and the epoch is
-# whatever the training loop last told it with `sampler.set_epoch(epoch)`. A loop that never
-# calls it trains every epoch in the same order:
+# **`set_epoch`.** The sampler's permutation depends on `seed + epoch`. The epoch is whatever the
+# training loop last passed to `sampler.set_epoch(epoch)`. A loop that never calls it trains every
+# epoch in the same order:
 
 # %%
 sampler = DistributedSampler(range(12), num_replicas=2, rank=0, shuffle=True, seed=0)
@@ -180,17 +179,17 @@ print("epoch 1 with set_epoch:   ", epoch1)
 assert again == epoch0 and epoch1 != epoch0
 
 # %% [markdown]
-# **Seeds per rank.** The sampler's seed must be the *same* on every rank: the ranks must
-# agree on the permutation they split. With a different seed on each rank (for example
-# `seed + rank`) the shards overlap, and some sequences are never seen in an epoch. The
-# weights' seed can be the same too (DDP broadcasts rank 0's weights anyway).
+# **Seeds per rank.** The sampler's seed must be the *same* on every rank, so that the ranks split
+# one permutation. With a different seed per rank (say `seed + rank`), the shards overlap, and some
+# sequences are never seen in an epoch. The weights' seed can be the same too, since DDP broadcasts
+# rank 0's weights anyway.
 #
-# What must differ per rank is the randomness *inside* each rank's batch, such as dropout
-# masks. `build_model` seeds torch's generator, so ranks that stop there draw the same masks
-# for their different sequences. `helpers.train_reversal_ddp` therefore calls
-# `seed_rank_stream` after building the model. It reseeds every rank but rank 0. Rank 0 keeps
-# the stream `build_model` left, as a single process does. The cell builds a model with
-# dropout 0.1 twice, once per rank, and feeds both the same sequence in training mode:
+# What must differ per rank is the randomness *inside* each rank's batch, such as dropout masks.
+# `build_model` seeds torch's generator. Ranks that stop there draw the same masks for their
+# different sequences. So `helpers.train_reversal_ddp` calls `seed_rank_stream` after building the
+# model. It reseeds every rank but rank 0. Rank 0 keeps the stream `build_model` left, as a single
+# process does. The cell builds a model with dropout 0.1 once per rank, and feeds both the same
+# sequence in training mode:
 
 # %%
 shards = [
@@ -228,10 +227,10 @@ assert same0 and len(shards[0] & shards[1]) > 0
 # %% [markdown]
 # ## One loss for the whole global batch
 #
-# One process computes the mean cross-entropy over the real (non-padding) target tokens of its
-# batch. Two ranks that each take the mean over their *own* tokens, and then have DDP average
-# their gradients, compute the mean of two means. That is the mean over the whole batch only
-# if both halves hold the same number of tokens, and the sequences here differ in length:
+# One process takes the mean cross-entropy over the real (non-padding) target tokens of its
+# batch. Suppose two ranks each take the mean over their *own* tokens, and DDP averages their
+# gradients. That is a mean of two means. It equals the whole batch's mean only if both halves hold
+# the same number of tokens. Here the sequences differ in length:
 
 # %%
 src, tgt = make_reversal_dataset(64, seed=BOOK_RECIPE.data_seed)  # the batch of the proof below
@@ -246,24 +245,24 @@ print(
 assert tokens[0] != tokens[1]
 
 # %% [markdown]
-# So each rank in `helpers.distributed` sums its token losses, and one small all-reduce per
-# step adds up the token counts of all ranks. A rank backpropagates
-# `loss_sum * world_size / global_tokens`; DDP's average over the ranks then divides by
-# `world_size` again, and what is left is the gradient of the whole batch's mean token loss.
-# The same all-reduce carries the numbers every rank needs to take the same decisions: the
-# batch's exactly-right sequences (the gate of the cheap evaluation, chapter 10) and each
-# rank's own loss (for rank 0's log). The validation set is scored in shards too, and the
-# counts are summed, so that every rank sees the same exact match and stops at the same step.
+# So each rank in `helpers.distributed` sums its token losses. One small all-reduce per step adds
+# up the token counts of all ranks. A rank backpropagates `loss_sum * world_size / global_tokens`.
+# DDP's average over the ranks then divides by `world_size` again. What is left is the gradient of
+# the whole batch's mean token loss.
+#
+# The same all-reduce carries what every rank needs to take the same decisions. That is the
+# batch's exactly-right sequences (the gate of chapter 10's cheap evaluation) and each rank's own
+# loss, for rank 0's log. The validation set is scored in shards too, and the counts are summed. So
+# every rank sees the same exact match and stops at the same step.
 #
 # ## The script, launched by `torchrun`
 #
-# `tools/train_ddp.py` is what every process runs. It calls `helpers.init_distributed()`,
-# which reads the variables `torchrun` sets for each process (`RANK`, `WORLD_SIZE`,
-# `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), joins the process group with the `gloo`
-# backend, and stops with one clear line when the launch is wrong: no `torchrun`, a single
-# process, or a port another program holds.
-# Rank 0 alone prints the log and writes the checkpoint; the other ranks wait for it at a
-# barrier. `--standalone` lets `torchrun` pick a free port on this machine, and
+# `tools/train_ddp.py` is what every process runs. It calls `helpers.init_distributed()`. That
+# function reads the variables `torchrun` sets for each process: `RANK`, `WORLD_SIZE`,
+# `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`. It joins the process group with the `gloo`
+# backend. When the launch is wrong, it stops with one clear line: no `torchrun`, a single
+# process, or a port another program holds. Rank 0 alone prints the log and writes the checkpoint;
+# the other ranks wait for it at a barrier. `--standalone` lets `torchrun` pick a free port, and
 # `sys.executable -m torch.distributed.run` is `torchrun` of this notebook's Python.
 #
 # Started as a plain Python script, without `torchrun`, it says what is missing:
@@ -281,9 +280,9 @@ print(f"exit status {bad.returncode}: {bad.stderr.strip()}")
 assert bad.returncode == 2 and "start this script with torchrun" in bad.stderr
 
 # %% [markdown]
-# The first real run is the proof: one step on a fixed batch of 64 sequences, 32 per rank,
-# from the book's initial weights (`--one-step`; small buckets of 0.05 MiB, for the next
-# section):
+# The first real run is the proof. It takes one step on a fixed batch of 64 sequences, 32 per
+# rank, from the book's initial weights (`--one-step`). Its buckets are small, 0.05 MiB, for a
+# later section:
 
 # %% tags=["nbval-ignore-output"]
 proof_dir = Path(tempfile.mkdtemp())
@@ -309,9 +308,9 @@ assert ranks[0]["loss"] == ranks[1]["loss"]
 assert max(r["replicas_max_diff"] for r in ranks) == 0.0
 
 # %% [markdown]
-# Both ranks report the same global loss, only rank 0 wrote the checkpoint, and the two
-# replicas hold bit-for-bit the same weights after the step: both applied the same averaged
-# gradient. Now the comparison that matters: one process takes one step on all 64 rows, with
+# Both ranks report the same global loss, and only rank 0 wrote the checkpoint. The two replicas
+# hold bit-for-bit the same weights after the step: both applied the same averaged gradient. Now
+# the comparison that matters. One process takes one step on all 64 rows, with
 # `F.cross_entropy`'s mean over the batch, as `helpers.train_reversal` does.
 
 # %% tags=["nbval-ignore-output"]
@@ -349,21 +348,26 @@ assert abs(loss - ddp["loss"]) < 1e-6 * loss and g_diff < 1e-5 * g_max and rest 
 assert kb_grad < 1e-6 * g_max and move > 1e3 * kb_grad
 
 # %% [markdown]
-# The gradients agree to within float rounding, and so does every weight but one kind: the
-# key biases. Their gradient is exactly zero in exact arithmetic (adding $q \cdot b_k$ to
-# every score of a query's row shifts the whole row, and the softmax ignores a shift), so in
-# floats it is rounding noise, less than a millionth of the largest gradient. Adam's first
-# step divides a gradient by its own size (plus Adam's $\epsilon$, printed), which turns that
-# noise into a move of a sizeable fraction of the learning rate, in a direction set by the
-# rounding; the two runs round differently, and their key biases differ by the fraction
-# printed. Both runs are right; they disagree only where the gradient carries no information.
+# The gradients agree to within float rounding, and so does every weight but the key biases.
+# Their gradient is zero in exact arithmetic, so in both runs they move by rounding noise only.
+# Both runs are right.
+#
+# :::{dropdown} Going deeper: why the key biases differ
+# The key biases' gradient is exactly zero in exact arithmetic. Adding $q \cdot b_k$ to every
+# score of a query's row shifts the whole row, and the softmax ignores a shift. In floats the
+# gradient is rounding noise, less than a millionth of the largest gradient. Adam's first step
+# divides a gradient by its own size, plus Adam's $\epsilon$ (printed). That turns the noise into
+# a move of a sizeable fraction of the learning rate, in a direction set by the rounding. The two
+# runs round differently, so their key biases differ by the fraction printed. They disagree only
+# where the gradient carries no information.
+# :::
 #
 # ## Gradients travel in buckets during backward
 #
-# The proof run also recorded, with a DDP communication hook
-# (`DistributedDataParallel.register_comm_hook`), when each bucket's all-reduce started, and
-# how many of the model's 92 parameter gradients (printed below) backward had not yet produced
-# at that moment. With buckets of at most 0.05 MiB:
+# The proof run also recorded when each bucket's all-reduce started, with a DDP communication
+# hook (`DistributedDataParallel.register_comm_hook`). It noted how many of the model's 92
+# parameter gradients (printed below) backward had not yet produced at that moment. With buckets
+# of at most 0.05 MiB:
 
 # %%
 passes = ranks[0]["buckets"]
@@ -388,20 +392,20 @@ assert len(passes[0]) == 1 and len(passes[1]) > 1
 assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == "out_proj.bias"
 
 # %% [markdown]
-# In the first backward pass, torch 2.13 puts every gradient in one bucket (its source says
-# why: it does not yet know the order in which backward produces them). After that pass it
-# rebuilds the buckets in the observed order, and from the second pass on the first bucket
-# (from the output projection back into the last decoder layer) starts its all-reduce while
-# most gradients are still to be computed: communication overlaps computation. At the default
-# 25 MiB this model's 0.24 MB of gradients fit in a single bucket, so there is nothing to
-# overlap; a model of a billion parameters would fill 153 of them.
+# In the first backward pass, torch 2.13 puts every gradient in one bucket. Its source says why:
+# it does not yet know the order in which backward produces them. After that pass it rebuilds the
+# buckets in the observed order. From the second pass on, the first bucket starts its all-reduce
+# while most gradients are still to come. (That bucket runs from the output projection back into
+# the last decoder layer.) So communication overlaps computation. At the default 25 MiB, this
+# model's 0.24 MB of gradients fit in a single bucket, so nothing overlaps. A model of a billion
+# parameters would fill 153 of them.
 #
 # ## Training to the target on two processes
 #
-# The same script without `--one-step` trains the book's recipe (`helpers.BOOK_RECIPE`:
-# global batch 128, so 64 per rank) until the validation exact match reaches 99.5 % (both
-# printed in the first cell), from seed 0. Rank 0 logs every 100 steps, with each rank's own
-# mean loss on its half of the batch:
+# Without `--one-step`, the same script trains the book's recipe (`helpers.BOOK_RECIPE`) from
+# seed 0. The global batch is 128, so 64 per rank. Training stops when the validation exact match
+# reaches 99.5 % (both printed in the first cell). Rank 0 logs every 100 steps, with each rank's
+# own mean loss on its half of the batch:
 
 # %% tags=["nbval-ignore-output"]
 train_dir = Path(tempfile.mkdtemp())
@@ -416,11 +420,11 @@ assert ranks[0]["exact_match"] == ranks[1]["exact_match"] >= BOOK_RECIPE.target_
 assert ranks[0]["final_rank_loss"][0] != ranks[0]["final_rank_loss"][1]
 
 # %% [markdown]
-# Both ranks stopped at the same step, with the same validation exact match, and the two
-# ranks' losses in the log differ because each is the mean over a different half of the batch.
-# The number the book reports comes from the test set (chapter 09: 10,000 sequences that
-# stopping never looked at; about one in nine also occurs in the training set, as chapter 09
-# counts), scored on the checkpoint rank 0 wrote:
+# Both ranks stopped at the same step, with the same validation exact match. The two losses in the
+# log differ, because each is the mean over a different half of the batch. The number the book
+# reports comes from the test set of chapter 09: 10,000 sequences that stopping never looked at.
+# (About one in nine also occurs in the training set; chapter 09 counts them.) It is scored on the
+# checkpoint rank 0 wrote:
 
 # %% tags=["nbval-ignore-output"]
 ckpt = torch.load(train_dir / "model.pt")
@@ -434,12 +438,12 @@ assert ddp_test.exact_match >= 0.98  # chapter 10's floor (its kernel paths: 98.
 # %% [markdown]
 # ## What two processes buy here
 #
-# `tools/bench_ch20_ddp.py` trains the recipe to the target with three configurations of this
-# machine's two cores, for several seeds, each run a fresh command timed from its start to its
-# exit: start-up (Python, torch, and for DDP `torchrun` and the process group), data, training
-# and evaluations all count. All three run the same loop (`helpers.train_reversal_ddp`; one
-# process runs it without a process group) on the same global batches, so for one seed they
-# differ only in the rounding of the sums. It recorded:
+# `tools/bench_ch20_ddp.py` trains the recipe to the target in three configurations of two cores,
+# for several seeds. Each run is a fresh command, timed from its start to its exit. So start-up
+# counts: Python, torch, and for DDP `torchrun` and the process group. Data, training and
+# evaluations count too. All three run the same loop (`helpers.train_reversal_ddp`) on the same
+# global batches; one process runs it without a process group. So for one seed they differ only in
+# the rounding of the sums. It recorded:
 
 # %%
 rec = json.loads((DATA / "ch20_ddp_timing.json").read_text())
@@ -538,37 +542,43 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Per step, two processes beat one process with one thread for every seed (the count under
-# the table). Each process does half of the arithmetic, plus the all-reduces of the gradients
-# (0.24 MB) and of the step's statistics. But the fastest configuration per step was one
-# process with two threads, for every seed (the next lines count it). Threads share one copy
-# of the model and pay no all-reduce.
+# Per step, two processes beat one process with one thread, for every seed. Each process does half
+# of the arithmetic, plus the all-reduces of the gradients (0.24 MB) and of the step's statistics.
+# But one process with two threads was fastest per step, for every seed. Threads share one copy of
+# the model and pay no all-reduce.
 #
-# The "outside training" column is the rest of each command's time: the interpreter and the
-# imports, and for two processes also `torchrun`'s own process and the rendezvous. The
+# The "outside training" column is the rest of each command's time. It holds the interpreter and
+# the imports, and for two processes also `torchrun`'s own process and the rendezvous. The
 # "seconds" column includes it.
 #
-# The three configurations add the gradients' terms in different orders. Their weights differ
-# in the low bits, so a seed need not stop at the same step in all three (the first line under
-# the table counts how often it did). Every run reached the target, and every model scored at
-# least 98 % on the test set. These runs were recorded with PyTorch's default kernels, before
-# the book pinned its numerics (the header line says so). So the seed-0 two-process row is not
-# the run above.
+# :::{dropdown} Going deeper: rounding, load, and how the runs were recorded
+# The three configurations add the gradients' terms in different orders. Their weights differ in
+# the low bits. So a seed need not stop at the same step in all three; the first line under the
+# table counts how often it did. Every run reached the target, and every model scored at least
+# 98 % on the test set.
 #
-# A load average above the number of cores (both printed above the table) means other jobs ran
-# during the recording. A difference between two configurations smaller than the spread of
+# These runs were recorded with PyTorch's default kernels, before the book pinned its numerics
+# (the header line says so). So the seed-0 two-process row is not the run above.
+#
+# A load average above the number of cores means other jobs ran during the recording; both are
+# printed above the table. A difference between two configurations smaller than the spread of
 # their own runs (the dots in Figure 20.2) is then not a result.
 # `python tools/bench_ch20_ddp.py --seeds 0,1,2,3,4` records them again.
+# :::
 #
-# **Is the two-process model as good?** The seed-by-seed lines show different test scores.
-# But two scores on the same 10,000 test sequences are not independent samples, so comparing
-# their separate intervals is not a test. A paired test looks at the sequences on which the two
-# models disagree. McNemar's exact test counts the sequences only model A gets right ($b$) and
-# only model B gets right ($c$). If both models were equally good, each disagreement would be a
-# fair coin: $b$ would follow a binomial law with $b + c$ trials and probability 1/2. The
-# two-sided $p$ is twice the chance of a split at least as uneven as $\min(b, c)$. The cell
-# checks the test on a case small enough to count by hand. It then trains the same loop in
-# this one process (seed 0) and pairs it with the two-process model above:
+# **Is the two-process model as good?** The seed-by-seed lines show different test scores. But
+# two scores on the same 10,000 test sequences are not independent samples. So comparing their
+# separate intervals is not a test; a paired test is. The cell trains the same loop in this one
+# process (seed 0) and pairs it with the two-process model above, using McNemar's exact test.
+#
+# :::{dropdown} Going deeper: McNemar's exact test
+# A paired test looks at the sequences on which the two models disagree. McNemar's exact test
+# counts the sequences only model A gets right ($b$) and only model B gets right ($c$). If both
+# models were equally good, each disagreement would be a fair coin. Then $b$ would follow a
+# binomial law with $b + c$ trials and probability 1/2. The two-sided $p$ is twice the chance of a
+# split at least as uneven as $\min(b, c)$. The cell checks the test on a case small enough to
+# count by hand.
+# :::
 
 
 # %% tags=["nbval-ignore-output"]
@@ -605,21 +615,21 @@ assert int(two_ok.sum()) == ddp_test.correct  # the count exact_match_with_inter
 
 # %% [markdown]
 # A small $p$ says that these two *models* differ. It says nothing about the two *ways of
-# training*: a run that stops a few steps earlier or later ends with other weights, whatever
-# the number of processes. That question needs many seeds. The five recorded seeds do not
-# settle it: neither configuration scored higher on every seed (the "higher for" line), and the
-# largest gap is no larger than the spread between seeds of the two-process row.
+# training*. A run that stops a few steps earlier or later ends with other weights, whatever the
+# number of processes. That question needs many seeds, and the five recorded seeds do not settle
+# it. Neither configuration scored higher on every seed (the "higher for" line). And the largest
+# gap is no larger than the spread between seeds of the two-process row.
 #
 # ## Gradient accumulation with `no_sync`
 #
-# A global batch too large for one step can be split into micro-batches whose gradients add
-# up before one optimizer step. Under DDP every backward pass all-reduces by default, so each
-# micro-batch would pay for a round of communication. `DistributedDataParallel.no_sync()`
-# skips it: inside the context, gradients only accumulate locally, and the first backward pass
-# outside it all-reduces the sum. The cell runs DDP in this one process (a process group of one
-# rank) and counts the all-reduces with a communication hook. The 64-row batch of the proof
-# above is split into four micro-batches of 16. Each one's summed loss is divided by the token
-# count of all 64 rows, so the accumulated gradient is the full batch's:
+# A global batch too large for one step can be split into micro-batches. Their gradients add up
+# before one optimizer step. Under DDP every backward pass all-reduces by default. So each
+# micro-batch would pay for a round of communication. `DistributedDataParallel.no_sync()` skips
+# it. Inside the context, gradients only accumulate locally. The first backward pass outside it
+# all-reduces the sum. The cell runs DDP in this one process, as a process group of one rank. A
+# communication hook counts the all-reduces. The 64-row batch of the proof is split into four
+# micro-batches of 16. Each one's summed loss is divided by the token count of all 64 rows, so the
+# accumulated gradient is the full batch's:
 
 # %%
 calls = []
@@ -656,18 +666,18 @@ assert acc_diff < 1e-5 * g_max  # float32 rounding: the sums run in another orde
 print("accumulated gradient vs one step on all 64 rows: within 1e-5 of the largest gradient")
 
 # %% [markdown]
-# With several ranks, each all-reduce is a round of communication: `no_sync` saved three of
-# the four.
+# With several ranks, each all-reduce is a round of communication: `no_sync` saved three of the
+# four.
 #
-# ## Threads per process: torchrun's default
-#
-# Two processes with two threads each would ask four threads of two cores. `torchrun`
-# guards against that: when `OMP_NUM_THREADS` is not set and it starts more than one process,
-# it sets it to 1 for every process and prints a warning. The cell starts a two-line script
-# under `torchrun` with the thread variables (`OMP_NUM_THREADS`, `MKL_NUM_THREADS`) removed from
-# the environment, then the same Python without `torchrun`:
+# :::{dropdown} Going deeper: threads per process, torchrun's default
+# Two processes with two threads each would ask for four threads of two cores. `torchrun` guards
+# against that. When `OMP_NUM_THREADS` is not set and it starts more than one process, it sets it
+# to 1 for every process and prints a warning. The cell below starts a two-line script under
+# `torchrun`, with the thread variables (`OMP_NUM_THREADS`, `MKL_NUM_THREADS`) removed from the
+# environment. Then it runs the same Python without `torchrun`.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 probe = Path(tempfile.mkdtemp()) / "threads.py"
 probe.write_text(
     "import os, torch\n"
@@ -698,10 +708,10 @@ assert all(omp == "1" and threads == "1" for _, omp, threads in seen)
 # %% [markdown]
 # ## Several GPUs, several machines
 #
-# The script does not change; the launch and the device do. The cell below writes out the
-# commands for one machine with 8 GPUs and for two machines with 8 GPUs each, and hands their
-# arguments to the parser of torch 2.13's `torchrun` (`torch.distributed.run.get_args_parser`)
-# to check that it reads them as meant; it starts nothing.
+# The script does not change; the launch and the device do. The cell writes out two commands: one
+# for a machine with 8 GPUs, one for two machines with 8 GPUs each. It hands their arguments to the
+# parser of torch 2.13's `torchrun` (`torch.distributed.run.get_args_parser`), to check that it
+# reads them as meant. It starts nothing.
 
 # %%
 launches = {  # what: torchrun's options, one group per line, then the script and its arguments
@@ -734,53 +744,54 @@ assert (two_m.nnodes, two_m.rdzv_backend, two_m.rdzv_endpoint) == ("2", "c10d", 
 assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 
 # %% [markdown]
-# On one machine, `torchrun` starts 8 processes and gives each a `LOCAL_RANK` from 0 to 7, its
-# index on this machine. `helpers.init_distributed` then picks the `nccl` backend (collectives
-# run on the GPUs) and places each process on its own GPU, `cuda:LOCAL_RANK`, with
-# `torch.cuda.set_device`; `DistributedDataParallel(model, device_ids=[LOCAL_RANK])` wraps
-# the model there, and every batch is moved to that device. On two machines, the same command
-# runs on both, with the number of machines and one rendezvous endpoint (a host and port of
-# the first machine that both can reach) instead of `--standalone`. The `c10d` rendezvous
-# numbers the machines itself, so no `--node_rank` is needed (torchrun's help, printed above,
-# says it is only used by the static rendezvous, which takes `--master_addr`, `--master_port`
-# and a different `--node_rank` on each machine instead).
+# On one machine, `torchrun` starts 8 processes. Each gets a `LOCAL_RANK` from 0 to 7, its index
+# on that machine. `helpers.init_distributed` then picks the `nccl` backend, so collectives run on
+# the GPUs. It places each process on its own GPU, `cuda:LOCAL_RANK`, with
+# `torch.cuda.set_device`. `DistributedDataParallel(model, device_ids=[LOCAL_RANK])` wraps the
+# model there, and every batch is moved to that device.
 #
-# `RANK` then runs from 0 to 15 across both machines while `LOCAL_RANK` stays 0 to 7 on each;
-# rank 0 alone writes the checkpoint, on whichever machine holds it (the other ranks' results
-# reach it through the process group, not through files). The recipe's global batch of 128
-# would be split 16 ways, 8 sequences per GPU; to keep every GPU busy one would raise the global
-# batch instead, and a larger batch needs its own learning-rate care {cite}`goyal2017`. These
-# commands are shown, not run: this machine has no GPU.
+# On two machines, the same command runs on both. Instead of `--standalone`, it names the number
+# of machines and one rendezvous endpoint: a host and port of the first machine that both can
+# reach. `RANK` then runs from 0 to 15, while `LOCAL_RANK` stays 0 to 7 on each machine. Rank 0
+# alone writes the checkpoint, on whichever machine holds it. The recipe's global batch of 128
+# would be split 16 ways, 8 sequences per GPU. To keep every GPU busy, one would raise the global
+# batch instead. A larger batch needs its own learning-rate care {cite}`goyal2017`. These commands
+# are shown, not run.
 #
-# DDP keeps a full copy of the weights, the gradients and Adam's two moments on every device.
-# A model whose copy does not fit on one device needs them split across the devices instead:
-# ZeRO {cite}`rajbhandari2020` shards the optimizer state, then the gradients, then the
-# weights, and PyTorch's Fully Sharded Data Parallel (FSDP) {cite}`zhao2023` implements that
-# idea, gathering the full weights of each wrapped block (for example one layer) only while
-# that block runs.
+# :::{dropdown} Going deeper: rendezvous, node ranks and sharded training
+# The `c10d` rendezvous numbers the machines itself, so no `--node_rank` is needed. Torchrun's
+# help, printed above, says that `--node_rank` is used only by the static rendezvous. That one
+# takes `--master_addr`, `--master_port` and a different `--node_rank` on each machine instead.
+# The other ranks' results reach rank 0 through the process group, not through files.
+#
+# DDP keeps a full copy of the weights, the gradients and Adam's two moments on every device. A
+# model whose copy does not fit on one device needs them split across the devices instead. ZeRO
+# {cite}`rajbhandari2020` shards the optimizer state, then the gradients, then the weights.
+# PyTorch's Fully Sharded Data Parallel (FSDP) {cite}`zhao2023` implements that idea. It gathers
+# the full weights of each wrapped block (for example one layer) only while that block runs.
+# :::
 #
 # ## Summary
 #
-# - DDP runs one replica per process; the backward pass all-reduces the gradients in buckets
-#   (in torch 2.13, one bucket for the first pass, then buckets rebuilt in the order backward
-#   produced the gradients, overlapping communication with computation), and every replica
-#   takes the same optimizer step. After one step, the two replicas here were identical to
-#   the bit.
-# - `DistributedSampler` gives each rank every `world_size`-th index of one shared
-#   permutation; it needs `set_epoch` each epoch and the same seed on every rank.
-# - With sequences of different lengths, the per-rank loss must be normalised by the global
-#   token count; then two processes with 32 rows each computed the gradient of one process
-#   with 64 rows to within float32 rounding.
-# - Every rank builds the same weights; every rank but rank 0 then reseeds torch's generator,
-#   so each rank draws its own dropout masks.
-# - Two scores on one test set are compared with a paired test (McNemar's); whether two ways
-#   of training differ needs many seeds.
-# - `no_sync()` accumulates micro-batch gradients without an all-reduce each;
-#   `torchrun` sets `OMP_NUM_THREADS=1` when it is unset and it starts several processes.
-# - `tools/train_ddp.py`, started by `torchrun`, trained the book's recipe to the target on
-#   two processes; rank 0 alone logged and wrote the checkpoint.
-# - Two processes split each step's arithmetic and pay a fixed start-up (two interpreters,
-#   `torchrun`, the rendezvous); `tools/bench_ch20_ddp.py` measures both against one process
+# - DDP runs one replica per process. The backward pass all-reduces the gradients in buckets, and
+#   every replica takes the same optimizer step. In torch 2.13 the first pass uses one bucket.
+#   Later passes use buckets rebuilt in backward's order, which overlaps communication with
+#   computation. After one step, the two replicas here were identical to the bit.
+# - `DistributedSampler` gives each rank every `world_size`-th index of one shared permutation.
+#   It needs `set_epoch` each epoch and the same seed on every rank.
+# - With sequences of different lengths, the per-rank loss must be normalised by the global token
+#   count. Then two processes with 32 rows each computed the gradient of one process with 64 rows,
+#   to within float32 rounding.
+# - Every rank builds the same weights. Every rank but rank 0 then reseeds torch's generator, so
+#   each rank draws its own dropout masks.
+# - Two scores on one test set are compared with a paired test (McNemar's). Whether two ways of
+#   training differ needs many seeds.
+# - `no_sync()` accumulates micro-batch gradients without an all-reduce each. `torchrun` sets
+#   `OMP_NUM_THREADS=1` when it is unset and it starts several processes.
+# - `tools/train_ddp.py`, started by `torchrun`, trained the book's recipe to the target on two
+#   processes. Rank 0 alone logged and wrote the checkpoint.
+# - Two processes split each step's arithmetic but pay a fixed start-up: two interpreters,
+#   `torchrun` and the rendezvous. `tools/bench_ch20_ddp.py` measures both against one process
 #   with one or two threads, start-up included.
 #
 # ## Exercises
@@ -800,7 +811,7 @@ print("indices per rank:", [len(p) for p in per_rank])
 print(f"{len(drawn)} draws for 10 samples; seen twice: {twice}")
 assert [len(p) for p in per_rank] == [math.ceil(10 / 3)] * 3 and len(twice) == 2
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 20.1
 # Each rank gets $\lceil 10/3 \rceil = 4$ indices; the sampler pads the permutation to 12
 # by repeating its first two indices, so two samples count twice in that epoch. An
