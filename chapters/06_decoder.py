@@ -576,7 +576,7 @@ with torch.no_grad():
         assert w_self.shape == (2, 4, 5, 5) and w_cross.shape == (2, 4, 5, ls)
         assert ex_out.shape == (2, 5, 128)
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 6.1
 # Only the last dimension of the cross-attention weights follows the memory's length;
 # the output always has the decoder's shape.
@@ -606,7 +606,7 @@ print("source digit 2 changed -> target positions that moved:", moved_src)
 print("target token 2 changed -> target positions that moved:", moved_tgt)
 assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 6.2
 # A source token reaches every target position (through the encoder's self-attention and
 # then cross-attention); a target token reaches only its own and later positions.

@@ -1018,7 +1018,7 @@ print(
 )
 assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 7.1
 # With different lengths the OR itself fails to broadcast; with equal lengths it silently builds
 # the wrong mask of this chapter's pitfall.

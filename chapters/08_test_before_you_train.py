@@ -521,7 +521,7 @@ print(
 )
 assert not tril_causal and not tril_sees
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 8.1
 # Position 0 may attend only to the future (keys 1 to $L-1$), never to itself; the last
 # position may attend to nothing, a fully masked row. Both tests catch it.
