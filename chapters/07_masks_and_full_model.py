@@ -539,8 +539,8 @@ except ValueError as e:
     print(type(e).__name__, "|", e)
 
 # %% [markdown]
-# `helpers.Transformer` passes the `[B, 1, 1, Ls]` source mask to cross-attention (the check
-# at the end of the chapter captures it).
+# `helpers.Transformer` passes the `[B, 1, 1, Ls]` source mask to cross-attention. The check
+# at the end of the chapter captures it.
 #
 # ## Three conventions for the same mask
 #
@@ -554,10 +554,10 @@ except ValueError as e:
 # | `nn.Transformer`, `nn.MultiheadAttention` | `bool` (or float, added) | `True` = **blocked** |
 #
 # (The last row is chapter 15's.) Figure 7.3 shows the decoder self-attention mask of the
-# padded example in the first three conventions. Dark cells hold True (or 1): the same dark
-# cell means "blocked" in the first panel and "may attend" in the other two.
-# Hugging Face's `attention_mask` holds only the padding, one value per key; for a decoder the
-# library adds the causal part itself (chapter 16 shows where).
+# padded example in the first three conventions. Dark cells hold True (or 1). The same dark
+# cell means "blocked" in the first panel and "may attend" in the other two. Hugging Face's
+# `attention_mask` holds only the padding, one value per key. For a decoder the library adds
+# the causal part itself (chapter 16 shows where).
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 hf_row = to_hf_attention_mask(tgt_in)[1:2]  # [1, L]
@@ -592,11 +592,11 @@ fig.suptitle("Figure 7.3: one mask, three conventions (the padded example)", fon
 plt.show()
 
 # %% [markdown]
-# `helpers` has a converter for each direction that crosses a boundary. The cell checks that
-# the three conventions give the same attention output for the decoder self-attention mask built
-# above; Hugging Face's integer mask is converted back to ours with `from_hf_attention_mask`.
-# (Handing our mask to SDPA without the `~` is the mistake chapter 03 reproduced: SDPA then
-# attends only to the keys we meant to block.)
+# `helpers` has a converter for each direction that crosses a boundary. The three conventions
+# must give the same attention output for the decoder self-attention mask built above. Hugging
+# Face's integer mask is converted back to ours with `from_hf_attention_mask`. (Handing our
+# mask to SDPA without the `~` is the mistake chapter 03 reproduced. SDPA then attends only to
+# the keys we meant to block.)
 
 # %%
 B, h, L, d_k = 2, 4, tgt_in.size(1), 8
@@ -623,12 +623,11 @@ for name, t in (("SDPA, True = may attend", sdpa), ("Hugging Face, converted", v
 assert torch.equal(hf_as_ours, self_mask)
 
 # %% [markdown]
-# A quieter variant of the polarity mistake: a 0/1 **float** mask (say, `mask.float()`, or one
-# built with NumPy). SDPA treats a float mask as something to **add** to the scores (exercise
-# 3.2 uses that on purpose), so
-# "1 = blocked" adds $+1$ to the blocked scores: nothing is blocked and the future even gets a
-# bonus. The cell computes the attention weights by hand with that addition and shows the weight
-# query 0 puts on future keys.
+# A quieter variant of the polarity mistake is a 0/1 **float** mask (say, `mask.float()`, or
+# one built with NumPy). SDPA treats a float mask as something to **add** to the scores
+# (exercise 3.2 uses that on purpose). So "1 = blocked" adds $+1$ to the blocked scores.
+# Nothing is blocked, and the future even gets a bonus. The cell computes the attention weights
+# by hand with that addition and shows the weight query 0 puts on future keys.
 
 # %%
 float01 = self_mask.float()  # 1.0 = blocked, meant as a filter
@@ -661,9 +660,9 @@ except RuntimeError as e:
 
 # %% [markdown]
 # **2. `~` is a bitwise NOT, not a logical one.** On a bool tensor `~` swaps True and False.
-# On integers it flips all the bits: for `uint8`, 1 becomes 254 and 0 becomes 255; for Hugging
-# Face's `int64`, 1 becomes -2 and 0 becomes -1. Every value is non-zero, so "inverting a keep-mask
-# into a blocked-mask" with `~` and then `.bool()` blocks **everything**:
+# On integers it flips all the bits. For `uint8`, 1 becomes 254 and 0 becomes 255. For Hugging
+# Face's `int64`, 1 becomes -2 and 0 becomes -1. Every value is non-zero. So "inverting a
+# keep-mask into a blocked-mask" with `~` and then `.bool()` blocks **everything**:
 
 # %%
 print("keep_u8[1]         :", keep_u8[1].tolist())
@@ -681,7 +680,7 @@ assert bad.isnan().all()
 # %% [markdown]
 # **3. Adding or OR-ing keep-masks.** With `1 = attend`, two masks must be combined with AND:
 # a key is visible only if *both* allow it. Adding them gives values 0, 1 and 2 (2 where both
-# allow), and `|` lets a key through when *either* allows it, so every real token in the future
+# allow). And `|` lets a key through when *either* allows it, so every real token in the future
 # becomes visible:
 
 # %%
@@ -696,11 +695,11 @@ assert summed.max() == 2 and ored[0, 0, 0].all()  # query 0 now sees the whole f
 assert not torch.allclose(leak, ours, atol=1e-3)
 
 # %% [markdown]
-# **The fix:** convert to `bool` once, at the boundary where the mask enters your code, with the
-# comparison that states its polarity, then combine with the operator of *that* polarity. In our
-# convention that is `mask = (hf_mask == 0)` (or `keep.bool()` followed by the logical `~`) and
-# `|`. `helpers.MultiHeadAttention` refuses anything but `bool`, with a message that says so
-# (chapter 03):
+# **The fix:** convert to `bool` once, at the boundary where the mask enters your code. Use the
+# comparison that states its polarity, then combine with the operator of *that* polarity. In
+# our convention that is `mask = (hf_mask == 0)` and `|`; `keep.bool()` followed by the
+# logical `~` works too. `helpers.MultiHeadAttention` refuses anything but `bool`, with a
+# message that says so (chapter 03):
 
 # %%
 blocked = keep_u8 == 0  # bool, True = blocked: the polarity is explicit in the comparison
@@ -759,10 +758,10 @@ assert (w2[0, 0, 5, :2] == 0).all() and spread[0, 0].isnan().any(-1).all()
 #
 # Everything is in place: the embeddings (chapter 02), the encoder (chapter 05) and decoder
 # (chapter 06) stacks, and the masks from this chapter. The model splits into `encode` and
-# `decode` because at inference the encoder runs once while the decoder runs once per generated
-# token (chapter 11 reuses `memory`). `decode` builds the decoder self-attention mask from
-# `tgt_in` itself, and cross-attention receives the **source** padding mask that `encode`
-# returned. The last lines of `__init__` choose the initialisation, discussed right after.
+# `decode`. At inference the encoder runs once, while the decoder runs once per generated token
+# (chapter 11 reuses `memory`). `decode` builds the decoder self-attention mask from `tgt_in`
+# itself. Cross-attention receives the **source** padding mask that `encode` returned. The
+# last lines of `__init__` choose the initialisation, discussed right after.
 
 
 # %%
@@ -820,15 +819,15 @@ assert n_params == 931_213
 # %% [markdown]
 # ### Xavier initialisation
 #
-# PyTorch initialises `nn.Linear` with Kaiming-uniform {cite}`he2015`, $a = \sqrt 5$, which works
-# out to $U(-1/\sqrt{n_{in}},\ 1/\sqrt{n_{in}})$ and a standard deviation of
+# PyTorch initialises `nn.Linear` with Kaiming-uniform {cite}`he2015`, $a = \sqrt 5$. That
+# works out to $U(-1/\sqrt{n_{in}},\ 1/\sqrt{n_{in}})$ and a standard deviation of
 # $1/\sqrt{3 n_{in}}$. Xavier (Glorot) uniform {cite}`glorot2010` draws from $U(-a, a)$ with
-# $a = \sqrt{6/(n_{in}+n_{out})}$: standard deviation $\sqrt{2/(n_{in}+n_{out})}$.
-# The model above applies `xavier_uniform_` to every `nn.Linear` and zeroes its bias
-# (`helpers.xavier_init_linears` does the same). `nn.Transformer` applies it to every parameter
-# with more than one dimension. The cell prints the lines of torch 2.13.0's source that choose
-# the two initialisations, then measures one 128x128 layer of the model against a fresh default
-# `nn.Linear`:
+# $a = \sqrt{6/(n_{in}+n_{out})}$: standard deviation $\sqrt{2/(n_{in}+n_{out})}$. The model
+# above applies `xavier_uniform_` to every `nn.Linear` and zeroes its bias
+# (`helpers.xavier_init_linears` does the same). `nn.Transformer` applies it to every
+# parameter with more than one dimension. The cell shows the lines of torch 2.13.0's source
+# that choose the two initialisations. Then it measures one 128x128 layer of the model
+# against a fresh default `nn.Linear`:
 
 # %%
 for name, fn, words, expected in (
@@ -855,11 +854,11 @@ for k in theory:
 print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
 
 # %% [markdown]
-# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$ (the
-# ratio of the two standard deviations above is about $\sqrt 3 \approx 1.73$), and Xavier
-# keeps it near 1. An attention score is the product of *two* projections, $q \cdot k$,
-# so with the default it comes out about $(1/\sqrt 3)^2 = 1/3$ as large, and the softmax starts
-# out flatter. Measured on 64 unit-variance token vectors:
+# For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$: the ratio
+# of the two standard deviations above is about $\sqrt 3 \approx 1.73$. Xavier keeps it near 1.
+# An attention score is the product of *two* projections, $q \cdot k$. So with the default it
+# comes out about $(1/\sqrt 3)^2 = 1/3$ as large, and the softmax starts out flatter. Measured
+# on 64 unit-variance token vectors:
 
 # %%
 torch.manual_seed(2)
@@ -925,10 +924,10 @@ assert (model.encoder.layers[0].ffn.net[0].bias == 0).all()  # ours: zero
 #
 # ## Check against `helpers`
 #
-# `helpers.Transformer` is this model, finished and tested. Two checks: (1) with our weights
-# loaded, it computes the same logits and cross-attention weights; (2) the masks its `encode` and
-# `decode` build are exactly the ones we built by hand. Forward pre-hooks on its encoder and
-# decoder see the arguments they are called with.
+# `helpers.Transformer` is this model, finished and tested. Two checks. First, with our
+# weights loaded, it computes the same logits and cross-attention weights. Second, the masks
+# its `encode` and `decode` build are exactly the ones we built by hand. Forward pre-hooks on
+# its encoder and decoder see the arguments they are called with.
 
 # %%
 ref = Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()
@@ -971,24 +970,25 @@ print(
 )
 
 # %% [markdown]
-# Next, before training anything, chapter 08 turns the two promises these masks make (no peeking
-# at the future, no dependence on padding) into tests, and breaks the masks on purpose to see the
-# tests fail.
+# Next, before training anything, chapter 08 turns the two promises these masks make into
+# tests: no peeking at the future, no dependence on padding. It also breaks the masks on
+# purpose to see the tests fail.
 #
 # ## Summary
 #
 # - Three attentions, three masks: source padding for the encoder, causal OR target padding for
 #   the decoder's self-attention (`[B, 1, Lt, Lt]`, Figure 7.1), and the source padding mask
 #   `[B, 1, 1, Ls]` alone for cross-attention.
-# - Masks block *keys*; the singleton dimensions of `[B, 1, 1, L]` are what make a padding mask
-#   broadcast correctly. A `[B, L]` mask lines $B$ up with the queries: a wrong mask and no
-#   error when $B = L_q$, the right mask when $B = 1$ (so a one-sequence check misses the bug),
-#   scores that grow to `[B, h, B, L_k]` when $L_q = 1$, and an error otherwise.
+# - Masks block *keys*. The singleton dimensions of `[B, 1, 1, L]` make a padding mask
+#   broadcast correctly. A `[B, L]` mask lines $B$ up with the queries. That gives a wrong mask
+#   and no error when $B = L_q$, and the right mask when $B = 1$ (so a one-sequence check
+#   misses the bug). Scores grow to `[B, h, B, L_k]` when $L_q = 1$, and otherwise it is an
+#   error.
 # - A causal mask on cross-attention raises an error only when $L_t \ne L_s$; in training
-#   batches $L_t = L_s$. It does not blind position 0 to the end of the source (memory rows mix
-#   the whole source): trained on the same budget (seeds 0-2), it ended 0.0005 to 0.0044 lower
-#   in test exact match (the intervals separate for one seed of three) and was behind at most
-#   evaluations during training (Figure 7.2).
+#   batches $L_t = L_s$. It does not blind position 0 to the end of the source, because memory
+#   rows mix the whole source. Trained on the same budget (seeds 0-2), it ended 0.0005 to
+#   0.0044 lower in test exact match. The intervals separate for one seed of three. It was
+#   behind at most evaluations during training (Figure 7.2).
 # - Three conventions (Figure 7.3): ours True = blocked, SDPA True = may attend, Hugging Face
 #   1 = keep. Convert once, to `bool`, at the boundary; `~` on an integer mask is a bitwise NOT.
 # - The one thing to remember: **a mask bug can run without an error**; only a measurement or
