@@ -16,8 +16,16 @@
 # %% [markdown]
 # # 5. The encoder
 #
+# You will build the encoder: self-attention and a feed-forward network, each wrapped in a
+# residual connection with a LayerNorm, stacked $N$ times.
+# Where the LayerNorm sits can decide whether the stack trains at all.
+# The picture shows training without warmup: Pre-Norm runs (blue) mostly learn the task,
+# while Post-Norm runs (green) mostly stall on a plateau.
+#
+# ![Training loss of Pre-Norm and Post-Norm encoders without warmup](figures/05_encoder.png)
+#
 # An encoder layer wraps the two sub-layers of the last two chapters, self-attention
-# (chapter 03) and the feed-forward network (chapter 04), each in a **residual
+# (chapter 03) and the feed-forward network (chapter 04). Each sits in a **residual
 # connection** with a **LayerNorm** {cite}`ba2016`. The one real design decision is where
 # the LayerNorm goes (Figure 5.1):
 #
@@ -27,16 +35,18 @@
 # \text{Pre-Norm (GPT-2, this book):}\quad x \leftarrow x + f\big(\operatorname{LN}(x)\big)
 # $$
 #
-# The original Transformer {cite}`vaswani2017` uses Post-Norm, GPT-2 {cite}`radford2019` moves
-# the LayerNorm to the input of each sub-layer. Wang et al. {cite}`wang2019` and Liu et al.
-# {cite}`liu2020` report that Pre-Norm trains deep stacks more stably than Post-Norm; Nguyen and
-# Salazar {cite}`nguyen2019` and Xiong et al. {cite}`xiong2020` train Pre-Norm Transformers
-# without a learning-rate warmup. This chapter builds a Pre-Norm layer by hand and a
-# Post-Norm layer beside it, measures what each does to the residual stream through a deep
-# stack (and why that makes Pre-Norm need one extra LayerNorm at the very end), reproduces a
-# bug that raises no error (layers kept in a plain Python list), compares the two orders in
-# training without warmup over several seeds and learning rates (a recorded sweep, Figure
-# 5.3), and ends by checking the hand-built encoder against `helpers.Encoder`.
+# The original Transformer {cite}`vaswani2017` uses Post-Norm. GPT-2 {cite}`radford2019` moves
+# the LayerNorm to the input of each sub-layer. This chapter builds both layers by hand. It
+# measures what each does to the residual stream through a deep stack, and why Pre-Norm
+# needs one extra LayerNorm at the very end. It reproduces a bug that raises no error:
+# layers kept in a plain Python list. It compares the two orders in training without
+# warmup. And it checks the hand-built encoder against `helpers.Encoder`.
+#
+# :::{dropdown} Going deeper: what the literature reports
+# Wang et al. {cite}`wang2019` and Liu et al. {cite}`liu2020` report that Pre-Norm trains
+# deep stacks more stably than Post-Norm. Nguyen and Salazar {cite}`nguyen2019` and Xiong
+# et al. {cite}`xiong2020` train Pre-Norm Transformers without a learning-rate warmup.
+# :::
 
 # %%
 import copy
@@ -115,14 +125,14 @@ plt.show()
 
 # %% [markdown]
 # In Post-Norm the residual stream itself passes through the LayerNorm after every
-# sub-layer; in Pre-Norm only the sub-layer's *input* is normalised, and the stream runs
-# from the bottom of the stack to the top through additions alone.
+# sub-layer. In Pre-Norm only the sub-layer's *input* is normalised. The stream runs from
+# the bottom of the stack to the top through additions alone.
 
 # %% [markdown]
 # ## A batch to work with
 #
-# Four reversal sources, padded to the data set's width of 14, their padding mask
-# (True = blocked, `[B, 1, 1, L]`: chapter 03), and their embeddings at the book's width
+# Four reversal sources, padded to the data set's width of 14. Their padding mask is
+# `[B, 1, 1, L]`, True = blocked (chapter 03). Their embeddings have the book's width
 # $d = 128$ (chapter 02).
 
 # %%
@@ -148,7 +158,7 @@ print("src", tuple(src.shape), "  pad_mask", tuple(pad_mask.shape), "  x", tuple
 # x \leftarrow x + \operatorname{FFN}\big(\operatorname{LN}_2(x)\big).
 # $$
 #
-# (The FFN already ends with dropout.) The layer returns the attention weights as well,
+# (The FFN already ends with dropout.) The layer also returns the attention weights,
 # `[B, h, L, L]`, for the heatmaps later in the book. The attribute names are those of
 # `helpers.EncoderLayer`, so weights can be copied between the two at the end.
 
@@ -173,9 +183,9 @@ class PreNormEncoderLayer(nn.Module):
 pre = PreNormEncoderLayer(d, num_heads, dff).eval()
 
 # %% [markdown]
-# Step through it once, printing the shapes, and the statistics that the LayerNorm
-# fixes: each position's vector has mean 0 and standard deviation 1 across its $d$
-# features after `ln1` (before its learned scale and shift, which start at 1 and 0).
+# Step through it once and print the shapes. Also print what the LayerNorm fixes: after
+# `ln1`, each position's vector has mean 0 and standard deviation 1 across its $d$
+# features. (Its learned scale and shift start at 1 and 0.)
 
 # %%
 with torch.no_grad():
@@ -205,8 +215,7 @@ assert (w[pad_mask.expand_as(w)] == 0).all()  # no weight on a PAD key
 print("no attention weight lands on a PAD key")
 
 # %% [markdown]
-# ### What LayerNorm computes (and a slip to avoid)
-#
+# :::{dropdown} Going deeper: what LayerNorm computes, and a slip to avoid
 # Per position, LayerNorm subtracts the mean over the $d$ features, divides by the
 # square root of the **biased** variance (divide by $d$, not $d-1$) plus a small
 # $\epsilon$ ($10^{-5}$), then applies the learned scale $\gamma$ and shift $\beta$
@@ -216,10 +225,11 @@ print("no attention weight lands on a PAD key")
 # {cite}`rush2018` writes its `LayerNorm` this way): at $d = 128$ its outputs are off by
 # about $\sqrt{128/127} - 1 \approx 0.4\,\%$, enough to fail an equality check against
 # `nn.LayerNorm` even with a tolerance of $10^{-3}$. The cell compares both versions with
-# `nn.LayerNorm`:
+# `nn.LayerNorm`.
+# :::
 
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def layer_norm(x, gamma, beta, eps=1e-5):
     mean = x.mean(-1, keepdim=True)
     var = x.var(-1, keepdim=True, unbiased=False)  # biased: divide by d
@@ -283,17 +293,16 @@ assert not torch.allclose(out_post, out, atol=1e-3)
 
 # %% [markdown]
 # A Post-Norm layer's output leaves through a LayerNorm. While that LayerNorm has its
-# initial scale 1 and shift 0, the output's per-position standard deviation is therefore 1,
-# whatever the layer computed. A Pre-Norm layer's output is the stream plus two updates, with no
+# initial scale 1 and shift 0, the output's per-position standard deviation is 1, whatever
+# the layer computed. A Pre-Norm layer's output is the stream plus two updates, with no
 # normalisation on the way out.
 #
 # The difference is easiest to see with sub-layers that contribute nothing. Zero the
-# output projections of the attention and of the FFN (weights and biases), so both
-# sub-layers return 0. The Pre-Norm layer becomes *exactly* the identity: the residual
-# path carries $x$ through untouched, and the gradient flows back along it untouched too
-# (the cell backpropagates a random gradient through the layer and compares). The
-# Post-Norm layer still applies two LayerNorms, so even a layer that "does nothing"
-# rescales its input and reshapes its gradient:
+# output projections of the attention and of the FFN, so both sub-layers return 0. The
+# Pre-Norm layer becomes *exactly* the identity. The residual path carries $x$ through
+# untouched, and a gradient flows back along it untouched too. The Post-Norm layer still
+# applies two LayerNorms. So even a layer that "does nothing" rescales its input and
+# reshapes its gradient:
 
 
 # %%
@@ -330,27 +339,25 @@ assert grad_gap["Pre-Norm"] == 0 and grad_gap["Post-Norm"] > 0.1
 
 # %% [markdown]
 # In a deep Post-Norm stack, the gradient that reaches an early layer has passed through
-# two LayerNorm Jacobians per layer above it; in a Pre-Norm stack there is always a direct
+# two LayerNorm Jacobians per layer above it. In a Pre-Norm stack there is always a direct
 # path of plain additions from the top of the stack to every layer. Xiong et al.
-# {cite}`xiong2020` analyse the gradients of the two orders at initialisation to explain
-# why Post-Norm needs a learning-rate warmup and Pre-Norm can do without; the experiment
-# at the end of this chapter measures how the two fare without warmup on our task.
+# {cite}`xiong2020` use this to explain why Post-Norm needs a learning-rate warmup and
+# Pre-Norm can do without. The experiment at the end of this chapter tests it on our task.
 # Pre-Norm pays for its clean path elsewhere, as the next section measures.
 #
 # ## Through a deep stack: the residual stream's scale
 #
-# Stack 24 layers of each kind (random weights, Xavier-initialised like the book's
-# model, chapter 07; eval mode) and feed them the same input, whose per-position RMS is 1.
-# After every layer, measure the residual stream's size: the RMS of each position's
-# vector, $\sqrt{\tfrac1d \sum_i x_i^2}$, averaged over the positions. Three curves:
+# Stack 24 layers of each kind, with random Xavier-initialised weights (chapter 07), in
+# eval mode. Feed them the same input, whose per-position RMS is 1. After every layer,
+# measure the residual stream's size: the RMS of each position's vector,
+# $\sqrt{\tfrac1d \sum_i x_i^2}$, averaged over the positions. Three curves:
 #
 # - **Post-Norm**: every layer ends with a LayerNorm;
 # - **Pre-Norm**: the raw stream;
 # - **Pre-Norm + final LayerNorm**: what the stack would output if it ended at that
 #   depth with one LayerNorm, as `helpers.Encoder` does.
 #
-# For both orders, the cell also measures how much each layer changes the stream relative to
-# its size:
+# The cell also measures how much each layer changes the stream relative to its size:
 # $\operatorname{RMS}(x_{\text{out}} - x_{\text{in}}) / \operatorname{RMS}(x_{\text{in}})$.
 
 
@@ -439,23 +446,27 @@ plt.show()
 # - **Post-Norm's stream stays at 1**: every layer ends with a LayerNorm.
 # - **One LayerNorm at the end** brings Pre-Norm's output back to 1 at every depth.
 #
+# :::{dropdown} Going deeper: why the last two curves sit at 1
 # The last two curves hold by construction. A LayerNorm at its initial scale 1 and shift 0
 # gives every position mean 0 and standard deviation 1, so RMS 1, whatever it receives.
+# :::
 #
-# Without that final LayerNorm, whatever reads the encoder's output (the decoder's
-# cross-attention keys and values, chapter 06) would see vectors whose scale depends on
-# the depth and can drift as training changes the layers. GPT-2
-# ends its stack the same way ("an additional layer normalization after the final
-# self-attention block" {cite}`radford2019`), and so does the mini GPT of chapter 14; a
-# Post-Norm stack does not need it.
+# Without that final LayerNorm, the decoder's cross-attention (chapter 06) would read
+# vectors whose scale depends on the depth. That scale can drift as training changes the
+# layers. GPT-2 ends its stack the same way ("an additional layer normalization after the
+# final self-attention block" {cite}`radford2019`), and so does the mini GPT of chapter 14.
+# A Post-Norm stack does not need it.
 #
-# The right panel is Pre-Norm's side effect: the stream grows faster than the updates
-# written into it, so the deeper a layer sits, the less it changes the stream relative to
-# its size. The last layer changes it less than half as much as the first. In the
-# Post-Norm stack the share goes the other way at first. It rises from 0.57 at layer 1 to
-# about 0.8 by layer 8. From there to layer 24 it levels off, between 0.79 and 0.89. This
-# is a statement about random weights at initialisation; what training does with it is
-# not measured here.
+# The right panel is Pre-Norm's side effect. The stream grows faster than the updates
+# written into it. So the deeper a layer sits, the less it changes the stream relative to
+# its size. The last layer changes it less than half as much as the first.
+#
+# :::{dropdown} Going deeper: the Post-Norm curve in the right panel
+# In the Post-Norm stack the share goes the other way at first. It rises from 0.57 at
+# layer 1 to about 0.8 by layer 8. From there to layer 24 it levels off, between 0.79 and
+# 0.89. This is a statement about random weights at initialisation; what training does
+# with it is not measured here.
+# :::
 #
 # ## The encoder stack
 #
@@ -490,11 +501,11 @@ assert memory.shape == (4, 14, d)
 # %% [markdown]
 # ## Pitfall: layers in a plain Python list
 #
-# `nn.Module` finds its sub-modules by watching attribute assignment: assigning a module
-# (or an `nn.ModuleList` of them) registers it. A plain Python `list` of modules is just
-# an attribute holding a list; PyTorch does not look inside. The forward pass works
-# perfectly, so nothing looks wrong, but the layers are invisible to everything that
-# walks the module tree. Build the same encoder with a list:
+# `nn.Module` finds its sub-modules by watching attribute assignment. Assigning a module,
+# or an `nn.ModuleList` of them, registers it. A plain Python `list` of modules is just an
+# attribute holding a list; PyTorch does not look inside. The forward pass works, so
+# nothing looks wrong. But the layers are invisible to everything that walks the module
+# tree. Build the same encoder with a list:
 
 
 # %%
@@ -536,15 +547,14 @@ assert not any(k.startswith("layers.") for k in buggy.state_dict())
 # consequences, each reproduced below:
 #
 # 1. **The optimiser never updates the layers**: `Adam(model.parameters())` was never
-#    given them. The model still trains its embedding and final LayerNorm, so the loss
-#    may even go down a little, which makes the bug easy to miss.
-# 2. **`.to()` does not move them.** On a GPU machine `model.to("cuda")` would leave the
-#    layers on the CPU. With no GPU here, the cell moves the model to PyTorch's `meta`
-#    device instead (chapter 02 uses it the same way): the embedding goes, the layers stay
-#    on the CPU. `.to(torch.float64)` converts the embedding but not the layers, and the
-#    forward pass fails.
-# 3. **`state_dict()` does not save them**: a checkpoint silently lacks the layers, and
-#    loading it restores only the embedding and final LayerNorm.
+#    given them. The model still trains its embedding and final LayerNorm. So the loss may
+#    even go down a little, which makes the bug easy to miss.
+# 2. **`.to()` does not move them.** `model.to("cuda")` would leave the layers on the CPU.
+#    The cell moves the model to PyTorch's `meta` device instead, as chapter 02 did: the
+#    embedding goes, the layers stay. `.to(torch.float64)` converts the embedding but not
+#    the layers, and the forward pass fails.
+# 3. **`state_dict()` does not save them**: a checkpoint silently lacks the layers.
+#    Loading it restores only the embedding and final LayerNorm.
 # 4. **`.eval()` does not reach them**: their dropout stays on at evaluation time, so the
 #    "evaluation" output is random.
 
@@ -647,8 +657,8 @@ assert not good.layers[0].training and torch.equal(e1, e2)
 
 # %% [markdown]
 # The same applies to a `dict` of modules, which needs `nn.ModuleDict` (the next cell shows
-# it), and to a plain tensor attribute that should be a parameter or a buffer (chapter 02
-# registers its position table with `register_buffer` for this reason).
+# it). It also applies to a plain tensor attribute that should be a parameter or a buffer.
+# That is why chapter 02 registers its position table with `register_buffer`.
 
 
 # %%
@@ -670,13 +680,13 @@ assert [name for name, _ in TwoHeads().named_parameters()] == [
 #
 # The claim to test: with a constant learning rate and no warmup, Pre-Norm trains more
 # reliably than Post-Norm {cite}`xiong2020,nguyen2019`. The decoder does not exist yet
-# (chapter 06), so the experiment uses an **encoder-only** version of the reversal task: the
-# encoder reads the source, and at every source position a linear layer predicts the token
-# the *reversed* sequence has at that position (the reversed digit, then `<eos>` where the
-# source has its `<eos>`; padding positions are ignored). To solve it, position $i$ must
-# find the number of digits $n$ and attend to position $n - 1 - i$, which is the same skill
-# the full model's cross-attention needs. The labels are the decoder targets of
-# `make_reversal_dataset`, shifted by one (`helpers.norm_experiment.tagging_labels`); the
+# (chapter 06). So the experiment uses an **encoder-only** version of the reversal task.
+# The encoder reads the source. At every source position, a linear layer predicts the
+# token the *reversed* sequence has there: the reversed digit, then `<eos>` where the source
+# has its `<eos>`. Padding positions are ignored. To solve it, position $i$ must find the
+# number of digits $n$ and attend to position $n - 1 - i$. That is the skill the full
+# model's cross-attention needs. The labels are the decoder targets of
+# `make_reversal_dataset`, shifted by one (`helpers.norm_experiment.tagging_labels`). The
 # cell checks them against the source, read backwards:
 
 # %%
@@ -699,17 +709,20 @@ assert eos_where_src_eos.all()
 
 # %% [markdown]
 # The model, `helpers.norm_experiment.EncoderTagger`, is small: $d = 64$, 4 heads,
-# $d_{ff} = 256$, 6 layers, no dropout, Xavier initialisation; its Post-Norm layers are
+# $d_{ff} = 256$, 6 layers, no dropout, Xavier initialisation. Its Post-Norm layers are
 # `helpers.norm_experiment.PostNormEncoderLayer`, the class built above. Both variants start
-# from **identical weights** and see **identical batches**; the only difference is where
-# the LayerNorms sit (and Pre-Norm's final LayerNorm, which starts at scale 1 and shift 0).
-# `train_tagger(norm, seed, steps, lr)` trains one with Adam at a constant learning rate,
-# batch 64, no warmup, on one thread, drawing its batches from 20,000 sequences (seed 0),
-# and scores it on 1,000 other draws (seed 1) that no training decision depends on. As
-# chapter 09 explains, a different seed does not rule out repeats: the cell counts the
-# held-out sequences that also occur among the training sequences (113 of the 1,000, none
-# longer than six digits). Its loop is the plainest possible; chapter 10 teaches training
-# properly.
+# from **identical weights** and see **identical batches**. The only difference is where
+# the LayerNorms sit, plus Pre-Norm's final LayerNorm. `train_tagger(norm, seed, steps,
+# lr)` trains one with Adam at a constant learning rate, batch 64, no warmup. It draws its
+# batches from 20,000 sequences (seed 0) and scores on 1,000 other draws (seed 1). Its loop
+# is the plainest possible; chapter 10 teaches training properly.
+#
+# :::{dropdown} Going deeper: held-out sequences that also occur in training
+# As chapter 09 explains, a different seed does not rule out repeats. The cell counts the
+# held-out sequences that also occur among the training sequences: 113 of the 1,000, none
+# longer than six digits. No training decision depends on the held-out set. Training runs
+# on one thread.
+# :::
 
 # %%
 torch.manual_seed(0)
@@ -752,11 +765,16 @@ assert post_gap < 1e-6
 # %% [markdown]
 # ### The recorded sweep
 #
-# Thirty runs of 400 steps are 300 times the 40-step run below, too much to repeat every
-# time the chapter runs, and one run proves little: runs at a constant learning rate are
-# noisy. So the comparison was recorded once by `tools/record_ch05_norm_sweep.py`: both
-# orders, three learning rates, five seeds each (seed = initial weights and batch order),
-# 400 steps, every step's training loss kept. The chapter loads the file:
+# One run proves little: runs at a constant learning rate are noisy. So the comparison
+# covers both orders, three learning rates and five seeds each, for 400 steps. A seed fixes
+# the initial weights and the batch order. Thirty such runs are 300 times the 40-step run
+# below, too slow to repeat here. So they were recorded once, keeping every step's
+# training loss, and the chapter loads the file:
+#
+# :::{dropdown} Going deeper: how the sweep was recorded
+# `tools/record_ch05_norm_sweep.py` wrote `data/ch05_norm_sweep.json`; the cell prints the
+# command it ran. The section "One run, live" below repeats the start of one run.
+# :::
 
 # %%
 sweep = json.loads(Path("data/ch05_norm_sweep.json").read_text())
@@ -801,7 +819,7 @@ for lr in cfg["lrs"]:
             f" | {rise.median():.3f} [{rise.min():.3f}, {rise.max():.3f}]"
         )
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, axes = plt.subplots(1, len(cfg["lrs"]), figsize=(12, 3.6), sharey=True)
 for ax, lr in zip(axes, cfg["lrs"]):
     for norm, color in (("pre", "C0"), ("post", "C2")):
@@ -825,28 +843,29 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What the recorded runs show, five seeds per setting (the table above, Figure 5.3):
+# What the recorded runs show, on five seeds per setting (the table above, Figure 5.3):
 #
 # - At learning rates $10^{-3}$ and $2 \times 10^{-3}$, all ten Pre-Norm runs leave the
-#   plateau near loss 1.45 (explained below) and reach held-out exact match above 0.84
-#   (0.846 to 0.999, printed below). Of the ten Post-Norm
-#   runs, from the same initial weights on the same batches, nine never bring their running
-#   mean below 1.3 in 400 steps and end with held-out exact match at most 0.004; one
-#   ($10^{-3}$, seed 4) drops below 1.3 only at step 348 and reaches 0.43.
-# - At $4 \times 10^{-3}$ neither order does well in 400 steps: Pre-Norm reaches held-out
-#   exact match 0.14 to 0.59, and all five Post-Norm runs end with exact match 0 and a
-#   held-out loss within 0.01 of $\ln 11 = 2.40$, above the plateau: the loss of a uniform
-#   guess among the eleven labels (ten digits and `<eos>`).
-# - Pre-Norm's descent is not smooth: at $10^{-3}$ and $2 \times 10^{-3}$ its running mean
-#   climbs back at least once by 0.17 to 2.3 ("largest rise"; the largest is the spike of
-#   $2 \times 10^{-3}$, seed 0, in the middle panel). Post-Norm's, which mostly stays on the
-#   plateau, rises by 0.03 to 0.28 at those rates.
+#   plateau near loss 1.45 (explained below). They reach held-out exact match 0.846 to
+#   0.999. Of the ten Post-Norm runs, nine never bring their running mean below 1.3 in 400
+#   steps. They end with held-out exact match at most 0.004. One ($10^{-3}$, seed 4) drops
+#   below 1.3 only at step 348 and reaches 0.43.
+# - At $4 \times 10^{-3}$ neither order does well in 400 steps. Pre-Norm reaches held-out
+#   exact match 0.14 to 0.59. All five Post-Norm runs end with exact match 0 and a held-out
+#   loss within 0.01 of $\ln 11 = 2.40$. That is the loss of a uniform guess among the
+#   eleven labels (ten digits and `<eos>`), above the plateau.
 #
-# In all 15 pairs Pre-Norm's held-out loss is less than half of Post-Norm's (printed
-# below), five seeds per learning rate. That is one task, one depth and one budget: whether
-# Post-Norm leaves the plateau at smaller learning rates given more steps, or with the
-# learning-rate warmup of the original paper (which chapter 10 uses), this sweep does not
-# measure.
+# In all 15 pairs Pre-Norm's held-out loss is less than half of Post-Norm's. That is one
+# task, one depth and one budget. This sweep does not measure whether Post-Norm leaves the
+# plateau given more steps, or with the warmup of the original paper (which chapter 10
+# uses).
+#
+# :::{dropdown} Going deeper: Pre-Norm's descent is not smooth
+# At $10^{-3}$ and $2 \times 10^{-3}$ Pre-Norm's running mean climbs back at least once, by
+# 0.17 to 2.3 ("largest rise" in the table). The largest is the spike of $2 \times 10^{-3}$,
+# seed 0, in the middle panel. Post-Norm's, which mostly stays on the plateau, rises by 0.03
+# to 0.28 at those rates.
+# :::
 
 # %%
 pairs = [(lr, seed) for lr in cfg["lrs"] for seed in cfg["seeds"]]
@@ -892,11 +911,11 @@ assert low_lr_pre.min() > 0.84
 #
 # The plateau near 1.45 has a plain meaning. Take a model that knows which digits the
 # source holds, and how often, but not their order. At a digit position its best guess
-# spreads over the source's digits by their counts: a digit that occurs twice among eight
-# gets probability 2/8. At the `<eos>` position it is certain, because the source has
-# its `<eos>` at the same place. Its loss needs no training. The cell computes it on the
-# held-out set, with the same averaging as the loss above (every position except
-# padding), and sets it beside the nine Post-Norm runs that stayed on the plateau:
+# spreads over the source's digits by their counts. A digit that occurs twice among eight
+# gets probability 2/8. At the `<eos>` position it is certain, because the source has its
+# `<eos>` at the same place. Its loss needs no training. The cell computes it on the
+# held-out set, averaged over every position except padding. It sets it beside the nine
+# Post-Norm runs that stayed on the plateau:
 
 
 # %%
@@ -944,12 +963,15 @@ assert max(near["pre"]) < min(near["post"])
 #
 # ### One run, live
 #
-# To see that the recorded runs come from this code, the next cell repeats the first
-# 40 steps of one of them (Pre-Norm, learning rate $2 \times 10^{-3}$, seed 0) and compares
-# its loss with the record. The record was made before the book pinned its kernels, so the
-# floats differ in their last digits. The cell asserts that the live curve stays within 0.05
-# of the recorded seed-0 curve, and that its running mean at step 40 lies within 0.05 of the
-# range the five seeds recorded there.
+# The recorded runs come from this code. The next cell repeats the first 40 steps of one
+# of them (Pre-Norm, learning rate $2 \times 10^{-3}$, seed 0). Its loss stays within 0.05
+# of the recorded curve. Its running mean at step 40 lies within 0.05 of the range the five
+# seeds recorded there.
+#
+# :::{dropdown} Going deeper: why the live run is not bit-identical
+# The record was made before the book pinned its kernels, so the floats differ in their
+# last digits.
+# :::
 
 # %% tags=["nbval-ignore-output"]
 live = norm_exp.train_tagger("pre", seed=0, steps=40, lr=2e-3)
@@ -969,11 +991,11 @@ assert gap < 0.05 and min(at_40) - 0.05 <= live_40 <= max(at_40) + 0.05
 # ## Checking against `helpers`
 #
 # `helpers.EncoderLayer` and `helpers.Encoder` are the Pre-Norm layer and stack the rest
-# of the book uses (the full model in chapter 07 holds a `helpers.Encoder`). They use the
-# same parameter names as our classes, so the weights load directly (strictly: every
-# name and shape must match). In eval mode they must give the same layer output, the same
-# attention weights, and the same encoder output, on both attention paths (the
-# handwritten one that returns weights, and the `F.scaled_dot_product_attention` one).
+# of the book uses. (The full model in chapter 07 holds a `helpers.Encoder`.) They use the
+# same parameter names as our classes, so the weights load strictly. In eval mode they must
+# give the same layer output, attention weights and encoder output. That holds on both
+# attention paths: the handwritten one that returns weights, and
+# `F.scaled_dot_product_attention`.
 
 # %%
 lib_layer = helpers.EncoderLayer(d, num_heads, dff).eval()
@@ -1007,9 +1029,9 @@ for name, v in diffs.items():
     print(f"helpers vs ours, {name:<25} max |diff| {small(v)}")
 
 # %% [markdown]
-# The encoder turns a padded batch of sources into `memory`, one $d$-dimensional vector
+# The encoder turns a padded batch of sources into `memory`: one $d$-dimensional vector
 # per source position, normalised by the final LayerNorm. The next chapter builds the
-# decoder, which reads that memory through cross-attention while it writes the reversed
+# decoder. It reads that memory through cross-attention while it writes the reversed
 # sequence one token at a time.
 #
 # ## Summary
@@ -1059,7 +1081,7 @@ print(
 )
 assert 1.2 < ratio_48_24 < 1.7
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 5.1
 # Closer to $\sqrt 2$ than to 2, as if the layers' updates added up like independent
 # random vectors, whose squares (not sizes) add. The final LayerNorm still brings the output
@@ -1097,7 +1119,7 @@ print(
 assert (twice - once).abs().max() < 1e-4 and (many - once).abs().max() < 1e-4
 assert (once - x64).abs().max() > 0.1 and no_eps_gap < 1e-12
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 5.2
 # A LayerNorm of an already normalised vector changes it only through the $\epsilon$ in
 # its root: with $\epsilon = 0$ the second one changes nothing. So a stack of silent
