@@ -16,19 +16,27 @@
 # %% [markdown]
 # # 12. When correct code learns slowly
 #
+# A model can pass every unit test and still learn slowly.
+# Here the cause is two missing initialisations, and we take the effect apart.
+# The picture shows the four combinations of the two fixes, three seeds each.
+# The embedding fix alone closes the gap.
+#
+# ![Validation curves and test scores of the four initialisations](figures/12_when_correct_code_learns_slowly.png)
+
+# %% [markdown]
 # {ref}`The reference chapter <reference-chapter>` tells a story worth repeating. Its first
-# version passed every unit test (the causality and padding tests of chapter 08), trained without
-# errors, and yet learned slowly: after 10 epochs it reversed only 60 % of its validation
+# version passed every unit test: the causality and padding tests of chapter 08. It trained
+# without errors, and yet learned slowly. After 10 epochs it reversed only 60 % of its validation
 # sequences, where its final version reached 99.6 %. By its account nothing in the code was
-# wrong: two initialisations were missing, that of the token embeddings (chapter 02) and the Xavier
-# initialisation {cite}`glorot2010` of the linear layers (chapter 07). Without them PyTorch's
-# defaults apply.
+# wrong. Two initialisations were missing: that of the token embeddings (chapter 02), and the
+# Xavier initialisation {cite}`glorot2010` of the linear layers (chapter 07). Without them
+# PyTorch's defaults apply.
 #
 # This chapter reproduces the effect with the book's recipe, then takes it apart:
 #
 # 1. what each of the two initialisations changes in the starting weights;
-# 2. the quantity the embedding fix changes: how loud the token signal is compared with the
-#    position signal when the two are added at the input;
+# 2. the quantity the embedding fix changes: how loud the token signal is next to the position
+#    signal at the input;
 # 3. the book's model and its default-init twin, trained side by side on the same budget and
 #    scored on the test set;
 # 4. a 2 x 2 experiment (embedding fix or not, Xavier or not, three seeds each) that separates
@@ -85,20 +93,20 @@ assert fixed_cfg.target_exact_match is None
 # Before any training, compare the weights the configs start from:
 #
 # - **Token embeddings.** `nn.Embedding` starts with standard normal entries (standard deviation 1).
-#   The model multiplies the embedding by $\sqrt{d_\text{model}}$ (as in the original paper
-#   {cite}`vaswani2017`), so the token vectors entering the first layer have a standard deviation
+#   The model multiplies the embedding by $\sqrt{d_\text{model}}$, as in the original paper
+#   {cite}`vaswani2017`. So the token vectors entering the first layer have a standard deviation
 #   of about $\sqrt{d_\text{model}}$. The fix draws the embedding with standard deviation
 #   $d_\text{model}^{-1/2}$: after the scaling, standard deviation 1.
 # - **Linear layers** with $n_\text{in}$ inputs and $n_\text{out}$ outputs. `nn.Linear` defaults to
-#   Kaiming-uniform {cite}`he2015` with $a=\sqrt 5$, a uniform distribution with bound
-#   $1/\sqrt{n_\text{in}}$, so standard deviation $1/\sqrt{3\,n_\text{in}}$, and a non-zero bias
-#   (uniform with the same bound; torch 2.13.0, the cell checks both against the formulas).
-#   Xavier-uniform {cite}`glorot2010` has standard deviation $\sqrt{2/(n_\text{in}+n_\text{out})}$
-#   (for a square layer, $\sqrt{3}$ times larger), and the book sets the biases to zero.
+#   Kaiming-uniform {cite}`he2015` with $a=\sqrt 5$. That is a uniform distribution with bound
+#   $1/\sqrt{n_\text{in}}$, so standard deviation $1/\sqrt{3\,n_\text{in}}$. Its bias is not zero
+#   but uniform with the same bound (torch 2.13.0; the cell compares both with the formulas).
+#   Xavier-uniform {cite}`glorot2010` has standard deviation $\sqrt{2/(n_\text{in}+n_\text{out})}$.
+#   For a square layer that is $\sqrt{3}$ times larger. The book sets the biases to zero.
 #
 # Besides the book's init ("fixed") and PyTorch's defaults ("default"), `TrainConfig.init` has
-# the two halves: "embedding_only" (the embedding fix, PyTorch's linears) and "xavier_only"
-# (Xavier linears, PyTorch's embedding). Section 4 trains all four.
+# the two halves. "embedding_only" is the embedding fix with PyTorch's linears. "xavier_only" is
+# Xavier linears with PyTorch's embedding. Section 4 trains all four.
 
 # %%
 INITS = ("fixed", "embedding_only", "xavier_only", "default")
@@ -133,15 +141,15 @@ for xavier, kaiming in (("fixed", "embedding_only"), ("xavier_only", "default"))
 # ## 2. Token signal vs position signal
 #
 # The reversal task is all about positions: output position $i$ must copy input position $L-1-i$.
-# At the input, each vector is the scaled token embedding **plus** the sinusoidal position code,
-# whose entries lie in $[-1, 1]$. If the token part is much louder, the position is a small
-# ripple on top, which the attention layers have to tell apart from the tokens before they can
-# use it. That is a reading, not yet a measurement. This section measures the imbalance.
-# Section 4 tests the reading with one intervention. How the layers use the positions, this
+# At the input, each vector is the scaled token embedding **plus** the sinusoidal position code.
+# The code's entries lie in $[-1, 1]$. If the token part is much louder, the position is a small
+# ripple on top. The attention layers then have to tell it apart from the tokens before they can
+# use it. That is a reading, not yet a measurement. This section measures the imbalance, and
+# section 4 tests the reading with one intervention. How the layers use the positions, this
 # chapter does not measure.
 #
 # The cell measures, on a batch of real sources, the standard deviation of the token part and of
-# the position part of the encoder's input, for the two embeddings, after checking that the two
+# the position part of the encoder's input, for the two embeddings. It first checks that the two
 # parts add up to what the encoder's embedding layer returns.
 
 # %%
@@ -171,19 +179,17 @@ assert abs(louder / d**0.5 - 1) < 0.1
 
 # %% [markdown]
 # With the fix, the token part is about twice as loud as the position part (by standard
-# deviation): both are clearly present. With PyTorch's defaults it is more than five times
-# louder again (the cell prints the factor), and the positions are a ripple. That factor is
-# about $\sqrt{d_\text{model}}$ (the cell prints both and checks that they agree within 10 %),
-# so the effect grows with the width: the reference chapter's model has $d_\text{model} = 128$,
-# twice ours in $\sqrt{d}$ (exercise 12.1 measures its ratio, and compares it with the
-# reference chapter's "10 times").
+# deviation): both are clearly present. With PyTorch's defaults it is more than five times louder
+# again, and the positions are a ripple. That factor is about $\sqrt{d_\text{model}}$, within
+# 10 %. So the effect grows with the width. The reference chapter's model has
+# $d_\text{model} = 128$, twice ours in $\sqrt{d}$. Exercise 12.1 measures its ratio and compares
+# it with the reference chapter's "10 times".
 #
 # ## 3. Training both, side by side
 #
-# Same data, seed, schedule and step budget; only the init differs. Both come from the
-# checkpoint cache like every other trained model of the book. The training history records
-# the validation exact match (teacher-forced, on the sequences and at the interval the first
-# cell printed).
+# Same data, seed, schedule and step budget; only the init differs. Both come from the book's
+# checkpoint cache, like every other trained model. The training history records the validation
+# exact match (teacher-forced, on the sequences and at the interval the first cell printed).
 
 # %% tags=["nbval-ignore-output"]
 fixed_run = load_or_train(fixed_cfg, progress=False, verbose=False)
@@ -197,13 +203,18 @@ for name, run in (("fixed", fixed_run), ("default", default_run)):
 assert fixed_run.history["step"][-1] == default_run.history["step"][-1] == COMPARISON_STEPS
 
 # %% [markdown]
-# Validation decided nothing here (no early stop), but it was looked at during training. The
-# number to report comes from the test set: 10,000 sequences drawn with a seed that neither the
-# training data nor the validation set uses (the cell prints the three seeds; chapter 09 counts
-# how many test sequences also occur in the training data). `exact_match_with_interval` counts a
-# sequence as right when the teacher-forced argmax is right at every position up to `<eos>`, in
-# batched forward passes (chapter 11 checks that this counts exactly the sequences greedy
-# decoding gets right), and gives a 95 % Wilson interval {cite}`wilson1927`:
+# :::{dropdown} Going deeper: why the test set, and how it is counted
+# Validation decided nothing here (no early stop), but it was looked at during training. So the
+# number to report comes from the test set. The cell prints the three seeds of the data; chapter
+# 09 counts how many test sequences also occur in the training data. The count runs in batched
+# forward passes. Chapter 11 checks that it counts exactly the sequences greedy decoding gets
+# right.
+# :::
+#
+# The test set is 10,000 sequences, drawn with a seed that neither the training data nor the
+# validation set uses. `exact_match_with_interval` counts a sequence as right when the
+# teacher-forced argmax is right at every position up to `<eos>`. It also gives a 95 % Wilson
+# interval {cite}`wilson1927`:
 
 # %% tags=["nbval-ignore-output"]
 test_src, test_tgt = test_set()
@@ -265,15 +276,18 @@ plt.show()
 # ## 4. Which fix does what: the 2 x 2
 #
 # The two runs above change both initialisations at once. To separate them, the book's
-# fixed-budget recipe was trained with each of the four inits, three seeds each
-# (`TrainConfig.seed`: the initial weights and the order of the batches; data, schedule and
-# budget are the same for every run). These runs, and those of section 5, take too long for this
-# notebook, so `tools/record_ch12_init_2x2.py` recorded them in
-# `chapters/data/ch12_init_2x2.json` (the command is stored with the record); the cell below
-# loads it. Every run is scored on the 10,000 test sequences by greedy decoding. The record
-# predates the book's pinned numerics. Its seed-0 rows use the configs of section 3's two
-# models, but ran on other kernels, so their scores can differ from section 3's (the cell
-# after the table prints both).
+# fixed-budget recipe was trained with each of the four inits, three seeds each. The seed
+# (`TrainConfig.seed`) sets the initial weights and the order of the batches. Data, schedule and
+# budget are the same for every run. These runs, and those of section 5, take too long for this
+# notebook. So they were recorded once, in `chapters/data/ch12_init_2x2.json`, and the cell below
+# loads them. Every run is scored on the 10,000 test sequences by greedy decoding.
+#
+# :::{dropdown} Going deeper: how the record was made
+# `tools/record_ch12_init_2x2.py` recorded the runs; the command is stored with the record. The
+# record predates the book's pinned numerics. Its seed-0 rows use the configs of section 3's two
+# models, but ran on other kernels, so their scores can differ from section 3's. The cell after
+# the table prints both.
+# :::
 
 # %%
 record = json.loads(Path("data/ch12_init_2x2.json").read_text())
@@ -352,14 +366,15 @@ assert min(test["xavier_only"]) < max(test["default"]) and min(test["default"]) 
 )
 
 # %% [markdown]
+# :::{dropdown} Going deeper: the live runs beside the two records
 # Section 3 trained the two seed-0 configs live. `chapters/data/kernel_spread.json` records the
-# same two configs trained on the book's pinned kernels. Where the pin holds, the cell asserts
-# the same test counts. On other kernels it allows twice
-# the largest gap that record measured between kernel paths, and at least 0.5 %. The 2 x 2
-# record's seed-0 runs came from yet other kernels: the cell prints how far they sit from the
-# pinned runs.
+# same two configs trained on the book's pinned kernels. Where the pin holds, the next cell
+# expects the same test counts. On other kernels it allows twice the largest gap that record
+# measured between kernel paths, and at least 0.5 %. The 2 x 2 record's seed-0 runs came from yet
+# other kernels: the cell prints how far they sit from the pinned runs.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 for init, part in (("fixed", "fixed_budget"), ("default", "default_init")):
     live = test_em[init].correct
     pinned = paths["pinned"][part]["test_correct"]
@@ -375,24 +390,28 @@ for init, part in (("fixed", "fixed_budget"), ("default", "default_init")):
 
 # %% [markdown]
 # The embedding fix is the one that matters here. Both cells that have it reverse at least
-# 99.6 % of the test sequences on every seed; both cells without it stay below 86 % on every
+# 99.6 % of the test sequences on every seed. Both cells without it stay below 86 % on every
 # seed. Xavier's share is small beside that, and three seeds cannot pin it down:
 #
 # - **with** the embedding fix, these three seeds show no difference between Xavier and
-#   PyTorch's linears at this budget (the two means are within 0.1 points, both cells near
-#   100 %);
-# - **without** it, Xavier alone averages a little higher than the defaults, but the three seeds
-#   of each cell spread over ranges that overlap: the difference is within the seed-to-seed
+#   PyTorch's linears at this budget. The two means are within 0.1 points, both cells near
+#   100 %.
+# - **without** it, Xavier alone averages a little higher than the defaults. But the three seeds
+#   of each cell spread over ranges that overlap. The difference is within the seed-to-seed
 #   noise, and this record supports no conclusion about it.
 #
-# Figure 12.2 shows the same: on the left the validation curves during training (mean and range
-# of the three seeds), on the right every seed's test score. The two cells with the embedding
-# fix climb together; the two without it climb together, more slowly, and end far lower. The
-# curves are not smooth: a run can lose a large part of its validation score between two
-# evaluations and regain it (the cell prints the largest such drop and where that run ends);
-# chapter 10 shows that the book's recipe trains near the edge of stability.
+# Figure 12.2 shows the same. On the left are the validation curves during training (mean and
+# range of the three seeds); on the right, every seed's test score. The two cells with the
+# embedding fix climb together. The two without it climb together, more slowly, and end far
+# lower.
+#
+# :::{dropdown} Going deeper: the curves are not smooth
+# A run can lose a large part of its validation score between two evaluations and regain it. The
+# cell prints the largest such drop and where that run ends. Chapter 10 shows that the book's
+# recipe trains near the edge of stability.
+# :::
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 colors = {
     "fixed": "tab:blue",
     "embedding_only": "tab:green",
@@ -433,14 +452,16 @@ plt.show()
 # standard deviation 1, as with the fix. The run starts from exactly the weights of the record's
 # "xavier_only" runs with seed 0, and sees the same batches. Only the missing factor differs.
 #
+# The run trains the first 100 steps. We compare it with the record's twelve runs at step 100:
+# validation exact match, and the mean training loss of steps 81 to 100.
+#
+# :::{dropdown} Going deeper: how the cell drops the factor
 # `torch.nn.utils.parametrize` divides the embedding table by $\sqrt{d_\text{model}}$ before the
-# model multiplies it back, so the tokens enter as the $\mathcal N(0, 1)$ parameters themselves.
+# model multiplies it back. So the tokens enter as the $\mathcal N(0, 1)$ parameters themselves.
 # `train_reversal` builds its model with `helpers.train.build_model`; the cell swaps in a version
-# that adds the parametrization. It trains the first 100 steps (the recipe's cooldown starts
-# after step 100, so these are the first 100 steps of the 300-step run). It compares them with
-# the record's twelve runs at step 100: validation exact match, and the mean training loss of
-# steps 81 to 100.
-
+# that adds the parametrization. The recipe's cooldown starts after step 100, so these are the
+# first 100 steps of the 300-step run.
+# :::
 
 # %% tags=["nbval-ignore-output"]
 class DivideBy(torch.nn.Module):
@@ -502,7 +523,7 @@ assert probe_at[1] < 0.8 * min(v[1] for v in without)
 
 # %% [markdown]
 # Without the factor, the "xavier_only" model is at step 100 among the runs that have the fix,
-# or ahead of them, and far from the runs without it (the cell prints both bands). The same
+# or ahead of them. It is far from the runs without it (the cell prints both bands). The same
 # starting parameters learn slowly with the factor and fast without it. So, on this seed and at
 # step 100, the size of the token signal at the input accounts for the gap. This run does not
 # show how the layers use the positions.
@@ -512,7 +533,7 @@ assert probe_at[1] < 0.8 * min(v[1] for v in without)
 #
 # The same record holds the default init trained with longer budgets, seeds 0, 1 and 2 each.
 # `fixed_budget_recipe` keeps the 100-step warmup and stretches the cooldown from there to the
-# end of each budget, so the learning-rate schedule is not the same step for step:
+# end of each budget. So the learning-rate schedule is not the same step for step:
 
 # %%
 longer = {
@@ -543,14 +564,18 @@ for b in record["budgets"]:  # every fall is made good by the end of the run
         assert r["val_exact_match"][-1] > r["val_exact_match"][i]
 
 # %% [markdown]
-# With twice the steps, the default init comes close, but each of its three seeds still scores
-# below the fixed init's worst seed at 300 steps; with four times the steps, each of its seeds
-# scores at least as well as that worst seed. So, on seeds 0-2 and at these two budgets only,
-# PyTorch's default initialisation needs more than twice and at most four times the steps to
-# match the fixed init's worst 300-step seed; budgets between 600 and 1200 steps were not run,
-# and three seeds per budget say nothing about rarer outcomes. The default init's 300-step runs
-# never lose validation score between two evaluations; its longer runs do, by as much as the
-# last line prints, and every one of them ends above where its largest fall started.
+# With twice the steps, the default init comes close. But each of its three seeds still scores
+# below the fixed init's worst seed at 300 steps. With four times the steps, each of its seeds
+# scores at least as well as that worst seed. So, on seeds 0-2, PyTorch's default initialisation
+# needs more than twice and at most four times the steps to match the fixed init's worst
+# 300-step seed.
+#
+# :::{dropdown} Going deeper: what this record does not show
+# Budgets between 600 and 1200 steps were not run, and three seeds per budget say nothing about
+# rarer outcomes. The default init's 300-step runs never lose validation score between two
+# evaluations. Its longer runs do, by as much as the last line prints. Every one of them ends
+# above where its largest fall started.
+# :::
 #
 # ## 6. Does training repair the imbalance?
 #
@@ -570,34 +595,37 @@ print(f"default init: ratio {ratios['default']:.1f} at the start, {after['defaul
 assert after["default"] > 3 * after["fixed"] and after["default"] > 0.9 * ratios["default"]
 
 # %% [markdown]
-# In these 300 steps (seed 0) it hardly does: the default-init model's ratio shrinks by less
-# than 10 % (asserted), and its token signal is still several times louder, relative to the
-# positions, than the fixed model's. Chapter 18 looks at where the default-init model attends.
+# In these 300 steps (seed 0) it hardly does. The default-init model's ratio shrinks by less
+# than 10 %. Its token signal is still several times louder, relative to the positions, than the
+# fixed model's. Chapter 18 looks at where the default-init model attends.
 #
 # **The lesson.** Unit tests check that the code computes the function you meant. They say
 # nothing about whether that function is easy to learn from its starting point. When a model
 # "works but learns slowly", compare the defaults it starts from with those of a version that
-# learns well (the reference chapter, whose TensorFlow version of the same model learned fast,
-# names initialisation, epsilons and activation approximations as defaults that differ between
-# frameworks; here the initialisation was enough), and print the standard deviations of what
-# gets added together.
+# learns well. Then print the standard deviations of what gets added together.
+#
+# :::{dropdown} Going deeper: what the reference chapter compared
+# The reference chapter's TensorFlow version of the same model learned fast. It names
+# initialisation, epsilons and activation approximations as defaults that differ between
+# frameworks. Here the initialisation was enough.
+# :::
 #
 # ## Summary
 #
 # - PyTorch's defaults (embedding $\mathcal N(0, 1)$, Kaiming-uniform linears) and the book's
 #   init (embedding with standard deviation $d_\text{model}^{-1/2}$, Xavier linears, zero
-#   biases) start from weights that differ in scale; with the defaults, the token signal at the
+#   biases) start from weights that differ in scale. With the defaults, the token signal at the
 #   input is more than five times louder, relative to the positions, than with the fix.
 # - On the same 300-step budget, the book's init reaches over 99 % exact match on 10,000 test
-#   sequences (the lower end of its 95 % interval); the default init stays below 85 %.
+#   sequences (the lower end of its 95 % interval). The default init stays below 85 %.
 # - The 2 x 2 with three seeds per cell (seeds 0-2) separates the fixes: the embedding fix alone
-#   closes the gap; with it, Xavier makes no difference these seeds can show, and without it,
-#   its effect is within the seed-to-seed spread.
+#   closes the gap. With it, Xavier makes no difference these seeds can show. Without it, its
+#   effect is within the seed-to-seed spread.
 # - One intervention tests the reading: PyTorch's $\mathcal N(0, 1)$ embedding without the
 #   factor $\sqrt{d_\text{model}}$ learns as fast as the fix in its first 100 steps (one seed).
 # - On the same seeds, the default init needs more than twice and at most four times the steps
-#   to match the fixed init's worst seed, and in 300 steps training hardly shrinks the loud
-#   token signal.
+#   to match the fixed init's worst seed. In 300 steps, training hardly shrinks the loud token
+#   signal.
 # - Remember: tests prove the code computes the intended function, not that it is easy to learn.
 #   Print the scale of what gets added together.
 #
