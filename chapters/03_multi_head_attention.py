@@ -16,22 +16,11 @@
 # %% [markdown]
 # # 3. Multi-head attention
 #
-# Attention is the only place in a Transformer where positions exchange information.
-# Everything else (embeddings, feed-forward networks, LayerNorms) treats each position on
-# its own. It is also the densest piece of code in the model: one formula from
-# {cite}`vaswani2017`,
+# Attention is where positions exchange information. You will compute one head by hand,
+# then set its weights so that it reverses a sequence with no training.
+# Then you will split it into many heads and mask it, and check the module against PyTorch's.
 #
-# $$
-# \operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V,
-# $$
-#
-# becomes a sequence of projections, reshapes, transposes and masks on 4-D tensors, and
-# each step has a way to go silently wrong. This chapter computes one head by hand,
-# measures why the $\sqrt{d_k}$ is there, splits and merges heads with every shape
-# printed, reproduces two classic PyTorch errors (`view` after `transpose`, and `-1e9` in
-# half precision), looks at what PyTorch's fused attention does with masks and memory,
-# and ends with a module that matches both `torch.nn.MultiheadAttention` and
-# `helpers.MultiHeadAttention` to float precision.
+# ![A hand-set head's weights: each query attends to its mirrored key](figures/03_multi_head_attention.png)
 
 # %%
 import math
@@ -49,6 +38,16 @@ from helpers import PAD_ID, VOCAB_SIZE, describe
 # %% [markdown]
 # ## One head, by hand
 #
+# Everything in a Transformer except attention (embeddings, feed-forward networks,
+# LayerNorms) treats each position on its own. Attention is one formula from {cite}`vaswani2017`:
+#
+# $$
+# \operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V.
+# $$
+#
+# In code it becomes projections, reshapes, transposes and masks on 4-D tensors. Each step
+# has a way to go silently wrong, so this chapter prints every shape.
+#
 # Start from real inputs: the reversal source `7 3 0 <eos>`, embedded with the module of
 # chapter 02 at a toy width $d = 8$. One attention head projects each token vector three
 # ways:
@@ -57,11 +56,11 @@ from helpers import PAD_ID, VOCAB_SIZE, describe
 # - a **key** $k_j$: what position $j$ offers to be found by;
 # - a **value** $v_j$: what position $j$ hands over if it is chosen.
 #
-# The score of query $i$ against key $j$ is their dot product, scaled by $1/\sqrt{d_k}$;
-# a mask may block some keys; a softmax over $j$ turns each row of scores into weights
-# that sum to 1; and the output for position $i$ is the weighted average of the values.
-# Figure 3.1 draws this data flow with the shapes the rest of the chapter uses: a batch
-# of $B$ sequences, $h$ heads, $L_q$ queries and $L_k$ keys.
+# The score of query $i$ against key $j$ is their dot product, scaled by $1/\sqrt{d_k}$.
+# A mask may block some keys. A softmax over $j$ turns each row of scores into weights
+# that sum to 1. The output for position $i$ is the weighted average of the values.
+# Figure 3.1 draws this data flow with the shapes used later: a batch of $B$ sequences,
+# $h$ heads, $L_q$ queries and $L_k$ keys.
 
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
@@ -170,9 +169,9 @@ torch.testing.assert_close(out[0], by_loop)
 # %% [markdown]
 # ## A head that does a job: look at the mirror
 #
-# Random weights show the mechanics, not the point. So set the weights by hand. The
-# reversal task needs output position $i$ to read input position $L-1-i$, its *mirror*.
-# One head can do that with chapter 02's sinusoidal encodings and no training.
+# Random weights show the mechanics. Now set the weights by hand. The reversal task needs
+# output position $i$ to read input position $L-1-i$, its *mirror*. One head can do that
+# with chapter 02's sinusoidal encodings and no training.
 #
 # Each frequency $\omega$ of the encoding stores the pair $(\sin \omega p, \cos \omega p)$.
 # Write $c = L-1$. The trigonometric identities for $\omega(c-p)$ give
@@ -276,11 +275,9 @@ assert out_m.max(dim=-1).values.min() > 0.999
 # Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head width.
 #
 # Measure it: random unit-variance queries against 16 random keys, for $d_k$ = 16, 64
-# and 256, without and with the scale. For each case the cell prints the variance of the
-# scores, the mean largest softmax weight (uniform would be $1/16 \approx 0.06$), the
-# share of rows where one key takes over 99 % of the weight, the mean entropy of the
-# weights (uniform: $\ln 16 \approx 2.77$ nats), and the mean size of the softmax's
-# Jacobian, i.e. how much gradient reaches the scores.
+# and 256, without and with the scale. The columns: the variance of the scores, the mean
+# largest weight (uniform: $1/16 \approx 0.06$), the share of rows with over 99 % on one
+# key, the mean entropy (uniform: $\ln 16 \approx 2.77$ nats), and the mean Jacobian norm.
 
 
 # %%
@@ -327,12 +324,10 @@ assert stats[256, "none"][2] > 0.5 and stats[256, "1/sqrt(dk)"][2] < 0.01
 assert stats[256, "none"][4] < 0.4 * stats[256, "1/sqrt(dk)"][4]  # less than 40 % of the gradient
 
 # %% [markdown]
-# Without the scale, the variance grows linearly with $d_k$, and at $d_k = 256$ more than
-# half of the rows are already one-hot (over 99 % on one key) before any training, and
-# less than 40 % of the gradient is left: the mean Jacobian norm is 0.10, against 0.31
-# with the scale. With the scale, every column is the same at every width: the softmax
-# sees scores of variance 1. Figure 3.3 sweeps $d_k$ from 4 to 512 (1,000 rows per width,
-# seed 0).
+# Without the scale, the variance grows linearly with $d_k$. At $d_k = 256$ more than
+# half of the rows are one-hot before any training. Less than 40 % of the gradient is
+# left: the mean Jacobian norm is 0.10, against 0.31 with the scale. With the scale, every
+# column is the same at every width. Figure 3.3 sweeps $d_k$ from 4 to 512.
 
 # %%
 torch.manual_seed(0)
@@ -368,9 +363,8 @@ plt.show()
 
 # %% [markdown]
 # The scale is $\sqrt{d_k}$, the width of **one head**, not $\sqrt{d}$ of the whole
-# model. Dividing by $\sqrt{d} = \sqrt{h\, d_k}$ is an easy slip; it does not crash, it
-# just shrinks the score variance to $1/h$ and makes every head's attention flatter than
-# intended:
+# model. Dividing by $\sqrt{d} = \sqrt{h\, d_k}$ is an easy slip. It does not crash. It
+# shrinks the score variance to $1/h$ and makes every head's attention flatter:
 
 # %%
 h = 4
@@ -385,13 +379,12 @@ assert abs(v_wrong - 1 / h) < 0.02
 #
 # One head can express one pattern of "who looks at whom". Multi-head attention runs $h$
 # heads side by side, each in its own $d_k = d/h$-dimensional subspace, and concatenates
-# the results {cite}`vaswani2017`. It has no more parameters than one wide head: the four
-# projections are still $d \times d$ matrices, and the heads are a different way of
-# *reading* their outputs. The trick is in the shapes: the head dimension is split off
-# the feature dimension and moved next to the batch dimension, so that one batched matrix
-# product computes all heads at once. Figure 3.4 draws the split and the merge for one
-# sequence; the cell below follows the shapes with $B = 2$ sequences of $L = 5$ tokens
-# (the first ends in two `<pad>`), embedded at $d = 16$, and $h = 4$ heads.
+# the results {cite}`vaswani2017`. It has no more parameters than one wide head. The four
+# projections are still $d \times d$ matrices; the heads are a way of *reading* their
+# outputs. The trick is in the shapes. The head dimension is split off the features and
+# moved next to the batch dimension, so one batched matrix product computes all heads.
+# Figure 3.4 draws the split and the merge for one sequence. The cell below uses $B = 2$
+# sequences of $L = 5$ tokens (the first ends in two `<pad>`), $d = 16$ and $h = 4$.
 
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
@@ -496,11 +489,13 @@ with torch.no_grad():
 assert y.shape == x.shape
 
 # %% [markdown]
+# :::{dropdown} Going deeper: which columns each head uses
 # Two checks make the bookkeeping concrete. Head $i$ uses exactly the columns
-# $i\,d_k$ to $(i+1)\,d_k - 1$ of the projected features; and the merged tensor is the
-# concatenation of the heads' outputs along the feature dimension, position by position.
+# $i\,d_k$ to $(i+1)\,d_k - 1$ of the projected features. The merged tensor is the
+# heads' outputs concatenated along the feature dimension.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 split_diff = max((Q[:, i] - q[..., i * d_k : (i + 1) * d_k]).abs().max().item() for i in range(h))
 merge_diff = (merged - torch.cat([heads[:, i] for i in range(h)], dim=-1)).abs().max().item()
 print(f"max |Q[:, i] - columns [i*d_k, (i+1)*d_k) of W_q(x)| over the heads: {split_diff}")
@@ -511,11 +506,11 @@ assert split_diff == 0 and merge_diff == 0
 # ### `view` versus `reshape`
 #
 # The split uses `view` and the merge uses `reshape`, and the difference matters.
-# `view` never copies: it reinterprets the same memory with new strides, which only works
-# when the requested shape can be expressed as strides over that memory. The output of a
-# linear layer is *contiguous* (stored row after row), so viewing `[B, L, d]` as
-# `[B, L, h, d_k]` is fine. `transpose` also does not copy: it swaps two strides, and the
-# result is no longer contiguous. Merging the heads of such a tensor with `view` fails:
+# `view` never copies. It reinterprets the same memory with new strides, so it works only
+# when the new shape can be written as strides over that memory. A linear layer's output
+# is *contiguous* (stored row after row), so viewing `[B, L, d]` as `[B, L, h, d_k]` is
+# fine. `transpose` does not copy either: it swaps two strides, and the result is no
+# longer contiguous. Merging the heads of such a tensor with `view` fails:
 
 # %%
 t = heads.transpose(1, 2)  # [B, L, h, d_k], a view with swapped strides
@@ -538,14 +533,15 @@ except RuntimeError as err:
 assert not t.is_contiguous() and "view size is not compatible" in str(caught)
 
 # %% [markdown]
-# The bug hides when there is one position. A decoder that generates one token at a time
-# can run attention on a single query (with the cache of chapter 13), so $L = 1$ for the
-# queries. Then the transpose swaps a dimension of size 1. The stride of a size-1
-# dimension is never used, so the result still counts as contiguous, and the same `view`
-# works. Code tried only on one-token steps runs fine; the first longer sequence fails,
-# as in the cell above:
+# :::{dropdown} Going deeper: the bug hides when there is one position
+# A decoder that generates one token at a time can run attention on a single query
+# (with the cache of chapter 13), so $L = 1$ for the queries. Then the transpose swaps a
+# dimension of size 1. The stride of a size-1 dimension is never used, so the result
+# still counts as contiguous, and the same `view` works. Code tried only on one-token
+# steps runs fine; the first longer sequence fails, as in the cell above.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 x1 = x[:, :1]  # one position per sequence: L = 1
 with torch.no_grad():
     Q1, K1, V1 = (W(x1).view(B, 1, h, d_k).transpose(1, 2) for W in (W_q, W_k, W_v))
@@ -564,11 +560,10 @@ print("t1.view(B, 1, d) ->", tuple(merged1.shape), " no error")
 assert t1.is_contiguous() and torch.equal(merged1, t1.reshape(B, 1, d))
 
 # %% [markdown]
-# The fixes are `t.contiguous().view(...)`, which copies the data into a fresh contiguous
-# block first, or `t.reshape(...)`, which returns a view when it can and copies when it
-# must. Both give the same result; here `reshape` had to copy (its result lives in new
-# memory), whereas the `view` in the split shares memory with the linear layer's output,
-# and so would `reshape` there (the cell checks both).
+# There are two fixes. `t.contiguous().view(...)` copies the data into a fresh contiguous
+# block first. `t.reshape(...)` returns a view when it can and copies when it must. Both
+# give the same result. Here `reshape` had to copy. In the split, `view` and `reshape`
+# both share memory with the linear layer's output.
 
 # %%
 fixed_a = t.contiguous().view(B, L, d)
@@ -585,8 +580,8 @@ assert diff == 0 and not reshape_shares and view_shares and reshape_q_shares
 
 # %% [markdown]
 # `reshape` is not a licence to skip the transpose, though. `heads.reshape(B, L, d)`
-# runs without complaint, because the number of elements matches, and produces garbage:
-# it lays the `[h, L, d_k]` block out in memory order, so each "position" of the result
+# runs without complaint, because the number of elements matches. It produces garbage.
+# It lays the `[h, L, d_k]` block out in memory order, so each "position" of the result
 # mixes different positions of one head. No error, wrong numbers:
 
 # %%
@@ -596,13 +591,17 @@ print("shape:", tuple(scrambled.shape), f"  max |scrambled - merged| = {wrong_by
 assert scrambled.shape == merged.shape and wrong_by > 0.1
 
 # %% [markdown]
-# ### `d_model` must be divisible by `num_heads`
+# `d_model` must be divisible by `num_heads`. The module built below (and
+# `helpers.MultiHeadAttention`) checks this at construction and names the problem.
 #
-# With $d = 16$ and $h = 3$, $d_k = 16 // 3 = 5$ and the three heads cover only 15 of the
-# 16 features. Code that does not check fails only at the first forward pass, inside
-# `view`, with a message about sizes that does not mention heads:
+# :::{dropdown} Going deeper: what happens without that check
+# With $d = 16$ and $h = 3$, $d_k = 16 // 3 = 5$, and the three heads cover only 15 of the
+# 16 features. Code that does not check fails at the first forward pass, inside `view`.
+# Its message is about sizes and does not mention heads. The last section shows the
+# module's own error.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 h_bad = 3
 try:
     W_q(x).view(B, L, h_bad, d // h_bad)
@@ -612,19 +611,15 @@ except RuntimeError as err:
 assert "invalid for input of size" in str(caught)
 
 # %% [markdown]
-# The module built below (and `helpers.MultiHeadAttention`) checks at construction and
-# names the problem; the last section shows that error.
-
-# %% [markdown]
 # ## Masking, and what "minus infinity" means in half precision
 #
 # A mask says which keys a query may not see: padding keys, and in the decoder the future.
 # The book's convention everywhere: a **bool tensor, True = blocked**. Blocked scores are
-# replaced by a very negative number before the softmax, so their weight becomes 0. The
-# question is *which* very negative number. Three candidates are common: `-1e9`,
-# `float("-inf")`, and `torch.finfo(dtype).min`, the most negative finite number of the
-# dtype. In float32 all three work. Mixed-precision training computes the scores in
-# float16 or bfloat16, and there they differ:
+# replaced by a very negative number before the softmax, so their weight becomes 0.
+# *Which* very negative number? Three are common: `-1e9`, `float("-inf")`, and
+# `torch.finfo(dtype).min`, the most negative finite number of the dtype. In float32 all
+# three work. Mixed-precision training computes the scores in float16 or bfloat16, and
+# there they differ:
 
 # %%
 for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -637,12 +632,11 @@ assert torch.tensor(-1e9, dtype=torch.float16).item() == -math.inf  # fp16 tops 
 assert math.isfinite(torch.tensor(-1e9, dtype=torch.bfloat16).item())
 
 # %% [markdown]
-# bfloat16 has about float32's range (its `finfo.min` is of the same order) with far less
-# precision (eps $= 2^{-7}$: 7 stored mantissa bits, 8 bits of precision), so `-1e9`
+# bfloat16 has about float32's range with far less precision (eps $= 2^{-7}$), so `-1e9`
 # survives there, rounded. Float16's range ends at 65504: `-1e9` does not exist in it
 # and becomes `-inf`. What that does depends on how the mask is applied. In torch 2.13.0
-# `masked_fill` refuses outright (the cell prints its error); the additive form
-# `scores + mask * -1e9` quietly produces `-inf`:
+# `masked_fill` refuses outright. The additive form `scores + mask * -1e9` quietly
+# produces `-inf`:
 
 # %%
 torch.manual_seed(0)
@@ -665,13 +659,12 @@ print("\nscores + mask * -1e9 in fp16:\n", additive)
 assert torch.isinf(additive[mask]).all()
 
 # %% [markdown]
-# `-inf` is fine as long as a row keeps at least one visible key. But a **fully masked
-# row** (a query with nothing it may look at; it happens, for instance, with an all-padding
-# sequence or when masks are combined carelessly) is all `-inf`, and
-# $\operatorname{softmax}$ computes $e^{-\infty} / \sum e^{-\infty} = 0/0$: NaN, in any
-# dtype, and the NaN weights make that query's output NaN as well.
-# `finfo(dtype).min` is finite, so a fully masked row becomes a uniform distribution
-# instead: meaningless but harmless (and the finished module zeroes it, see below):
+# `-inf` is fine as long as a row keeps at least one visible key. A **fully masked row**
+# is a query with nothing it may look at. It happens with an all-padding sequence, or when
+# masks are combined carelessly. Such a row is all `-inf`, and the softmax computes
+# $e^{-\infty} / \sum e^{-\infty} = 0/0$: NaN, in any dtype. The NaN weights make that
+# query's output NaN too. `finfo(dtype).min` is finite, so a fully masked row becomes
+# uniform instead: meaningless but harmless.
 
 # %%
 values = torch.randn(4, 3)
@@ -694,6 +687,11 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
     torch.testing.assert_close(w_min[1].float(), torch.full((4,), 0.25))
 
 # %% [markdown]
+# `masked_fill` *replaces* the score, so it never adds anything to `finfo.min`. That is
+# why the book combines bool masks with `|` first and fills once. Adding a second mask
+# to `finfo.min` can overflow, as the dropdown shows.
+#
+# :::{dropdown} Going deeper: when adding to `finfo.min` overflows
 # One more trap, for code that *adds* masks instead of filling. `finfo.min` sits at the
 # edge of the range, but adding a small negative number to it does not overflow: the
 # exact result rounds back to `finfo.min`, because the spacing between neighbouring
@@ -704,9 +702,11 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # would have ($2^{16}$ in float16), which is out of range, and rounding to nearest (ties
 # to even) goes there.
 # Two additive masks on the same key (finfo.min + finfo.min) overflow in every dtype.
-# The cell prints each case:
+# So `finfo.min - 1` is still `finfo.min` (in float16: -65504), and a second additive
+# mask overflows.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 for dtype in (torch.float16, torch.bfloat16, torch.float32):
     zero = torch.tensor(0.0, dtype=dtype)
     fmin = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
@@ -735,12 +735,7 @@ for dtype in (torch.float16, torch.bfloat16, torch.float32):
         assert (ulp.item(), half.item(), cases["1"].item()) == (32, 16, -65504)
 
 # %% [markdown]
-# So `finfo.min - 1` is still `finfo.min` (in float16: -65504), and a second additive
-# mask overflows. `masked_fill` *replaces* the score, so it never adds to `finfo.min`;
-# that is why the book combines bool masks with `|` first and fills once.
-#
-# ## Fused QKV projection
-#
+# :::{dropdown} Going deeper: a fused QKV projection
 # In self-attention the queries, keys and values are all projections of the same input.
 # Three `d -> d` linear layers can then be one `d -> 3d` layer whose output is cut in
 # three: one larger matrix multiplication instead of three smaller ones. The two forms
@@ -750,9 +745,14 @@ for dtype in (torch.float16, torch.bfloat16, torch.float32):
 # shape `[3d, d]`, as the comparison below shows. Cross-attention cannot fuse all three,
 # since its queries come from a different input than its keys and values; K and V can
 # still share one layer.)
+#
+# The book's modules keep the three projections separate. They read more easily,
+# cross-attention uses the same module, and the KV cache (chapter 13) needs the
+# key/value projections on their own.
+# :::
 
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def at_most(diff, tol=1e-6):
     """A rounding-level difference, printed so that it reads the same on every CPU."""
     return f"< {tol:.0e}" if diff < tol else f"{diff:.2g}"
@@ -779,18 +779,13 @@ print(f"max |fused chunk - separate projection| {at_most(fused_diff)}")
 assert fused_diff < 1e-6
 
 # %% [markdown]
-# The book's modules keep the three projections separate: they read more easily,
-# cross-attention uses the same module, and the KV cache (chapter 13) needs the
-# key/value projections on their own.
-#
 # ## The module
 #
-# Everything above, in one `nn.Module`. It takes separate query, key and value inputs
-# (for self-attention they are the same tensor; for cross-attention the keys and values
-# come from the encoder), an optional bool mask broadcastable to `[B, h, Lq, Lk]`, and
-# returns the output and the attention weights. Dropout on the weights is a common
-# regulariser (The Annotated Transformer {cite}`rush2018` uses it); it is inactive in
-# `eval()` mode.
+# Everything above, in one `nn.Module`. It takes separate query, key and value inputs.
+# For self-attention they are the same tensor; for cross-attention the keys and values
+# come from the encoder. It takes an optional bool mask broadcastable to `[B, h, Lq, Lk]`.
+# It returns the output and the attention weights. Dropout on the weights is a common
+# regulariser (The Annotated Transformer {cite}`rush2018` uses it); it is off in `eval()`.
 
 
 # %%
@@ -825,10 +820,9 @@ class MultiHeadAttention(nn.Module):
 
 
 # %% [markdown]
-# Test it on the kind of input the decoder's self-attention sees: the two sequences from
-# above, the first with two padding tokens at the end, and a mask that blocks a key if it
-# is padding **or** in the future. The mask has shape `[B, 1, Lq, Lk]` and broadcasts over
-# the heads.
+# Test it on the kind of input the decoder's self-attention sees. Take the two sequences
+# from above (the first ends in two padding tokens). The mask blocks a key if it is
+# padding **or** in the future. It has shape `[B, 1, Lq, Lk]` and broadcasts over heads.
 
 # %%
 torch.manual_seed(0)
@@ -849,11 +843,10 @@ torch.testing.assert_close(w.sum(-1), torch.ones(B, h, L))
 
 # %% [markdown]
 # Figure 3.5 shows the four heads' weights for the first sequence. Each head has its own
-# pattern, and all of them respect the mask: zero above the diagonal (the future) and
-# zero in the last two columns (padding): the largest weight on a blocked key, printed
-# above, is 0. Note the last two
-# *rows*: queries at padding positions still produce outputs; nothing downstream uses
-# them, since the loss ignores padding targets (chapter 10).
+# pattern, and all of them respect the mask. The weights are zero above the diagonal (the
+# future) and in the last two columns (padding). Note the last two *rows*: queries at
+# padding positions still produce outputs. Nothing downstream uses them, since the loss
+# ignores padding targets (chapter 10).
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(1, h, figsize=(11, 2.8))
@@ -870,8 +863,7 @@ plt.show()
 # ## Against `torch.nn.MultiheadAttention`
 #
 # PyTorch ships multi-head attention as `nn.MultiheadAttention`. Given our weights, it
-# must produce our outputs. Its interface differs in three ways worth knowing (the cell
-# prints each):
+# must produce our outputs. Its interface differs in three ways:
 #
 # - it stores Q, K and V as one fused `in_proj_weight` `[3d, d]` (see above), and the
 #   output projection as `out_proj`;
@@ -912,8 +904,8 @@ torch.testing.assert_close(w, w_ref)
 # %% [markdown]
 # ## The fast path: `F.scaled_dot_product_attention`
 #
-# When the weights are not needed (during training, in every layer but the one whose
-# heatmap we draw), PyTorch's `F.scaled_dot_product_attention` (SDPA) computes
+# When the weights are not needed (in training, say), `F.scaled_dot_product_attention`
+# (SDPA) computes
 # $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$ in one call. Its bool mask has the
 # **opposite** meaning: True = *may attend*. So our mask goes in inverted:
 
@@ -933,14 +925,12 @@ torch.testing.assert_close(out_sdpa, out)
 assert d_wrong > 0.1 and heads_wrong[1, :, 4].abs().max() == 0
 
 # %% [markdown]
-# Passing our mask without the `~` raises no error: SDPA then attends *only* to the keys
-# we meant to block, and a query for which we blocked nothing (the last query of the
-# second sequence) sees no key at all and gets zeros. Convert mask conventions in
-# exactly one place; the masks chapter (07) adds Hugging Face's integer convention
-# (1 = attend) to the list.
+# Passing our mask without the `~` raises no error. SDPA then attends *only* to the keys
+# we meant to block. A query with nothing blocked (the second sequence's last) sees no
+# key and gets zeros. Convert mask conventions in exactly one place. The masks chapter
+# (07) adds Hugging Face's integer convention (1 = attend).
 #
-# ### Which kernel ran, and what it keeps in memory
-#
+# :::{dropdown} Going deeper: which kernel ran, and what it keeps in memory
 # Two things about SDPA depend on the PyTorch version and on the *backend* it picks, so
 # the book shows them for its pinned version instead of stating them in general. SDPA
 # dispatches to one of several implementations: a fused kernel (on this CPU, one that
@@ -949,12 +939,13 @@ assert d_wrong > 0.1 and heads_wrong[1, :, 4].abs().max() == 0
 # `torch.nn.attention.sdpa_kernel` restricts the choice, and the autograd graph of the
 # output tells which one ran and what it saved for the backward pass. The cell runs all
 # three (default, math only, flash only) on a mask in which query 0 of the first
-# sequence has every key blocked, and prints, for each, the node that produced the
+# sequence has every key blocked. For each it prints the node that produced the
 # output, every saved tensor of the weights' shape `[B, h, Lq, Lk]`, and the output on
 # the fully masked row.
+# :::
 
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def saved_tensors_of_shape(out, shape):
     """Names of the tensors of `shape` that out's autograd graph keeps for backward."""
     found, stack, seen = [], [out.grad_fn], set()
@@ -1002,8 +993,7 @@ assert results["math only"][1] and not results["flash only"][1]
 assert results["default"][0] == results["flash only"][0]
 
 # %% [markdown]
-# What the cell shows, in torch 2.13.0 on this CPU:
-#
+# ::::{dropdown} Going deeper: what the kernel cell shows, in torch 2.13.0 on this CPU
 # - **Fully masked rows.** Every backend returns zeros for a query whose keys are all
 #   blocked. That is not a law of nature: earlier PyTorch releases returned NaN there
 #   (pytorch/pytorch issue 103963), and the zeros came with a change to SDPA's math
@@ -1016,14 +1006,14 @@ assert results["default"][0] == results["flash only"][0]
 #   weights" is therefore a statement about the fused backends, not about SDPA: which
 #   backend runs can depend on the device, the dtype, the shapes and the arguments
 #   (chapter 19 measures the memory of both paths).
+# ::::
 #
 # ## Checking against `helpers`
 #
 # `helpers.MultiHeadAttention` is the module the rest of the book uses. It has the same
 # parameter names, so our weights load into it directly. It must compute the same
-# outputs and weights, and its `need_weights=False` path (which calls
-# `F.scaled_dot_product_attention`) the same outputs. It also validates its inputs: a
-# `d_model` not divisible by `num_heads` is refused at construction, with a message that
+# outputs and weights. Its `need_weights=False` path calls SDPA and must give the same
+# outputs. It also refuses a `d_model` not divisible by `num_heads` at construction, and
 # says why.
 
 # %%
@@ -1051,13 +1041,15 @@ except ValueError as err:
 assert "not divisible" in str(caught)
 
 # %% [markdown]
+# :::{dropdown} Going deeper: the library's fully masked rows
 # The library goes one step further on fully masked rows. Where every key of a query is
 # blocked, it sets the weights to zero, not to the uniform row that `finfo.min` alone
 # gives. Its two paths then agree with each other and with SDPA in torch 2.13.0.
 # The module's output on such a row is not zero, though. The heads give zero there, and
-# the output projection `W_o` maps zero to its bias, so the row equals `W_o.bias`:
+# the output projection `W_o` maps zero to its bias, so the row equals `W_o.bias`.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 all_blocked = torch.ones(1, 1, 1, L, dtype=torch.bool)
 with torch.no_grad():
     out_blocked, w_blocked = lib(x[:1], x[:1], x[:1], attn_mask=all_blocked)
@@ -1126,7 +1118,7 @@ print(
 assert abs(wrong[0] * dk - 1) < 0.05  # variance 1/d_k
 assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 3.1
 # The variance is $d_k / d_k^2 = 1/d_k$: the scores shrink towards 0 and every row is
 # close to uniform (mean largest weight 0.077 against 1/16 = 0.0625): at initialisation
