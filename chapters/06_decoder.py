@@ -537,16 +537,16 @@ print(
 #
 # ## Summary
 #
-# - A decoder layer is three Pre-Norm sub-layers (Figure 6.1): masked self-attention over
-#   the target, cross-attention whose queries come from the decoder and whose keys and
-#   values come from the encoder's `memory`, and the feed-forward network.
-# - The causal mask is what keeps position $i$ from reading later tokens: rewriting the
-#   tokens after position 4 moved the outputs at positions 0-4 by less than $10^{-6}$ with
-#   it, and by more than 0.01 without it.
-# - Cross-attention takes only the source padding mask: changing one real source position
-#   moved every target position, overwriting the padded ones moved nothing.
-# - $L_t$ and $L_s$ are independent; the cross-attention weights are `[B, h, Lt, Ls]`, and
-#   the layer on a 5-token prefix gives the first 5 rows of the layer on the whole target.
+# - A decoder layer is three Pre-Norm sub-layers (Figure 6.1). Masked self-attention reads
+#   the target. Cross-attention takes its queries from the decoder, its keys and values from
+#   the encoder's `memory`. Then comes the feed-forward network.
+# - The causal mask keeps position $i$ from reading later tokens. Rewriting the tokens after
+#   position 4 moved the outputs at positions 0-4 by less than $10^{-6}$ with it, and by more
+#   than 0.01 without it.
+# - Cross-attention takes only the source padding mask. Changing one real source position
+#   moved every target position; overwriting the padded ones moved nothing.
+# - $L_t$ and $L_s$ are independent; the cross-attention weights are `[B, h, Lt, Ls]`. The
+#   layer on a 5-token prefix gives the first 5 rows of the layer on the whole target.
 # - The one thing to remember: **Q from the decoder, K and V from the memory**.
 #
 # ## Exercises

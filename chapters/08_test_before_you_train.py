@@ -479,17 +479,17 @@ for cfg in configs:
 # %% [markdown]
 # ## Summary
 #
-# - Two properties hold for a correct model whatever its weights, and need no training:
-#   **causality** (rewriting the tokens after $t$ leaves the logits at positions $\le t$
-#   within $10^{-5}$, Figure 8.1) and **padding invariance** (appending `<pad>` to the source
-#   changes no logit by more than $10^{-5}$).
-# - They are tested in eval mode: in training mode dropout made two forward passes differ by
+# - Two properties hold for a correct model whatever its weights, and need no training.
+#   **Causality**: rewriting the tokens after $t$ leaves the logits at positions $\le t$
+#   within $10^{-5}$ (Figure 8.1). **Padding invariance**: appending `<pad>` to the source
+#   changes no logit by more than $10^{-5}$.
+# - They are tested in eval mode. In training mode dropout made two forward passes differ by
 #   more than 0.01.
-# - Each test was seen failing: no causal mask fails the causality test; no padding mask, or a
+# - Each test was seen failing. No causal mask fails the causality test. No padding mask, or a
 #   padding mask on the queries, changed logits by more than 0.1.
 # - Over-masking (`diagonal=0`, a missing `triu`) passes the causality test when fully masked
-#   rows return zero, as in `helpers` and SDPA; a third property (every query sees some key,
-#   real queries see themselves) catches it.
+#   rows return zero, as in `helpers` and SDPA. A third property catches it: every query sees
+#   some key, and real queries see themselves.
 # - The one thing to remember: a test you have never seen fail proves nothing.
 #
 # ## Exercises

@@ -341,14 +341,14 @@ except ValueError as err:
 # %% [markdown]
 # ## Summary
 #
-# - The reversal data is generated: `make_reversal_dataset(n, seed)` draws lengths uniform over
-#   3..12 and digits uniform over 0..9; a seed fixes the data bit for bit.
-# - Three splits by seed: training (20,000, seed 0), validation (1,000, seed 1) to decide when
-#   training stops, and a test set (10,000, `TEST_SEED`) that scores finished models and decides
-#   nothing.
-# - Measured: padding is about 39 % of the source and 32 % of the target positions, as the length
-#   distribution predicts; about one validation or test sequence in nine also occurs in training,
-#   all with at most six digits, as $1-(1-10^{-L})^{n_L}$ predicts.
+# - The reversal data is generated. `make_reversal_dataset(n, seed)` draws lengths uniform
+#   over 3..12 and digits uniform over 0..9; a seed fixes the data bit for bit.
+# - Three splits by seed. Training has 20,000 sequences (seed 0). Validation has 1,000 (seed
+#   1) and decides when training stops. The test set has 10,000 (`TEST_SEED`); it scores
+#   finished models and decides nothing.
+# - Measured: padding is about 39 % of the source and 32 % of the target positions, as the
+#   length distribution predicts. About one validation or test sequence in nine also occurs in
+#   training, all with at most six digits, as $1-(1-10^{-L})^{n_L}$ predicts.
 # - The one thing to remember: independent draws are not disjoint, and a score that decided when
 #   to stop is not a fair report. Count the overlap, and report on data that made no decision.
 #

@@ -473,15 +473,16 @@ _ = with_dropout.eval()
 # %% [markdown]
 # ## Summary
 #
-# - Built: greedy decoding by hand (the encoder once, the decoder once per output token on the
-#   whole prefix, the argmax appended), then for a batch whose rows finish at different steps:
-#   finished rows get `<pad>`, and the loop stops when every row is done.
-# - Measured: exact match on the 10,000 test sequences with greedy decoding and a 95 % Wilson
-#   interval, and the same count from one teacher-forced pass per batch.
-# - The same weights in training mode decode differently on every call: dropout is on, and
+# - Built: greedy decoding by hand. The encoder runs once; the decoder runs once per output
+#   token on the whole prefix, and the argmax is appended. Then the same for a batch whose rows
+#   finish at different steps: finished rows get `<pad>`, and the loop stops when every row is
+#   done.
+# - Measured: exact match on the 10,000 test sequences with greedy decoding, with a 95 % Wilson
+#   interval. One teacher-forced pass per batch gives the same count.
+# - The same weights in training mode decode differently on every call. Dropout is on, and
 #   `torch.no_grad()` does not switch it off.
-# - The one thing to remember: switch to evaluation mode inside the decoding function, so that
-#   no caller can forget it, and give the caller's mode back when it returns (`try`/`finally`).
+# - The one thing to remember: switch to evaluation mode inside the decoding function, so no
+#   caller can forget it. Give the caller's mode back when it returns (`try`/`finally`).
 #
 # ## Exercises
 #
