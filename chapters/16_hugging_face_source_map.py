@@ -16,18 +16,24 @@
 # %% [markdown]
 # # 16. A source map to Hugging Face `transformers`
 #
-# Every piece of our Transformer has a counterpart in a production library. Knowing where it lives
-# turns Hugging Face `transformers` {cite}`wolf2020` from a black box into code you can read: this
-# chapter maps our classes and functions to the encoder-decoder family **BART** {cite}`lewis2020`
-# (and its sibling **Marian** {cite}`junczysdowmunt2018`, the translation models), names the
-# release the map refers to, and points out the differences worth knowing before you read the
-# real thing (Figure 16.1 puts one encoder's names side by side).
+# Every piece of our Transformer has a counterpart in Hugging Face `transformers` {cite}`wolf2020`.
+# We map our classes to **BART** {cite}`lewis2020` and **Marian** {cite}`junczysdowmunt2018`.
+# We check every name, and run their layers on our weights.
+# The picture puts one encoder's names side by side.
+#
+# ![Our encoder's names beside BART's, with how each pair relates](figures/16_hugging_face_source_map.png)
+
+# %% [markdown]
+# Knowing where each piece lives turns `transformers` from a black box into code you can read.
+# BART is an encoder-decoder family, and Marian is its sibling, the translation models. We name
+# the release the map refers to. We also point out the differences worth knowing before you read
+# the real thing (Figure 16.1).
 #
 # A source map goes stale: `transformers` moves fast, and names in blog posts (including the ones
 # this book was written from) can be a few releases old. So the map is **checked, not claimed**.
-# The book pins one release of `transformers` in `requirements.txt`, and the cells below
-# import every name in the table from the installed package and assert that it is there. Nothing
-# is downloaded: every Hugging Face model in this chapter is built from a small config with random
+# The book pins one release of `transformers` in `requirements.txt`. The cells below import every
+# name in the table from the installed package and check that it is there. Nothing is
+# downloaded: every Hugging Face model in this chapter is built from a small config with random
 # weights.
 #
 # Then we go beyond names: we copy our weights into BART's attention and encoder layer and check
@@ -57,9 +63,9 @@ print(
 assert modeling_bart.BartAttention is not None
 
 # %% [markdown]
-# Importing `transformers` takes noticeably longer than importing `torch` alone. The cell above
-# measures both on this machine, and the numbers change with the machine's load. The version the
-# whole chapter refers to is the one `requirements.txt` pins. The next cell checks that the
+# Importing `transformers` takes noticeably longer than importing `torch` alone. The times depend
+# on your computer and its load. The version the whole chapter refers to is the one
+# `requirements.txt` pins. The next cell checks that the
 # installed package is that one:
 
 # %%
@@ -125,18 +131,6 @@ _ = torch.manual_seed(0)
 # | `F.cross_entropy(..., ignore_index=PAD_ID)` | `CrossEntropyLoss()` on `labels`, ignored positions set to **-100** | BART (`BartForConditionalGeneration.forward`) |
 # | `greedy_decode` | `GenerationMixin.generate` -> `_sample` (greedy when `do_sample=False`) | `generation/utils.py` |
 # | the KV cache (`self_k`/`self_v`, `cross_k`/`cross_v` per layer) | `EncoderDecoderCache` of two `DynamicCache`s, with `is_updated` per layer | `cache_utils.py` |
-#
-# Older tutorials and blog posts use names that the pinned release does not have (a cell below
-# checks that each is absent):
-# - Generation: they call greedy decoding `greedy_search` or `_greedy_search`; in the pinned
-#   release greedy decoding and sampling share `_sample`, which picks the argmax when
-#   `do_sample=False`.
-# - Masks: they build BART's masks in methods of the model (`_update_causal_mask`,
-#   `_update_cross_attn_mask`) with helpers from `modeling_attn_mask_utils.py` (the home of
-#   `AttentionMaskConverter`). In the pinned release BART's masks come from `masking_utils.py`, and
-#   `modeling_attn_mask_utils.py` does not exist.
-# - The cache argument of BART's attention and decoder is `cache` here; the name those posts use,
-#   `past_key_values`, is still accepted, through a deprecation decorator.
 #
 # The next cell makes every row of the table a check: it imports the module, looks the name up,
 # and prints the file and line where the installed release defines it.
@@ -208,10 +202,23 @@ for ours, module_name, qualname in SOURCE_MAP:
 print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__version__}")
 
 # %% [markdown]
-# The historical names are checked too: in this release they are gone, so code copied from an
-# older tutorial fails at import, not silently.
+# :::{dropdown} Going deeper: names from older releases
+# Older tutorials and blog posts use names that the pinned release does not have:
+# - Generation: they call greedy decoding `greedy_search` or `_greedy_search`; in the pinned
+#   release greedy decoding and sampling share `_sample`, which picks the argmax when
+#   `do_sample=False`.
+# - Masks: they build BART's masks in methods of the model (`_update_causal_mask`,
+#   `_update_cross_attn_mask`) with helpers from `modeling_attn_mask_utils.py` (the home of
+#   `AttentionMaskConverter`). In the pinned release BART's masks come from `masking_utils.py`, and
+#   `modeling_attn_mask_utils.py` does not exist.
+# - The cache argument of BART's attention and decoder is `cache` here; the name those posts use,
+#   `past_key_values`, is still accepted, through a deprecation decorator.
+#
+# The next cell checks them too. In this release they are gone, so code copied from an older
+# tutorial fails at import, not silently.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 Mixin, Decoder = generation_utils.GenerationMixin, modeling_bart.BartDecoder
 gone = {
     "transformers.modeling_attn_mask_utils (module)": importlib.util.find_spec(
@@ -384,6 +391,7 @@ for name, hf, ours in [
     print(f"{name:<18} {str(hf.dtype):<14} {list(hf.shape)}  == ours converted")
 
 # %% [markdown]
+# :::{dropdown} Going deeper: when `masking_utils` builds no mask
 # One optimisation to know about when you read the code: when the batch has **no** padding,
 # `create_bidirectional_mask` returns `None` (nothing to mask), and with SDPA `create_causal_mask`
 # returns `None` too, leaving causality to SDPA's own `is_causal` flag. The eager path still
@@ -392,9 +400,10 @@ for name, hf, ours in [
 # `create_block_mask`. A `BlockMask` cuts the score matrix into blocks of 128 x 128 and records
 # which blocks hold any score to compute. For a causal mask at length 512, 6 of the 16 blocks lie
 # wholly above the diagonal and are left out. A mask of `None` in that code does not mean
-# "unmasked by mistake":
+# "unmasked by mistake". The next cell shows each case.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 no_padding = torch.ones(B, Lt, dtype=torch.long)
 for name, cfg in [("eager", eager_cfg), ("sdpa", sdpa_cfg)]:
     bidi = masking_utils.create_bidirectional_mask(cfg, tgt_embeds, no_padding)
@@ -597,7 +606,7 @@ assert n_tensors == 3
 # separate, as ours are. Copy `out_proj.bias` into `final_logits_bias`. To port a tied BART
 # checkpoint into our model, copy its one matrix into all three of ours.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def draw_name_map():
     rows = [  # (ours, BART's, how they relate)
         ("encoder.embed.emb  (x sqrt(d))", "encoder.embed_tokens  (x 1; = shared)", "tied"),
@@ -738,14 +747,18 @@ assert pos_rms / tok_rms > 30
 # So a Marian built from `MarianConfig`'s defaults does not start with its two signals at one
 # scale: the position signal is about 36 times larger than the token signal at initialisation.
 # That is close to $\sqrt{1/2} / 0.02 \approx 35$. Sines and cosines have an RMS of
-# $\sqrt{1/2}$, and the tokens start with standard deviation 0.02 (the printed ratio uses the
-# measured RMS, 0.020 rounded).
+# $\sqrt{1/2}$, and the tokens start with standard deviation 0.02 (the ratio of 36 uses the
+# measured RMS, 0.020 when rounded).
 #
+# Exercise 16.1 measures what the scale changes. When you read or port such a model, check the
+# two scales the way this cell does.
+#
+# :::{dropdown} Going deeper: converted OPUS-MT checkpoints turn the scale on
 # No converted OPUS-MT checkpoint runs this way. Hugging Face's converter builds every OPUS-MT
 # config with `scale_embedding=True` {cite}`hf_marian_converter`. (The converter is in the
 # repository, not in the installed package.) The 36x describes only a Marian you train yourself
-# from the default config. Exercise 16.1 measures what the scale changes. When you read or port
-# such a model, check the two scales the way this cell does.
+# from the default config.
+# :::
 
 # %% [markdown]
 # ### 4. The decoder's first token, and the shift
