@@ -16,8 +16,9 @@
 # %% [markdown]
 # # 11. Greedy decoding
 #
-# We write the loop that turns the trained model into a translator: one token at a time, each
-# the most likely, appended to the decoder's own input. Then we score it on the test set.
+# We write the loop that lets the trained model answer on its own. It picks one token at a
+# time, the most likely, and appends it to the decoder's input. Then we score it on the test
+# set.
 # The picture shows one source decoded step by step.
 #
 # ![Greedy decoding of one source, step by step](figures/11_greedy_decoding.png)
