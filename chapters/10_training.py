@@ -14,28 +14,14 @@
 # ---
 
 # %% [markdown]
-# # 10. Training: from random weights to 98.9 % on the test set in under a minute
+# # 10. Training: from random weights to 98.9 % on the test set
 #
-# This chapter trains the Transformer of chapters 01-07 on the reversal data of chapter 09. The
-# pieces are the standard ones, and each gets a cell that shows what it does:
+# This chapter trains the Transformer of chapters 01-07 on the reversal data of chapter 09.
+# You write the training loop by hand: teacher forcing, the loss, Adam and the warmup schedule.
+# Then `helpers.train_reversal` takes exactly the same steps, and trains the book's model.
+# Last, the model is scored once on 10,000 test sequences that training never looked at.
 #
-# 1. **teacher forcing**: the decoder input is the target shifted by one position;
-# 2. **the loss**: cross-entropy with `ignore_index` for padding, and what label smoothing adds;
-# 3. **the optimiser**: Adam with betas (0.9, 0.98) and the Noam warmup schedule;
-# 4. **mixed precision**: bf16 autocast, and what it does on this CPU.
-#
-# Training stops at the first evaluation at which the 1,000 validation sequences of chapter 09
-# are at least 99.5 % exactly right. Because that number decided when to stop, the chapter then
-# reports the model's accuracy once, on the 10,000 test sequences of chapter 09, which stopping
-# never looked at, with a 95 % interval; about one in nine of them also occurs in the training
-# set, so the chapter also reports the score on the rest.
-#
-# Then comes the speed question. {ref}`The reference chapter <reference-chapter>` trains its model
-# for 10 epochs in 17 s on an RTX 4090 and reports 99.6 % exact match after epoch 8, at 14 s. The
-# last sections show, from recorded data, how long its recipe takes on a 2-core CPU, which
-# changes make the book's recipe faster, and how much higher its learning rate can go before
-# training slows down or fails. They also measure how far rounding alone moves the number of
-# steps a run needs, because that sets which differences three seeds can show.
+# ![Loss and accuracy of the book's recipe over one training run](figures/10_training.png)
 
 # %%
 import dataclasses
@@ -74,7 +60,7 @@ from helpers import (
 )
 from helpers import train as train_module
 from helpers.numerics import kernel_spread, path_label, pin_problems
-from helpers.train import lr_factor
+from helpers.train import build_model, lr_factor, train_reversal
 
 _ = torch.manual_seed(0)
 src_train, tgt_train = make_reversal_dataset(20000, seed=0)
@@ -84,12 +70,12 @@ print("train", tuple(src_train.shape), "validation", tuple(src_val.shape))
 # %% [markdown]
 # ## Teacher forcing: the one-position shift
 #
-# The decoder learns to predict token $t+1$ from tokens $0..t$. With the whole target known during
-# training, every position can be trained at once: feed the target **without its last token** and
-# score the output against the target **without its first token**. Feeding the true prefix, not
-# the model's own earlier guesses, is called teacher forcing {cite}`williams1989`. The causal mask
-# (chapter 07, tested in chapter 08) makes sure position $t$ cannot peek at the token it must
-# predict. Figure 10.1 draws the shift for one target.
+# The decoder learns to predict token $t+1$ from tokens $0..t$. During training the whole
+# target is known, so every position can be trained at once. Feed the target **without its
+# last token**, and score the output against the target **without its first token**. Feeding
+# the true prefix, not the model's own guesses, is called teacher forcing {cite}`williams1989`.
+# The causal mask (chapter 07) keeps position $t$ from seeing the token it must predict.
+# Figure 10.1 draws the shift for one target.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 example = tgt_train[0][: int((tgt_train[0] != PAD_ID).sum()) + 2]  # the sequence and two <pad>
@@ -128,9 +114,9 @@ ax.set_title("Figure 10.1: teacher forcing; position i reads tgt[i] and must pre
 plt.show()
 
 # %% [markdown]
-# The same shift as a table, with what must hold for every training pair: the labels are the
-# source's digits reversed, then `<eos>`; the decoder input starts with `<bos>` and never reads the
-# `<eos>` it must predict.
+# The same shift as a table. For every training pair, the labels are the source's digits
+# reversed, then `<eos>`. The decoder input starts with `<bos>` and never reads the `<eos>` it
+# must predict.
 
 # %%
 def check_shift(src, tgt):
@@ -151,9 +137,9 @@ for s, t in zip(src_train[:2000], tgt_train[:2000]):
 print("the shift holds for the first 2,000 training pairs")
 
 # %% [markdown]
-# One forward pass scores all positions: for a batch `[B, 14]` of targets, the decoder input and the
-# labels are both `[B, 13]`, and the logits are `[B, 13, V]`, one distribution per position. The
-# batch below holds four sequences of 3, 5, 8 and 12 digits.
+# One forward pass scores all positions. For a batch `[B, 14]` of targets, the decoder input
+# and the labels are both `[B, 13]`. The logits are `[B, 13, V]`: one distribution per position.
+# The batch below holds four sequences of 3, 5, 8 and 12 digits.
 
 # %%
 model = Transformer(
@@ -172,13 +158,13 @@ assert logits.shape == (*tgt_out_b.shape, VOCAB_SIZE)
 # ## The loss ignores padding
 #
 # `F.cross_entropy` wants `[N, V]` logits and `[N]` labels, so batch and position are flattened.
-# About a third of the labels are `<pad>` (chapter 09). They are not part of any answer, and
-# `ignore_index=PAD_ID` drops them: the loss is the mean over the real positions only.
+# Many labels are `<pad>`. They are not part of any answer, and `ignore_index=PAD_ID` drops
+# them: the loss is the mean over the real positions only.
 #
-# Why it matters: a model that only learned "after `<eos>` comes `<pad>`" would already be right
-# on every padded position. Counted in, those free points inflate the accuracy and dilute the
-# gradient of the positions that matter. The cell compares both losses of an untrained model on a
-# batch of four, and the accuracy of a "model" that always answers `<pad>`.
+# Why it matters: a model that only learned "after `<eos>` comes `<pad>`" would be right on
+# every padded position. Counted in, those free points inflate the accuracy. They also dilute
+# the gradient of the positions that matter. The cell compares both losses of an untrained
+# model, and the accuracy of a "model" that always answers `<pad>`.
 
 # %%
 flat_logits, flat_labels = logits.reshape(-1, VOCAB_SIZE), tgt_out_b.reshape(-1)
@@ -203,22 +189,20 @@ assert acc_counted > 0.25 and acc_real == 0
 # %% [markdown]
 # ## Label smoothing, and how it meets `ignore_index`
 #
-# Label smoothing {cite}`szegedy2016` with $\varepsilon$ replaces the one-hot label by
-# $1-\varepsilon$ on the true class plus $\varepsilon / V$ spread over all $V$ classes. Per
+# Label smoothing {cite}`szegedy2016` with $\varepsilon$ replaces the one-hot label. The true
+# class gets $1-\varepsilon$, and $\varepsilon / V$ is spread over all $V$ classes. Per
 # position the loss becomes
-# $(1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \operatorname{mean}_c(-\log p_c)$: it keeps
-# punishing a model that puts (almost) all its probability on one class.
+# $(1-\varepsilon)\,(-\log p_y) + \varepsilon \cdot \operatorname{mean}_c(-\log p_c)$.
+# It keeps punishing a model that puts almost all its probability on one class.
 #
 # Two facts are worth checking:
 #
 # 1. **Padded positions still contribute nothing.** The reference chapter warns that the
-#    smoothing term can leak into ignored positions, so that padding adds a small, non-zero loss.
-#    In PyTorch 2.13.0, pinned here, it does not: the smoothed loss equals the formula above
-#    averaged over the real positions only, and averaging it over the padded ones as well gives
-#    a different number.
-# 2. **The loss cannot reach zero.** Even a perfect, fully confident model pays the entropy of the
-#    smoothed label. The best achievable loss is reached by predicting exactly the smoothed
-#    distribution: $H = -(1-\varepsilon+\tfrac{\varepsilon}{V})\log(1-\varepsilon+\tfrac{\varepsilon}{V})
+#    smoothing term can leak into ignored positions. In PyTorch 2.13.0 it does not. The
+#    smoothed loss equals the formula averaged over the real positions only.
+# 2. **The loss cannot reach zero.** Even a perfect model pays the entropy of the smoothed
+#    label. The best loss comes from predicting exactly the smoothed distribution:
+#    $H = -(1-\varepsilon+\tfrac{\varepsilon}{V})\log(1-\varepsilon+\tfrac{\varepsilon}{V})
 #    - (V-1)\tfrac{\varepsilon}{V}\log\tfrac{\varepsilon}{V}$.
 
 # %%
@@ -252,35 +236,33 @@ print(
 assert SEED_RECIPE.label_smoothing == BOOK_RECIPE.label_smoothing == 0
 
 # %% [markdown]
-# So with smoothing the training loss cannot fall below the floor printed above (do not mistake
-# that for a plateau), and a model that becomes certain pays more than twice the floor. The
-# reference chapter trains without smoothing, and so does the book's recipe (the last line
-# printed). Whether smoothing helps is an empirical question; the ablation at the end of the
-# chapter measures it, and exercise 10.3 writes the smoothed loss by hand.
+# So with smoothing, the training loss cannot fall below the floor printed above. Do not mistake
+# that floor for a plateau. A model that becomes certain pays more than twice the floor. The
+# reference chapter trains without smoothing, and so does the book's recipe (the last line).
+# Exercise 10.3 writes the smoothed loss by hand.
 
 # %% [markdown]
 # ## The Noam schedule
 #
 # The original Transformer paper {cite}`vaswani2017` raises the learning rate linearly for
-# `warmup` steps and then decays it as $1/\sqrt{\text{step}}$:
+# `warmup` steps, then decays it as $1/\sqrt{\text{step}}$:
 #
 # $$\text{lr}(\text{step}) = d_\text{model}^{-0.5}\cdot
 # \min\!\left(\text{step}^{-0.5},\ \text{step}\cdot\text{warmup}^{-1.5}\right).$$
 #
 # The two branches meet at step = warmup, so the peak is
-# $d_\text{model}^{-0.5}\cdot\text{warmup}^{-0.5}$. One explanation offered for the warmup, which
-# this chapter does not test: early on the weights are random and Adam's estimate of the
-# gradients' variance rests on a few steps, so large steps are risky.
+# $d_\text{model}^{-0.5}\cdot\text{warmup}^{-0.5}$.
 #
 # `helpers.noam_lambda(d_model, warmup)` returns this factor for
-# `torch.optim.lr_scheduler.LambdaLR`, which multiplies the optimiser's base lr by it (so the base
-# lr is 1.0, or `lr_scale`). Since `LambdaLR` counts from 0, the function adds 1, and the peak is
-# reached at index `warmup - 1`.
+# `torch.optim.lr_scheduler.LambdaLR`. `LambdaLR` multiplies the optimiser's base lr by the
+# factor, so the base lr is 1.0 (or `lr_scale`). `LambdaLR` counts from 0, so the function adds
+# 1, and the peak comes at index `warmup - 1`.
 #
-# The book's recipe (derived below) changes two things: a smaller model, hence a larger
-# $d_\text{model}^{-0.5}$, with a shorter warmup; and a **linear cooldown**: over the last
-# `cooldown` steps before `max_steps` the Noam factor is multiplied by a ramp that falls to 0.
-# The cell prints both schedules' peaks, and Figure 10.2 draws them.
+# The book's recipe changes two things (the notes at the end measure each change). Its model is
+# smaller, hence a larger $d_\text{model}^{-0.5}$, and its warmup is shorter. And it adds a
+# **linear cooldown**: over the last `cooldown` steps before `max_steps`, the Noam factor is
+# multiplied by a ramp that falls to 0. The cell prints both schedules' peaks, and Figure 10.2
+# draws them.
 
 # %%
 def peak(cfg):
@@ -322,22 +304,27 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# The reference recipe takes 1,000 steps, a bit more than three epochs of 312 batches, to reach
-# its peak; the book's small model peaks after its short warmup at a learning rate several times
-# higher (the ratio printed above). The section "How high the learning rate can go" below
-# measures what that peak does right after the warmup, and what a lower or higher one would do.
+# The reference recipe takes 1,000 steps to reach its peak, a bit more than three epochs of 312
+# batches. The book's small model peaks after its short warmup, at a learning rate several
+# times higher.
+#
+# :::{dropdown} Going deeper: why warm up at all
+# One explanation offered for the warmup, which this chapter does not test: early on the
+# weights are random, and Adam's estimate of the gradients' variance rests on a few steps, so
+# large steps are risky. The note "How high the learning rate can go" below measures what the
+# book's high peak does right after the warmup.
+# :::
 #
 # ## Adam with betas (0.9, 0.98)
 #
-# Adam {cite}`kingma2015` keeps, for every weight, a running average of its squared gradient,
-# with weight `beta2` on the old value. Each step is divided by the square root of that average.
-# PyTorch's default `beta2 = 0.999` averages over roughly the last
-# $1/(1-0.999) = 1000$ steps, `0.98` over about 50, so the average follows changes in the
-# gradient's size twenty times sooner. `eps = 1e-9` instead of PyTorch's `1e-8` is the
-# constant added to the denominator. All three values come from {cite}`vaswani2017`, and
-# `helpers.train_reversal` uses them for every recipe; this chapter does not measure their
-# effect. The cell prints PyTorch's defaults (torch 2.13.0) and the line of `helpers.train`
-# that builds the optimiser.
+# Adam {cite}`kingma2015` keeps, for every weight, a running average of its squared gradient.
+# `beta2` is the weight on the old value. Each step is divided by the square root of that
+# average. PyTorch's default `beta2 = 0.999` averages over roughly the last
+# $1/(1-0.999) = 1000$ steps; `0.98` averages over about 50. So the average follows changes in
+# the gradient's size twenty times sooner. `eps = 1e-9` is the constant added to the
+# denominator (PyTorch's default is `1e-8`). All three values come from {cite}`vaswani2017`,
+# and this chapter does not measure their effect. The cell prints PyTorch's defaults and the
+# line of `helpers.train` that builds the optimiser.
 
 # %%
 adam_defaults = inspect.signature(torch.optim.Adam).parameters
@@ -355,16 +342,36 @@ assert adam_defaults["betas"].default == (0.9, 0.999) and adam_defaults["eps"].d
 assert "betas=(0.9, 0.98), eps=1e-9" in adam_line and round(windows[0] / windows[1]) == 20
 
 # %% [markdown]
-# ## Mixed precision: bf16 autocast
-#
-# Under `torch.autocast(device, dtype=torch.bfloat16)`, matrix products run in bfloat16 while the
+# :::{dropdown} Going deeper: mixed precision (bf16 autocast)
+# Under `torch.autocast(device, dtype=torch.bfloat16)`, matrix products run in bfloat16. The
 # weights, the gradients and the optimiser stay in float32. bfloat16 keeps float32's 8 exponent
-# bits, hence its range, and stores 7 mantissa bits (8 bits of precision with the implicit
-# leading one), so it rounds coarsely. The cell reads both from `torch.finfo`: the gap between 1
-# and the next number is $2^{-7}$, and the largest value is within 1 % of float32's, where
-# float16, the other 16-bit format, stops at 65,504.
+# bits, hence its range. It stores 7 mantissa bits (8 bits of precision with the implicit
+# leading one), so it rounds coarsely. The first cell reads both from `torch.finfo`: the gap
+# between 1 and the next number is $2^{-7}$. The largest value is within 1 % of float32's,
+# where float16, the other 16-bit format, stops at 65,504.
+#
+# On GPUs with bf16 support, autocast is how the reference chapter trains on its RTX 4090. The
+# second cell runs it on CUDA when the reader asks for a CUDA GPU
+# (`TRANSFORMER_BOOK_DEVICE=cuda`, chapter 1's `helpers.device()`) and it supports bf16.
+#
+# On a CPU, autocast works the same way (`torch.autocast("cpu", dtype=torch.bfloat16)`). In the
+# third cell the logits come out in bf16. We convert them to float32 before the loss, so that
+# the softmax and the log are computed in full precision.
+#
+# Is it faster? The fourth cell times a training step in both precisions, on one thread. It
+# does so for the reference model (`d_model` 128, batch 64) and the book's (`d_model` 32,
+# batch 128). The ratio in brackets is the float32 time over the bf16 time, so below 1 means
+# bf16 is slower. In the book's pinned kernel, bf16 products may use only AVX2 instructions,
+# not a CPU's bfloat16 ones. In the run shown, bf16 was slower at both sizes. Timings change
+# from run to run, so the cell asserts only that both precisions compute the same first loss
+# up to bf16's rounding.
+#
+# Over whole training runs, the recorded ablation below answers the question for the book's
+# recipe. With bf16 autocast every step took longer, for each of three seeds, so bf16 is not
+# part of the recipe.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 bf16, fp32 = torch.finfo(torch.bfloat16), torch.finfo(torch.float32)
 print(f"bfloat16: eps {bf16.eps} = 2^{math.log2(bf16.eps):.0f}, max {bf16.max:.3e}")
 print(f"float32 : eps {fp32.eps:.3e} = 2^{math.log2(fp32.eps):.0f}, max {fp32.max:.3e}")
@@ -372,13 +379,7 @@ print(f"float16 : max {torch.finfo(torch.float16).max:,.0f}")
 assert bf16.eps == 2.0**-7 and 0.99 < bf16.max / fp32.max <= 1
 assert torch.finfo(torch.float16).max == 65504
 
-# %% [markdown]
-# On GPUs with bf16 support, autocast is how the reference chapter trains on its RTX 4090. The
-# cell below runs it on CUDA when the reader asks for a CUDA GPU (`TRANSFORMER_BOOK_DEVICE=cuda`,
-# chapter 1's `helpers.device()`) and it supports bf16. The outputs printed in this book were
-# computed on a CPU.
-
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 dev = device()
 if dev.type == "cuda" and torch.cuda.is_bf16_supported():
     gpu_model = Transformer(VOCAB_SIZE, VOCAB_SIZE).to(dev)
@@ -389,12 +390,7 @@ if dev.type == "cuda" and torch.cuda.is_bf16_supported():
 else:
     print(f"helpers.device() is {dev}, not a CUDA GPU with bf16: the CUDA example is skipped")
 
-# %% [markdown]
-# On a CPU, autocast works the same way (`torch.autocast("cpu", dtype=torch.bfloat16)`). The
-# logits come out in bf16, and we convert them to float32 before the loss, so that the softmax
-# and the log are computed in full precision:
-
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 with torch.autocast("cpu", dtype=torch.bfloat16):
     out = model(src_b, tgt_in_b)
 loss = F.cross_entropy(
@@ -408,17 +404,7 @@ assert out.dtype == torch.bfloat16 and loss.dtype == torch.float32
 assert grad.dtype == torch.float32
 model.zero_grad()
 
-# %% [markdown]
-# Is it faster? The cell times a training step in both precisions, for the reference model
-# (`d_model` 128, batch 64) and the book's (`d_model` 32, batch 128), on one thread. The ratio
-# in brackets is the float32 time over the bf16 time, so below 1 means bf16 is slower. In the
-# book's pinned kernel, bf16 products may use only AVX2 instructions, not a CPU's bfloat16
-# ones. In the run shown, bf16 was slower at both sizes. The recorded ablation at the end of
-# the chapter, made with the CPU's own kernels, is the fairer test. Timings change from run to
-# run, so the cell asserts only that both precisions compute the same first loss up to bf16's
-# rounding.
-
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from helpers.numerics import timing_label
 
 
@@ -459,28 +445,103 @@ torch.set_num_threads(threads)
 print(timing_label())
 
 # %% [markdown]
-# Over whole training runs, the recorded ablation at the end of the chapter answers the question
-# for the book's recipe: with bf16 autocast every step took longer, for each of three seeds, so
-# bf16 is not part of the recipe.
+# ## The training loop by hand
+#
+# Here are all the pieces in one loop. It trains the book's recipe, `BOOK_RECIPE`, for its
+# first 40 steps:
+#
+# - `build_model(cfg)` seeds torch with `cfg.seed` and builds the model of chapters 01-07 at
+#   the recipe's sizes;
+# - a `torch.Generator`, seeded from the config, shuffles the 20,000 training pairs, and the
+#   shuffled list is cut into full batches of 128;
+# - each batch is cut to its longest sequence, which drops the columns that are padding in
+#   every row (exercise 9.2);
+# - the learning rate is the Noam factor times the cooldown ramp;
+# - the recipe trains on one thread, and so does the loop.
+#
+# The first loss is above ln 13, the loss of a uniform guess. It falls as the learning rate
+# warms up.
+
+# %% tags=["nbval-ignore-output"]
+cfg = BOOK_RECIPE
+HAND_STEPS = 40
+saved_threads = torch.get_num_threads()
+torch.set_num_threads(cfg.threads)  # the thread count sets the order of the float sums
+
+hand_model = build_model(cfg)  # seeded: the same initial weights every time
+noam = noam_lambda(cfg.d_model, cfg.warmup)
+
+
+def lr_at(step):
+    """The Noam factor, times a ramp that falls to 0 over the last cfg.cooldown steps."""
+    return noam(step) * min(1.0, (cfg.max_steps - step) / cfg.cooldown)
+
+
+opt = torch.optim.Adam(hand_model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+
+gen = torch.Generator().manual_seed(cfg.seed)  # draws the order of the batches
+perm = torch.randperm(len(src_train), generator=gen)
+B = cfg.batch_size
+batches = [perm[i : i + B] for i in range(0, len(perm) - B + 1, B)]  # full batches only
+src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
+
+hand_losses = []
+hand_model.train()
+for step in range(1, HAND_STEPS + 1):
+    idx = batches.pop()  # from the end of the list, as the helper does
+    src = src_train[idx, : int(src_len[idx].max())]  # cut the all-padding columns
+    tgt = tgt_train[idx, : int(tgt_len[idx].max())]
+    logits = hand_model(src, tgt[:, :-1])  # teacher forcing
+    loss = F.cross_entropy(
+        logits.reshape(-1, VOCAB_SIZE),
+        tgt[:, 1:].reshape(-1),
+        ignore_index=PAD_ID,
+        label_smoothing=cfg.label_smoothing,
+    )
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    sched.step()
+    hand_losses.append(loss.item())
+    if step == 1 or step % 5 == 0:
+        print(f"step {step:2d}: loss {loss.item():.3f}, next lr {sched.get_last_lr()[0]:.2e}")
+print(f"ln 13 = {math.log(VOCAB_SIZE):.3f}")
+# measured: 3.03 at step 1 and 1.61 at step 40 (pinned kernel)
+assert hand_losses[0] > math.log(VOCAB_SIZE) and hand_losses[-1] < 0.7 * hand_losses[0]
+
+# %% [markdown]
+# ## The helper takes exactly these steps
+#
+# `helpers.train_reversal(cfg)` runs this loop. With `stop_after=40` it ends after 40 steps,
+# still on the schedule of the full `cfg.max_steps`. The same operations in the same order, on
+# the same number of threads, give the same bits. So the weights must be equal, not just close,
+# and `torch.equal` compares them exactly. The helper also scored the validation set at its last
+# step, and the weights still agree: scoring does not touch them.
+
+# %%
+helper_run = train_reversal(cfg, progress=False, stop_after=HAND_STEPS)
+torch.set_num_threads(saved_threads)
+hand_state, helper_state = hand_model.state_dict(), helper_run.model.state_dict()
+same = [torch.equal(hand_state[k], helper_state[k]) for k in hand_state]
+same_loss = sum(a == b for a, b in zip(hand_losses, helper_run.history["loss"]))
+print(f"helper: {helper_run.steps} steps, evaluated at steps {helper_run.history['eval_step']}")
+print(f"{sum(same)} of {len(same)} weight tensors equal, bit for bit")
+print(f"{same_loss} of {HAND_STEPS} losses equal")
+assert hand_state.keys() == helper_state.keys() and all(same)
+assert same_loss == HAND_STEPS == helper_run.steps
 
 # %% [markdown]
 # ## The training function
 #
-# `helpers.train_reversal(cfg)` is the loop of this chapter in one function:
+# Besides the loop, `helpers.train_reversal(cfg)` keeps a history of each batch's loss, token
+# accuracy and share of exactly right sequences. It shows a `tqdm.auto` progress bar. At every
+# `eval_every`-th step whose training batch is at least `eval_gate` exactly right, it scores
+# the validation set. It stops at the first evaluation that reaches the target.
 #
-# - batches of `batch_size` sequences, reshuffled each epoch (a `torch.Generator` seeded from the
-#   config), with the padding columns that every row of the batch shares cut off (exercise 9.2);
-# - teacher forcing, cross-entropy with `ignore_index`, Adam (0.9, 0.98, 1e-9), `LambdaLR` with
-#   the Noam factor (times the cooldown ramp when the config has one);
-# - a `tqdm.auto` progress bar, and a history of the loss, the token accuracy and the share of
-#   exactly right sequences in each training batch, plus every validation exact match;
-# - an evaluation on the validation set at every `eval_every`-th step whose training batch (the
-#   one just scored) is at least `eval_gate` exactly right, and a stop at the first evaluation
-#   that reaches the target.
-#
-# `helpers.load_or_train(cfg)` stores the trained model on disk under a name derived from every
-# field of the config, so later chapters load this model instead of training it again; how that
-# cache stays correct is the subject of the appendix {doc}`../appendix/checkpoint_cache`.
+# `helpers.load_or_train(cfg)` stores the trained model on disk, under a name derived from every
+# field of the config. Later chapters load this model instead of training it again. The
+# appendix {doc}`../appendix/checkpoint_cache` shows how that cache stays correct.
 #
 # The two recipes differ in these fields:
 
@@ -501,10 +562,9 @@ same_data = ("train_size", "data_seed", "val_size", "val_seed")
 assert all(seed_fields[k] == book_fields[k] for k in same_data)
 
 # %% [markdown]
-# Same data, same validation set, same architecture code. Now train. In a fresh clone the next cell
-# trains (under a minute in the book's pinned kernel; the cell prints the time) and stores the
-# model under `.cache/checkpoints/`; afterwards, in this and every later chapter, it is
-# loaded from there.
+# Same data, same validation set, same architecture code. Now train the book's recipe to the
+# end. The first time, the next cell trains (it prints the time) and stores the model under
+# `.cache/checkpoints/`. After that, this and every later chapter loads it from there.
 
 # %% tags=["nbval-ignore-output"]
 result = load_or_train(BOOK_RECIPE)
@@ -527,28 +587,30 @@ print(f"skipped after the first evaluation (batch below {gate * 100:.0f} %): ste
 assert hist["eval_step"] == passed  # evaluated exactly where the gate passed
 
 # %% [markdown]
-# Training looks at the validation set only at every 10th step, and only if the training batch
-# of that step was at least 98 % exactly right. The test is made again at every 10th step. So
-# after the first evaluation, a weaker batch still skips an evaluation (the cell prints which
-# ones this run skipped). Training stops at the first evaluation that takes place and reaches
-# 99.5 %. A skipped step is never scored, so nothing guarantees that training stops at the
-# first 10th step whose validation score would reach 99.5 %. The validation score that stopped
-# it was chosen to be high: it is the one that crossed the line first. It is therefore not the
-# number to report.
+# Training looks at the validation set only at every 10th step, and only if that step's
+# training batch was at least 98 % exactly right. So even after the first evaluation, a weaker
+# batch skips one (the cell prints which). Training stops at the first evaluation that reaches
+# 99.5 %. A skipped step is never scored, so training may stop later than the first 10th step
+# that would have passed.
 #
-# ### A cheap stand-in for greedy decoding
+# The validation score that stopped training was chosen to be high: it is the one that crossed
+# the line first. It is therefore not the number to report.
 #
-# Greedy decoding (chapter 11) runs the decoder once per output token. During training we evaluate
-# with one forward pass instead: teacher-forced, is the argmax right at **every** position up to
-# `<eos>`? That is the same number, not an approximation. While all argmaxes are right, greedy
-# decoding feeds itself exactly the prefix that teacher forcing feeds, so it makes the same
-# predictions; at the first wrong argmax both are wrong. (Only a near-tie between two logits,
-# which float rounding could break differently in the two computations, could make them
-# disagree; chapter 11 compares the two on all 10,000 test sequences.) The training loop
-# confirms its final score with real greedy decoding before it stops. The cell compares both on
-# the validation set (its timings vary from run to run).
+# The evaluation is one teacher-forced forward pass: is the argmax right at **every** position
+# up to `<eos>`? That is the same number as greedy decoding (chapter 11) gives, at the cost of
+# one pass.
+#
+# :::{dropdown} Going deeper: why teacher-forced exact match equals greedy decoding
+# Greedy decoding runs the decoder once per output token. While all argmaxes are right, greedy
+# decoding feeds itself exactly the prefix that teacher forcing feeds. So it makes the same
+# predictions, and at the first wrong argmax both are wrong. Only a near-tie between two
+# logits could make them disagree, if float rounding broke it differently in the two
+# computations. Chapter 11 compares the two on all 10,000 test sequences. The training loop
+# confirms its final score with real greedy decoding before it stops. The cell below compares
+# both scores on the validation set, with their times (which vary from run to run).
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 t0 = time.perf_counter()
 tf = teacher_forced_exact_match(model, src_val, tgt_val)
 t_tf = time.perf_counter() - t0
@@ -563,24 +625,20 @@ assert tf == greedy
 # %% [markdown]
 # ## The test set: the number the book reports
 #
-# Chapter 09 drew 10,000 test sequences with their own seed. Stopping never looked at them, and
-# training used only its own split, which repeats some of them (below).
-# `helpers.exact_match_with_interval` scores the model on them
-# (teacher-forced, the same count as greedy decoding) and adds a 95 % interval for the share of
-# all such sequences the model would get right: the Wilson score interval {cite}`wilson1927`,
-# every share $p$ within 1.96 standard errors $\sqrt{p(1-p)/n}$ of the measured one. Unlike the
-# familiar "measured share $\pm$ 1.96 standard errors" (the Wald interval), it stays inside
-# [0, 1] and does not shrink to a point when every sequence is right; the first cell shows both
-# on three made-up counts. As chapter 09 counted, about one test sequence in nine also occurs in
-# the training set, so the second cell reports the unseen ones separately.
+# Chapter 09 drew 10,000 test sequences with their own seed. Stopping never looked at them.
+# `helpers.exact_match_with_interval` scores the model on them, teacher-forced. It adds a 95 %
+# interval for the share of all such sequences the model would get right. That is the Wilson
+# score interval {cite}`wilson1927`: every share $p$ within 1.96 standard errors
+# $\sqrt{p(1-p)/n}$ of the measured one. About one test sequence in nine also occurs in the
+# training set (chapter 09), so the unseen ones are reported separately too.
 #
-# Trained on other kernels, the recipe gives another model, and not only in the last digit.
-# `tools/measure_kernel_spread.py` trained it three times on an AMD EPYC: in the book's pinned
-# kernel, with ATen's plain kernels and MKL's default path, and with the CPU's own kernels. A
-# fourth run, on an Intel Xeon with its AVX-512 kernels, was recorded before the pin. The second
-# cell prints where each stopped and what it scored; it asserts a floor that all of them clear.
+# :::{dropdown} Going deeper: why not "measured share $\pm$ 1.96 standard errors"
+# That familiar interval is the Wald interval. The Wilson interval stays inside [0, 1], and it
+# does not shrink to a point when every sequence is right. The cell below shows both on three
+# made-up counts.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 wald, wilson = {}, {}
 for correct, n in ((995, 1000), (999, 1000), (1000, 1000)):
     p_hat = correct / n
@@ -610,11 +668,22 @@ assert test_all.n == 10_000 and test_all.exact_match >= FLOOR
 assert test_unseen.n == 10_000 - int(seen.sum()) and test_unseen.exact_match >= FLOOR
 
 # %% [markdown]
-# ## How far rounding alone moves the step count
+# The last lines print four recorded runs of the same recipe on other kernels, described in the
+# note below. Each scored above 98 %, and so does this chapter's model.
 #
+# :::{dropdown} Going deeper: the same recipe on other kernels
+# Trained on other kernels, the recipe gives another model, and not only in the last digit.
+# `tools/measure_kernel_spread.py` trained it three times on an AMD EPYC: in the book's pinned
+# kernel, with ATen's plain kernels and MKL's default path, and with the CPU's own kernels. A
+# fourth run, on an Intel Xeon with its AVX-512 kernels, was recorded before the pin. The cell
+# above prints where each stopped and what it scored, and asserts a floor that all of them
+# clear.
+# :::
+#
+# :::{dropdown} Going deeper: how far rounding alone moves the step count
 # The four kernel paths above train the same recipe from the same seed. They differ only in how
 # the floats are rounded, yet they stopped at different steps. Two rows of the ablation recorded
-# at the end of the chapter do the same for seeds 0, 1 and 2:
+# below do the same for seeds 0, 1 and 2:
 #
 # - **a fused Adam step** (`torch.optim.Adam(fused=True)`) computes the same update in one
 #   kernel. The first cell shows it: from the same gradients, one step of each gives weights
@@ -625,9 +694,10 @@ assert test_unseen.n == 10_000 - int(seen.sum()) and test_unseen.exact_match >= 
 # The second cell takes, for each of these, the largest change in one seed's step count. The
 # largest of them is the *rounding band*. A difference in median steps no larger than the band
 # is called "not distinguishable with these seeds" below: rounding alone has moved a run that
-# far.
+# far. A conclusion drawn from three seeds needs a larger difference than that.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 _ = torch.manual_seed(0)
 fused_model = Transformer(
     VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14, dropout=0.0
@@ -659,7 +729,7 @@ print(f"one Adam step (lr 0.01): weights move by up to {moved:.3f}")
 print("fused and plain Adam: every weight agrees within 8 float32 rounding steps of its size")
 assert moved > 1e-3 and rounding_steps < 8
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 ablation = json.loads(Path("data/training_ablation.json").read_text())
 row = {r["lever"]: r for r in ablation["rows"]}
 book = row["evaluate at every 10th step whose training batch is 98 % right (the book's recipe)"]
@@ -685,16 +755,13 @@ def verdict(diff):
 
 
 # %% [markdown]
-# So rounding alone has moved one seed by up to the band printed above. A conclusion drawn from
-# three seeds needs a larger difference than that.
-#
 # ## The curves
 #
-# Loss and token accuracy are measured on each training batch; "batch exact" is the share of the
-# batch's sequences that are right at every position; the dots are the validation evaluations.
-# Figure 10.3 shows them for the run above.
+# Loss and token accuracy are measured on each training batch. "Batch exact" is the share of
+# the batch's sequences that are right at every position. The dots are the validation
+# evaluations. Figure 10.3 shows them for the run above.
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def smooth(xs, k=10):
     """Mean of the last k values at each step (fewer at the start)."""
     return [
@@ -727,10 +794,10 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Token accuracy rises first; exact match, which needs every token of a sequence right, lags
-# behind: a 10-digit answer with 97 % of its tokens right is still wrong more than a quarter of
-# the time ($0.97^{11} \approx 0.72$, counting `<eos>`), if its errors are independent. The cell
-# prints the step at which each curve of this run first reaches 0.9, and that product.
+# Token accuracy rises first. Exact match, which needs every token of a sequence right, lags
+# behind. Say a 10-digit answer has 97 % of its tokens right, and its errors are independent.
+# Counting `<eos>`, it is then wrong more than a quarter of the time ($0.97^{11} \approx 0.72$).
+# The cell prints the step at which each curve of this run first reaches 0.9, and that product.
 
 # %% tags=["nbval-ignore-output"]
 def first_step(curve, level=0.9):
@@ -743,16 +810,23 @@ print(f"first 10-step mean >= 0.9: token accuracy at step {tok_90}, exact match 
 print(f"eleven tokens right at 97 % each, if independent: 0.97^11 = {0.97**11:.2f}")
 assert tok_90 < exact_90 and 0.7 < 0.97**11 < 0.75
 # %% [markdown]
-# ## How high the learning rate can go
+# ## Recorded experiments
 #
+# The notes below answer two questions from recorded data: how high the learning rate can go,
+# and which changes make the book's recipe faster than the reference chapter's. Each note
+# collapses, with its cells.
+
+# %% [markdown]
+# :::{dropdown} Going deeper: how high the learning rate can go
 # The book's recipe reaches its peak learning rate after a short warmup, and that peak is several
-# times the reference recipe's (printed with Figure 10.2). Right after the warmup, where the
+# times the reference recipe's (Figure 10.2). Right after the warmup, where the
 # learning rate is highest, the training batch's exact match does not only climb: it can fall
 # back steeply before it recovers. The cell measures the largest fall in this run: the 5-step
 # mean of the batch exact match, from its highest value after the warmup to the lowest value
 # after that. (A model trained on other kernels draws another curve.)
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def largest_fall(curve, start, k=5):
     """(fall, index of the high, index of the low) of the k-step mean of curve after index start."""
     mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
@@ -763,8 +837,7 @@ def largest_fall(curve, start, k=5):
             best = (mean[peak_i] - mean[j], peak_i, j)
     return best, mean
 
-
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 warm = BOOK_RECIPE.warmup
 (fall, p_i, t_i), be_mean = largest_fall(hist["batch_exact"], warm - 1)
 print(
@@ -774,6 +847,7 @@ print(
 assert fall > 0.2  # a fifth of the batch, measured on 5-step means
 
 # %% [markdown]
+# :::{dropdown} Going deeper: the learning-rate sweep, three seeds
 # One run shows that it can happen, not how much higher the learning rate could go. The script
 # `tools/record_ch10_stability.py` trained the book's recipe with its whole learning-rate schedule
 # scaled by a factor `lr_scale` from 0.5 to 4, for the seeds 0, 1 and 2 each (the seed sets the
@@ -783,8 +857,9 @@ assert fall > 0.2  # a fifth of the batch, measured on 5-step means
 # above, and the highest training loss after the warmup. Below the table it compares each
 # setting's median step count with that of `lr_scale` 1 and with the rounding band. Figure 10.4
 # draws this run and the sweep.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 sweep = json.loads(Path("data/ch10_stability.json").read_text())
 assert sweep["recipe"] == dataclasses.asdict(BOOK_RECIPE), "recorded for another recipe"
 falls, spikes, medians = {}, {}, {}
@@ -819,7 +894,7 @@ for r in book_runs:
     print(f"  seed {r['seed']}: {r['exact_match']}")
 assert any(any(b < a for a, b in zip(r["exact_match"], r["exact_match"][1:])) for r in book_runs)
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["figure", "hide-input", "hide-cell"]
 fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.6), width_ratios=[1.4, 1, 1])
 ax1.plot(hist["step"], hist["batch_exact"], color="tab:blue", alpha=0.3, lw=0.8, label="per step")
 ax1.plot(hist["step"], be_mean, color="tab:blue", label="5-step mean")
@@ -867,6 +942,7 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# :::{dropdown} Going deeper: what the sweep shows
 # What the sweep shows, with three seeds per setting:
 #
 # - **Every run falls back after the warmup**, at every setting, even at half the book's
@@ -881,11 +957,12 @@ plt.show()
 #   within 0.1 of it). At 4, one of the three seeds does not reach the target within the
 #   recipe's 500 steps.
 #
-# The book's peak is 6.3 times the reference recipe's (printed). At three times the book's
+# The book's peak is 6.3 times the reference recipe's. At three times the book's
 # peak, training is slower by more than rounding moved any recorded run, and the loss of one
 # or more runs climbs above that of a uniform guess.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 scales = sweep["lr_scales"]
 ln_v = math.log(VOCAB_SIZE)
 assert min(min(f) for f in falls.values()) >= 0.25  # a fall in every run
@@ -903,8 +980,7 @@ assert max(spikes[1.5]) == highest_low
 print(f"peak learning rate, book / reference: {peak_ratio:.1f}x")
 
 # %% [markdown]
-# ## Why it is fast: the measured ablation
-#
+# :::{dropdown} Going deeper: why it is fast: the measured ablation
 # `tools/bench_training.py --ablation` starts from the reference recipe and applies one change at a
 # time, training each variant from scratch until it reaches 99.5 % on the validation set, once
 # for each of three seeds (it takes too long to run inside this notebook, so the results are
@@ -916,8 +992,9 @@ print(f"peak learning rate, book / reference: {peak_ratio:.1f}x")
 # same session. The other rows' seconds and steps are medians over the seeds, and the machine was
 # shared while they were measured: compare rows, not absolute times. Figure 10.5 draws the
 # seconds column.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 hw = ablation["hardware"]
 print(
     f"measured {ablation['date'][:10]} on {hw['cpu']} ({hw['cores']} cores, "
@@ -934,7 +1011,7 @@ kept = [r for r in ablation["rows"] if r["status"] == "kept"]
 assert ablation["repeats"] == 3  # the prose below says three seeds
 assert kept[-1]["seconds"] < ablation["rows"][0]["seconds"] / 5
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["figure", "hide-input", "hide-cell"]
 rows = ablation["rows"]
 colors = {
     "baseline": "tab:gray",
@@ -960,8 +1037,7 @@ ax.set_title(
 plt.show()
 
 # %% [markdown]
-# ## The reference recipe's curve
-#
+# :::{dropdown} Going deeper: the reference recipe's curve
 # The reference recipe was trained once for its full 10 epochs and recorded
 # (`chapters/data/seed_recipe_run.json`, with the date and the machine). Figure 10.6 plots it
 # against the number of training sequences seen and against wall-clock seconds, next to the run
@@ -969,8 +1045,9 @@ plt.show()
 # says where each ran: the reference run by the CPU its record names and the thread count of
 # its recorded config, this chapter's run by the kernel of this session. So the time axis
 # compares kernels and perhaps machines, not only recipes.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 seed_run = json.loads(Path("data/seed_recipe_run.json").read_text())
 # the threads it trained with: its config's, which train_reversal applies (the record's
 # "numerics" block gives torch's default thread count in that process instead)
@@ -987,7 +1064,7 @@ book_sequences = hist["step"][-1] * BOOK_RECIPE.batch_size
 assert first * 64 > 2 * book_sequences  # the book needs far fewer sequences
 assert seed_threads == 1  # the labels say "1 thread"
 
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
+# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["figure", "hide-input", "hide-cell"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
 batch = BOOK_RECIPE.batch_size
 seed_where = f"{seed_run['hardware']['cpu']}, {seed_threads} thread" + (
@@ -1059,18 +1136,19 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# :::{dropdown} Going deeper: the reference recipe's last evaluations
 # The reference recipe's validation score also moves up and down between its evaluations on the
 # way to 99.5 %; the cell below prints the last ones before it first gets there.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 i_first = seed_run["eval_step"].index(first)
 last_evals = seed_run["exact_match"][max(0, i_first - 6) : i_first + 1]
 print("reference recipe, last evaluations up to the first >= 99.5 %:", last_evals)
 assert any(b < a for a, b in zip(last_evals, last_evals[1:]))  # not a monotone climb
 
 # %% [markdown]
-# ## Where the speed comes from
-#
+# :::{dropdown} Going deeper: where the speed comes from
 # The cell pulls the rows that the following paragraphs discuss out of the recorded table, with
 # the spread over the three seeds. For each kept row it prints the change in median steps from
 # the row before, beside the rounding band. One line puts the ablation's row for the book's
@@ -1079,8 +1157,9 @@ assert any(b < a for a, b in zip(last_evals, last_evals[1:]))  # not a monotone 
 # the same. The ablation's record names its CPU, an Intel Xeon; the sweep's record names none.
 # Both records predate the pin. This chapter's model was trained in the pinned kernel; the
 # training cell prints where it stopped.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 def runs(r):
     seconds = ", ".join(f"{s:.1f}" for s in r["all_seconds"])
     return f"{r['seconds']:5.1f} s [{seconds}], {r['steps']:4d} steps {r['all_steps']}"
@@ -1124,6 +1203,7 @@ assert book["all_steps"] == [steps for _, steps in sweep_book]
 assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after epoch 8)
 
 # %% [markdown]
+# :::{dropdown} Going deeper: reading the kept rows
 # Reading the kept rows from the top:
 #
 # - **Cheap evaluation.** The reference recipe checks the validation set once per epoch, with
@@ -1134,7 +1214,7 @@ assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after
 #   the wide model, but its Noam peak is twice as high, because the schedule scales with
 #   $d_\text{model}^{-0.5}$; the ablation does not separate the width from the learning rate.
 # - **Batch 128 with a 100-step warmup**: fewer, larger steps, and, in the medians, no more
-#   training sequences in all (printed). The peak learning rate comes after 100 steps instead
+#   training sequences in all. The peak learning rate comes after 100 steps instead
 #   of 1,000, and is $\sqrt{10} \approx 3.2$ times higher, because the peak scales with
 #   $\text{warmup}^{-0.5}$.
 # - **No dropout.** Without dropout, every seed needed fewer steps, and the median by more than
@@ -1142,7 +1222,7 @@ assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after
 # - **The cooldown** lowers the learning rate to 0 over the last 400 steps. Its change in median
 #   steps is within the band: with these seeds its effect is not distinguishable. The book keeps
 #   it. It does not turn the last stretch into a steady climb: in the recorded runs of the book's
-#   recipe (printed with Figure 10.4), the validation score still falls between some
+#   recipe (listed below the sweep's table), the validation score still falls between some
 #   evaluations before it reaches the target.
 # - **Evaluating at every 10th step whose training batch is 98 % right** replaces an evaluation
 #   every 52 steps. It took less time in the median, with no change in median steps. It skips
@@ -1155,8 +1235,9 @@ assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after
 # same order", not as a race. This chapter's run, in the book's pinned kernel, prints its own
 # time in the training cell; it was not timed beside the ablation, so the two times do not
 # compare kernels.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 bf16_row = row["+ bf16 autocast"]
 checks_row = row["- the token-id checks in every forward pass"]
 smoothing = row["+ label smoothing 0.1"]
@@ -1225,6 +1306,7 @@ print(f"token-id checks in one forward pass: {len(check_calls)} ({', '.join(chec
 assert len(check_calls) == 4
 
 # %% [markdown]
+# :::{dropdown} Going deeper: the rejected rows and the options
 # The fused Adam and two-thread rows built the rounding band, so they lie inside it by
 # construction. None of the other changes printed above moved the median step count by more
 # than the band. Each difference in steps is therefore not distinguishable with these seeds.
@@ -1233,14 +1315,14 @@ assert len(check_calls) == 4
 # The rejected rows:
 #
 # - **bf16 autocast** made every step slower, for each seed, on the ablation's CPU
-#   (milliseconds per step printed).
+#   (see the milliseconds per step).
 # - **The token-id checks** run four times per forward pass (counted above): the model checks
 #   `src` and `tgt_in`, and each embedding checks its ids again. Each check takes a `.min()` and
 #   a `.max()`. Without them, the range of the seeds' times overlaps that of the book's recipe,
 #   so they make no measurable difference at this size.
 # - **Sorting batches by length** removes padding, but each batch then holds sequences of about
 #   the same length. The model did not reach the target within 500 steps for any seed.
-# - **`d_model` 64** made every step slower, for each seed (milliseconds per step printed).
+# - **`d_model` 64** made every step slower, for each seed (see the milliseconds per step).
 # - **`torch.compile`**, its compile time included, took more than twice as long as the book's
 #   recipe.
 #
@@ -1255,7 +1337,7 @@ assert len(check_calls) == 4
 #
 # Two more options show no gain with these seeds. **Label smoothing 0.1** changed the median
 # step count by less than the band. A **fused Adam step** (one kernel updates every parameter)
-# computes the same update. It took slightly less time per step (printed). Its step counts
+# computes the same update. It took slightly less time per step. Its step counts
 # moved, and those moves are part of the rounding band, so with these seeds its total time
 # shows no gain.
 #
@@ -1264,9 +1346,10 @@ assert len(check_calls) == 4
 #
 # Chapter 11 decodes with this model step by step; chapter 12 retrains it with PyTorch's default
 # initialisation to show what the initialisation costs.
-#
-# ### On a GPU
-#
+# :::
+
+# %% [markdown]
+# :::{dropdown} Going deeper: on a GPU
 # The live cells above run in the book's pinned kernel, on whatever CPU runs the notebook. The
 # records name where they were made, as printed with each: the reference recipe's run on an AMD
 # EPYC, the ablation on an Intel Xeon, both with 2 cores and before the pin, and the four kernel
@@ -1274,8 +1357,9 @@ assert len(check_calls) == 4
 # on a GPU is recorded data, never computed while you read: `tools/record_gpu.py` trains them on
 # the GPU in one prepared run and stores the result in `chapters/data/training_cuda.json`. The cell
 # prints that record, or, until a GPU run has been recorded, says so and gives the command.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 from helpers.gpu_results import gpu_training_summary
 
 print(gpu_training_summary("data"))
@@ -1283,25 +1367,18 @@ print(gpu_training_summary("data"))
 # %% [markdown]
 # ## Summary
 #
-# - Built: the training step (teacher forcing, cross-entropy with `ignore_index`, Adam with the
-#   Noam schedule and a linear cooldown) and `helpers.train_reversal`, which trains until the
-#   validation set is 99.5 % exactly right.
+# - Built: the training loop by hand (teacher forcing, cross-entropy with `ignore_index`, Adam
+#   with the Noam schedule and a linear cooldown). `helpers.train_reversal` takes exactly its
+#   steps: after 40 steps, every weight is equal bit for bit.
+# - Trained: the book's recipe, until the validation set is 99.5 % exactly right.
 # - Measured: the model's exact match on the 10,000 test sequences, which stopping never looked
-#   at, with a 95 % Wilson interval, on all of them and on the ones that do not occur in the
-#   training set (about one in nine do).
-# - Measured from recorded data: rounding alone (fused Adam, two threads, other kernels) moved one
-#   seed's step count by up to the rounding band printed in its section. A smaller difference
-#   in median steps is not distinguishable with three seeds.
-# - Measured from recorded data: which changes make the book's recipe faster than the reference
-#   recipe on a CPU. A smaller model, larger batches with a short warmup and no dropout each cut
-#   the median step count by more than the band; cheap evaluation stops sooner after the target.
-#   The cooldown's effect is not distinguishable with these seeds. bf16, length bucketing and
-#   `torch.compile` did not help.
-# - Measured from a recorded sweep (3 seeds per setting): the recipe's peak learning rate is 6.3
-#   times the reference recipe's. Every run falls back after the warmup and recovers. From 0.5
-#   to 2 times the book's peak, the step counts are not distinguishable with these seeds; at 3
-#   and 4 times, training is slower by more than the band, and at 4 times one seed of three
-#   misses the target.
+#   at, with a 95 % Wilson interval. It is reported on all of them and on the unseen ones.
+# - From recorded data (in the notes): rounding alone moved one seed's step count by up to the
+#   rounding band. A smaller model, larger batches with a short warmup and no dropout each cut
+#   the median step count by more than the band. bf16, length bucketing and `torch.compile`
+#   did not help. From 0.5 to 2 times the book's peak learning rate, the step counts are not
+#   distinguishable with three seeds. At 3 and 4 times, training is slower by more than the
+#   band.
 # - The one thing to remember: the number that decides when to stop is not the number to report.
 #
 # ## Exercises
