@@ -17,7 +17,7 @@
 # # 17. Pitfalls and debugging
 #
 # Many Transformer bugs do not crash: the model runs and does the wrong thing.
-# We reproduce nineteen such pitfalls, one cell each, and fix them.
+# We reproduce nineteen such pitfalls, each in a few lines, and fix them.
 # Then `helpers.check_model` runs a debugging order on one batch and catches nine breaks.
 #
 # ![What check_model flags for a healthy model and nine broken ones](figures/17_pitfalls_and_debugging.png)
