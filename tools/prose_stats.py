@@ -29,17 +29,24 @@ WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
 
 
 def split_dropdowns(md: str) -> tuple[str, str]:
-    """(main-path text, text inside ':::{dropdown}' blocks)."""
-    main, deep, depth = [], [], 0
+    """(main-path text, text inside ':::{dropdown}' blocks, also '::::{dropdown}' ones).
+
+    A fence closes on a line of as many colons as opened it; fences of other directives
+    inside a dropdown stay inside it.
+    """
+    main, deep, stack = [], [], []
     for line in md.splitlines():
         stripped = line.strip()
-        if stripped.startswith(":::{dropdown}"):
-            depth += 1
-            continue
-        if depth and stripped.startswith(":::") and stripped.strip(":") == "":
-            depth -= 1
-            continue
-        (deep if depth else main).append(line)
+        opening = re.match(r"(:{3,})\{(\w+)\}", stripped)
+        if opening:
+            stack.append((opening.group(1), opening.group(2) == "dropdown"))
+            if opening.group(2) == "dropdown":
+                continue
+        elif stack and stripped == stack[-1][0]:
+            _, was_dropdown = stack.pop()
+            if was_dropdown:
+                continue
+        (deep if any(d for _, d in stack) else main).append(line)
     return "\n".join(main), "\n".join(deep)
 
 
