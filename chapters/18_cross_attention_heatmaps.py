@@ -150,7 +150,7 @@ assert (on_mirror < 0.94).sum() >= 1 and on_mirror[-1] < 0.9  # the <eos> row
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(5.6, 4.6))
 plot_attention(cross_attention(model, digits, layer=SHOWN), ax=ax, annotate=True)
-ax.set_title("Figure 18.2: the sharp model, last layer, mean of heads", fontsize=10)
+ax.set_title("Figure 18.1: the sharp model, last layer, mean of heads", fontsize=10)
 fig.tight_layout()
 plt.show()
 
@@ -179,7 +179,7 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 # %% [markdown]
 # ## 2. Every layer and every head
 #
-# The mean of heads hides how the work is shared. Figure 18.4 shows each head of each decoder
+# The mean of heads hides how the work is shared. Figure 18.2 shows each head of each decoder
 # layer on the same input (rows: decoder input, columns: source).
 
 # %%
@@ -187,7 +187,7 @@ grid = plot_attention_grid(model, digits)
 print(f"{len(grid.axes)} panels = {n_layers} layers x {n_heads} heads")
 assert len(grid.axes) == n_layers * n_heads
 grid.suptitle(
-    "Figure 18.4: cross-attention of every layer and head of the sharp model", fontsize=10
+    "Figure 18.2: cross-attention of every layer and head of the sharp model", fontsize=10
 )
 display(grid)
 
@@ -212,9 +212,9 @@ assert explorer.last_figure is not None and explorer.last_message.endswith("corr
 # <script src="../_static/attention_explorer.js"></script>
 
 # %% [markdown]
-# The HTML book cannot run widgets, so it shows the explorer above instead. It draws weights
-# computed beforehand: you pick one of twelve stored inputs, one of three models, a layer and a
-# head, but you cannot type digits. Figure 18.5 is the widget's initial view, as a static figure.
+# The HTML book cannot run widgets. It shows an explorer of its own instead, just above. That
+# one draws weights computed beforehand. You pick one of twelve stored inputs, one of three
+# models, a layer and a head, but you cannot type digits. Figure 18.3 is the widget's initial view, as a static figure.
 
 # %%
 print(explorer.last_message)
@@ -493,7 +493,7 @@ for (name, seed), r in runs.items():
     )
 
 # %% [markdown]
-# Figure 18.1 follows the sharpness during training for the runs that tell the story. First the
+# Figure 18.4 follows the sharpness during training for the runs that tell the story. First the
 # book's architecture, trained for three times the book's step budget. Then one change at a time
 # towards the sharp recipe (three seeds), and that recipe with PyTorch's default initialisation.
 
@@ -534,7 +534,7 @@ for ax, (key, layer, title) in zip(axes, panels):
 axes[0].set_ylabel("mean over the 200 probe sequences")
 fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
 fig.suptitle(
-    "Figure 18.1: cross-attention sharpness during training (mean of heads; "
+    "Figure 18.4: cross-attention sharpness during training (mean of heads; "
     "dotted: the 0.90 target; thin lines: seeds 1 and 2)",
     fontsize=11,
 )
@@ -747,7 +747,7 @@ assert 3 * SHARP_ATTENTION_RECIPE.max_steps < SEED_RECIPE.max_steps
 # model learns more slowly. The twin is `SHARP_ATTENTION_RECIPE` except `init="default"`: same
 # data, seed, schedule and budget.
 #
-# The chapter reads the twin's record (`sharp1000d15default`, the purple line of Figure 18.1).
+# The chapter reads the twin's record (`sharp1000d15default`, the purple line of Figure 18.4).
 # The script measured it on the same 200 probe sequences, scored it on the test set, and stored
 # its maps of `7 3 0 9 5 1 8`.
 #
@@ -812,7 +812,7 @@ assert share["uniform rows"] < share["default init"] < 0.5 < share["sharp model"
 # little off-mirror weight sits mostly next door. Most of the twin's blur is further away.
 # :::
 #
-# Figure 18.3 sets the two side by side on the input of Figure 18.2, every decoder layer.
+# Figure 18.5 sets the two side by side on the input of Figure 18.1, every decoder layer.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(2, n_layers, figsize=(4.6 * n_layers, 7.6), squeeze=False)
@@ -822,7 +822,7 @@ for r, name in enumerate(("sharp model", "default init")):
         plot_attention(amap, ax=axes[r, layer], annotate=True)
         axes[r, layer].set_title(f"{name}: layer {layer}, mean of heads", fontsize=10)
 fig.suptitle(
-    "Figure 18.3: SHARP_ATTENTION_RECIPE (top) and its default-init twin (bottom, recorded), "
+    "Figure 18.5: SHARP_ATTENTION_RECIPE (top) and its default-init twin (bottom, recorded), "
     "on 7 3 0 9 5 1 8",
     fontsize=11,
 )
