@@ -14,29 +14,14 @@
 # ---
 
 # %% [markdown]
-# # 19. The attention benchmark: handwritten attention vs SDPA
+# # 19. Attention benchmark: handwritten vs SDPA
 #
-# Our `MultiHeadAttention` (chapter 3) has two paths through the same layer:
+# Our attention layer has two paths: a handwritten one that returns the weights, and PyTorch's
+# fused `scaled_dot_product_attention` (SDPA). You will check that both compute the same thing.
+# Then you will measure what the handwritten path costs, in time and in peak memory.
+# The picture sets this CPU's ratios beside those of the reference chapter's RTX 4090.
 #
-# - `need_weights=True` computes $\operatorname{softmax}(QK^\top/\sqrt{d_k})\,V$ by hand. It
-#   builds the full score matrix of shape $[B, h, L_q, L_k]$ and returns the weights: the
-#   heatmaps of chapter 18 need them.
-# - `need_weights=False` calls `torch.nn.functional.scaled_dot_product_attention` (SDPA).
-#   PyTorch picks a kernel for the call. The GPU's fused kernels, FlashAttention
-#   {cite}`dao2022` {cite}`dao2024` and memory-efficient attention {cite}`rabe2021`, go
-#   through the keys block by block with a running maximum and a running sum for the softmax
-#   {cite}`milakov2018`, so they never store the $L_q \times L_k$ matrix (exercise 19.3
-#   builds that loop). On the CPU, PyTorch calls its fused kernel "flash" too; a plain "math"
-#   fallback computes the whole matrix. Section 2 measures what each of the two allocates on
-#   this CPU.
-#
-# This chapter first checks that the two paths compute the same outputs, under every mask
-# the model uses. Then it measures what the difference costs, in time and in peak memory, as
-# the sequence length $L$ grows: live on this CPU, from a longer recorded CPU sweep, and, once
-# one is recorded, from a GPU run made by one prepared script, set beside the GPU numbers of
-# {ref}`the reference chapter <reference-chapter>` (an RTX 4090). The score matrix alone has
-# $B \cdot h \cdot L^2$ entries, so the handwritten path's memory should grow like $L^2$ and the
-# fused kernels' like $L$.
+# ![Handwritten-to-SDPA ratios of time and peak memory, on this CPU and on GPUs](figures/19_attention_benchmark.png)
 
 # %%
 import math
@@ -73,6 +58,8 @@ from helpers.gpu_results import (
     gpu_attention_summary,
     load_gpu_record,
     plot_cpu_and_gpu,
+    recorded_gpu_ratios,
+    reference_ratios,
 )
 
 _ = torch.manual_seed(0)
@@ -81,18 +68,122 @@ TORCH = torch.__version__.split("+")[0]  # 2.13.0, without the local build suffi
 PEAK_OK = cpu_peak_memory_supported()  # Linux only; elsewhere the memory cells say so and skip
 
 # %% [markdown]
+# ## The cost in one table
+#
+# {ref}`The reference chapter <reference-chapter>` timed both paths on an RTX 4090. Its
+# setting was $B=8$, $L=1024$, $d_{model}=512$, $h=8$ heads and a causal mask. Its SDPA call
+# used `is_causal=True`. The cell runs the same two calls on this CPU and divides. It also
+# reads the same ratios from a longer recorded CPU sweep (section 5) and, when one exists,
+# from a recorded GPU run (section 6).
+
+# %% tags=["nbval-ignore-output", "opening-figure"]
+PAIR = ("handwritten", "sdpa_causal")
+opening_rows = {v: measure(v, 1024, min_runs=2, min_run_time=0.0) for v in PAIR}
+recorded_1024 = {
+    r["variant"]: r
+    for r in load_results(f"{DATA}/attention_benchmark_cpu.json")["rows"]
+    if r["L"] == 1024 and r["variant"] in PAIR
+}
+
+
+def path_ratios(rows):
+    hand, sdpa = rows["handwritten"], rows["sdpa_causal"]
+    return {"time": hand["ms"] / sdpa["ms"], "memory": hand["peak_mib"] / sdpa["peak_mib"]}
+
+
+gpu_ratios = recorded_gpu_ratios(DATA)
+columns = {
+    "this CPU, live": path_ratios(opening_rows),
+    "this CPU, recorded": path_ratios(recorded_1024),
+    "RTX 4090 (reference)": reference_ratios(),
+    "GPU, recorded": gpu_ratios or {},
+}
+what_ran = {
+    "this CPU, live": "float32 layer and input, the book's pinned numerics, median of 2 calls, "
+    "peak memory above the inputs",
+    "this CPU, recorded": "float32, PyTorch's default kernels, median of at least 5 calls, "
+    "peak memory above the inputs",
+    "RTX 4090 (reference)": "float32 weights under bfloat16 autocast, mean of 20 calls, "
+    "absolute peak memory",
+    "GPU, recorded": "the reference's protocol repeated on "
+    + (gpu_ratios["gpu"] if gpu_ratios else "a GPU, once tools/record_gpu.py has run"),
+}
+
+
+def cell(ratio):
+    return "not recorded" if ratio is None or math.isnan(ratio) else f"{ratio:.1f}x"
+
+
+print("handwritten / SDPA (is_causal=True), B=8, L=1024, d_model=512, h=8, causal")
+print(f"{'':<18}" + "".join(f"{name:>22}" for name in columns))
+for key, label in (("time", "time ratio"), ("memory", "peak-memory ratio")):
+    print(f"{label:<18}" + "".join(f"{cell(c.get(key)):>22}" for c in columns.values()))
+print()
+for name, text in what_ran.items():
+    print(f"{name:<21}: {text}")
+
+fig, ax = plt.subplots(figsize=(8, 3.4))
+width, labelled = 0.2, set()
+for i, (name, c) in enumerate(columns.items()):
+    for j, key in enumerate(("time", "memory")):
+        x = j + (i - 1.5) * width
+        value = c.get(key)
+        if value is None or math.isnan(value):
+            ax.text(x, 0.3, "GPU: not recorded", rotation=90, ha="center", va="bottom", fontsize=8)
+            continue
+        ax.bar(x, value, width, color=f"C{i}", label=name if name not in labelled else None)
+        labelled.add(name)
+        ax.text(x, value, f"{value:.1f}x", ha="center", va="bottom", fontsize=8)
+ax.set_xticks([0, 1], ["time", "peak memory"])
+ax.set_ylabel("handwritten / SDPA")
+ax.set_title("Attention at B=8, L=1024: how much more the handwritten path costs", fontsize=10)
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+if PEAK_OK:
+    assert 9 < columns["this CPU, live"]["memory"] < 11.5
+assert 9.5 < columns["this CPU, recorded"]["memory"] < 11
+
+# %% [markdown]
+# The memory ratios agree: about ten times on this CPU, nine on the RTX 4090. They are not quite
+# like for like. The two handwritten layers differ by one step, and the RTX 4090's peak counts the
+# inputs too (section 6). The time ratios do not agree: 11.9 on the RTX 4090, a few times on this
+# CPU. Time depends on the hardware and on its kernels. The live column also runs the book's
+# pinned numerics, and shares the CPU with whatever else runs.
+#
+# ## The two paths
+#
+# Our `MultiHeadAttention` (chapter 3) has two paths through the same layer:
+#
+# - `need_weights=True` computes $\operatorname{softmax}(QK^\top/\sqrt{d_k})\,V$ by hand. It
+#   builds the full score matrix, of shape $[B, h, L_q, L_k]$, and returns the weights. The
+#   heatmaps of chapter 18 need them.
+# - `need_weights=False` calls `torch.nn.functional.scaled_dot_product_attention`. PyTorch
+#   picks a kernel for the call. The GPU's fused kernels are FlashAttention {cite}`dao2022`
+#   {cite}`dao2024` and memory-efficient attention {cite}`rabe2021`. They go through the keys
+#   block by block, with a running maximum and a running sum for the softmax
+#   {cite}`milakov2018`. So they never store the $L_q \times L_k$ matrix (exercise 19.3 builds
+#   that loop). On the CPU, PyTorch calls its fused kernel "flash" too. A plain "math"
+#   fallback computes the whole matrix.
+#
+# The score matrix alone has $B \cdot h \cdot L^2$ entries. So the handwritten path's memory
+# should grow like $L^2$, and the fused kernels' like $L$. We first check that both paths agree
+# under every mask the model uses. Then we measure time and peak memory as $L$ grows.
+
+# %% [markdown]
 # ## 1. Equivalence first
 #
-# A small layer ($d_{model}=64$, 4 heads, no dropout) in evaluation mode. For each mask we
+# A small layer ($d_{model}=64$, 4 heads, no dropout) runs in evaluation mode. For each mask we
 # compare three computations:
 #
 # 1. `mha(..., need_weights=True)`: the handwritten path;
 # 2. `mha(..., need_weights=False)`: the same module through SDPA;
-# 3. a direct `F.scaled_dot_product_attention` call on the module's own projections, with
-#    the mask converted to SDPA's convention (`True` = *may attend*, the opposite of ours).
+# 3. a direct `F.scaled_dot_product_attention` call on the module's own projections. Its mask is
+#    converted to SDPA's convention, where `True` means *may attend*: the opposite of ours.
 #
-# The helper below runs all three and returns the largest absolute difference to the
-# handwritten output.
+# The helper below runs all three. It returns the largest absolute difference to the handwritten
+# output.
 
 # %%
 mha = MultiHeadAttention(d_model=64, num_heads=4, dropout=0.0).eval()
@@ -125,8 +216,8 @@ def report(name, diffs, tol=1e-5):
 
 
 # %% [markdown]
-# **Padding.** Three sequences of length 7; the second and third end in padding. The padding
-# mask $[B, 1, 1, L]$ blocks padded *keys* for every head and every query.
+# **Padding.** Three sequences of length 7; the second and third end in padding. The padding mask
+# $[B, 1, 1, L]$ blocks padded *keys*, for every head and every query.
 
 # %%
 ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 0, 0, 0], [5, 6, 0, 0, 0, 0, 0]])
@@ -140,9 +231,9 @@ assert weights[pad_mask.expand_as(weights)].abs().max() == 0  # blocked keys get
 torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 7))
 
 # %% [markdown]
-# **Causal (decoder self-attention).** Our causal mask is `True` above the diagonal. Combined
-# with padding by OR it becomes $[B, 1, L, L]$. Without padding, SDPA can also build the
-# causal mask itself (`is_causal=True`): a fourth computation, with no mask tensor at all.
+# **Causal (decoder self-attention).** Our causal mask is `True` above the diagonal. Combined with
+# padding by OR, it becomes $[B, 1, L, L]$. Without padding, SDPA can also build the causal mask
+# itself (`is_causal=True`). That is a fourth computation, with no mask tensor at all.
 
 # %%
 causal = make_causal_mask(7)
@@ -160,9 +251,9 @@ assert flag < 1e-5
 print("is_causal=True: direct SDPA call max |difference| < 1e-05")
 
 # %% [markdown]
-# **Cross-attention.** Queries come from the decoder (5 positions), keys and values from
-# the encoder's memory (7 positions); the mask is the *source* padding mask, so the weights
-# are $[B, h, 5, 7]$.
+# **Cross-attention.** Queries come from the decoder (5 positions), keys and values from the
+# encoder's memory (7 positions). The mask is the *source* padding mask, so the weights are
+# $[B, h, 5, 7]$.
 
 # %%
 tgt = torch.randn(3, 5, 64)
@@ -172,12 +263,12 @@ print("cross weights:", tuple(weights.shape))
 assert weights.shape == (3, 4, 5, 7)
 
 # %% [markdown]
-# **A fully masked row.** If every key of a query is blocked, a plain softmax over
-# `finfo.min` scores spreads uniformly over keys the query may not see, and with `-inf` it
-# returns NaN (chapter 3 shows both). Our handwritten path zeroes such rows. In torch 2.13.0
-# on this CPU, SDPA returns zeros there too (chapter 3 shows it for each backend, and notes
-# that earlier PyTorch releases returned NaN), so the two paths agree even here: the attention
-# output is 0 and the layer returns just the output projection's bias.
+# **A fully masked row.** Suppose every key of a query is blocked. A plain softmax over
+# `finfo.min` scores then spreads uniformly over keys the query may not see. With `-inf` it
+# returns NaN; chapter 3 shows both. Our handwritten path zeroes such rows. In torch 2.13.0 on the
+# CPU, SDPA returns zeros there too. (Chapter 3 shows it for each backend; earlier PyTorch releases
+# returned NaN.) So the two paths agree even here. The attention output is 0, and the layer
+# returns just the output projection's bias.
 
 # %%
 mask = torch.zeros(3, 1, 7, 7, dtype=torch.bool)
@@ -189,14 +280,14 @@ assert (weights[0, :, 2] == 0).all()
 torch.testing.assert_close(out[0, 2], mha.W_o.bias.detach())
 
 # %% [markdown]
-# Four masks, three ways of computing attention, the same outputs to within $10^{-5}$ on
-# these inputs. The only thing the SDPA path cannot give back is the weights themselves: that
-# is what the handwritten path is for.
+# Four masks, three ways of computing attention, the same outputs to within $10^{-5}$ on these
+# inputs. The only thing the SDPA path cannot give back is the weights themselves. That is what
+# the handwritten path is for.
 #
 # ## 2. What each path allocates
 #
-# The benchmark uses the configuration of the reference chapter: $B=8$, $d_{model}=512$,
-# $h=8$ heads, a causal mask. One score matrix holds $B \cdot h \cdot L^2$ numbers:
+# The benchmark uses the configuration of the reference chapter: $B=8$, $d_{model}=512$, $h=8$
+# heads and a causal mask. One score matrix holds $B \cdot h \cdot L^2$ numbers:
 
 # %%
 for L in (128, 1024, 4096):
@@ -208,27 +299,34 @@ for L in (128, 1024, 4096):
 assert score_matrix_bytes(8, 8, 4096, torch.float32) == 4 * 2**30
 
 # %% [markdown]
-# Reading `_attention_by_hand` (in `helpers/attention.py`) line by line, several such
-# matrices are made: `Q @ K^T` and its division by $\sqrt{d_k}$ one each, `masked_fill` a
-# masked copy (which stays bound to `scores` until the function returns), `softmax` the
-# weights, and zeroing the fully masked rows one more, which is returned to the caller. While
-# that last one is made, three are alive: the masked scores, the softmax output and the
-# re-masked weights. So we expect a peak of three score matrices plus the activations alive
-# with them, the projections $Q$, $K$ and $V$ ($[B, L, d_{model}]$ each). This count holds when
-# every tensor has one dtype; section 6 shows what changes under autocast. A fused kernel's
-# peak should be a few $[B, L, d_{model}]$ tensors: $Q$, $K$, $V$, the attention output and
-# the projected output, about $5 \cdot 8 \cdot L \cdot 512 \cdot 4$ bytes in float32,
-# linear in $L$. Section 5 checks both counts against the recorded sweep.
+# Read `_attention_by_hand` (in `helpers/attention.py`) line by line. Several score-sized matrices
+# are made:
 #
-# **The mask is $L \times L$ too.** The module's SDPA path receives our boolean mask and
-# inverts it on every call (`~attn_mask`, SDPA's convention), which allocates a new
-# $[1, 1, L, L]$ boolean tensor: $L^2$ bytes. And SDPA itself, given a boolean mask, may turn
-# it into an additive float mask. The cell below measures both on one head with 8 dimensions,
-# where the activations are tiny, so what remains is the mask; it also forces the math
-# fallback, to see whether it stores the score matrix. It uses the peak-memory counter
-# explained in section 3.
+# - `Q @ K^T`, and its division by $\sqrt{d_k}$;
+# - the masked copy that `masked_fill` makes, which stays bound to `scores` until the function
+#   returns;
+# - the softmax weights;
+# - one more copy that zeroes the fully masked rows, which is returned to the caller.
+#
+# While that last one is made, three are alive: the masked scores, the softmax output and the
+# re-masked weights. So we expect a peak of three score matrices. Add the activations alive with
+# them: the projections $Q$, $K$ and $V$, $[B, L, d_{model}]$ each. This count holds when every
+# tensor has one dtype; section 6 shows what changes under autocast.
+#
+# A fused kernel's peak should be a few $[B, L, d_{model}]$ tensors. These are $Q$, $K$, $V$, the
+# attention output and the projected output. That is about $5 \cdot 8 \cdot L \cdot 512 \cdot 4$
+# bytes in float32, linear in $L$. Section 5 checks both counts against the recorded sweep.
+#
+# :::{dropdown} Going deeper: the mask costs memory too
+# The module's SDPA path receives our boolean mask. It inverts it on every call (`~attn_mask`,
+# SDPA's convention), which allocates a new $[1, 1, L, L]$ boolean tensor: $L^2$ bytes. And SDPA
+# itself, given a boolean mask, may turn it into an additive float mask. The cell below measures
+# both on one head with 8 dimensions. There the activations are tiny, so what remains is the mask.
+# It also forces the math fallback, to see whether it stores the score matrix. It uses the
+# peak-memory counter of section 3.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 if not PEAK_OK:
     print(peak_memory_skip_reason())
 else:
@@ -265,44 +363,53 @@ else:
     assert with_math > 4 * L * L  # at least one float32 score matrix
 
 # %% [markdown]
-# In torch 2.13.0 on this CPU, SDPA given a boolean mask allocated about four bytes per mask
-# entry, as much as a float32 copy of the mask, on top of the $L^2$ bytes of `~attn_mask`; with
-# `is_causal=True` neither appeared: that call allocated well under one score matrix, while the
-# same call forced to the math fallback allocated more than one. The mask is an $L^2$ term on
-# the "linear" path, in every attention call that passes one. At the benchmark's sizes it is
-# small next to the activations (at $L=4096$, 16 + 64 MiB against the 320 MiB of five
-# activations), but it grows like $L^2$, not $L$. The benchmark therefore times SDPA three
-# ways: `sdpa` (the module, our mask, inverted on every call), `sdpa_premask` on the GPU (a
-# mask inverted once, ahead of time) and `sdpa_causal` (`is_causal=True`, no mask tensor). On a
-# GPU the form may also decide which kernel runs: a recorded GPU run prints the kernel PyTorch
-# chose for each variant, and forces FlashAttention once with our mask (`flash+mask`) to record
-# whether it accepts one, or PyTorch's reason for refusing (section 6). The model itself cannot
-# simply switch to `is_causal`: its decoder mask also blocks padding, which `is_causal` does
-# not describe.
+# :::{dropdown} Going deeper: what the mask costs, and the benchmark's three SDPA variants
+# In torch 2.13.0 on the CPU, SDPA given a boolean mask allocated about four bytes per mask entry.
+# That is as much as a float32 copy of the mask, on top of the $L^2$ bytes of `~attn_mask`. With
+# `is_causal=True` neither appeared: that call allocated well under one score matrix. The same call
+# forced to the math fallback allocated more than one. So the mask is an $L^2$ term on the
+# "linear" path, in every attention call that passes one. At the benchmark's sizes it is small
+# next to the activations. At $L=4096$ it is 16 + 64 MiB, against the 320 MiB of five
+# activations. But it grows like $L^2$, not $L$.
+#
+# On a GPU, the form of the call may also decide which kernel runs. A recorded GPU run prints the
+# kernel PyTorch chose for each variant. It also forces FlashAttention once with our mask
+# (`flash+mask`), to record whether it accepts one, or PyTorch's reason for refusing (section 6).
+# The model itself cannot simply switch to `is_causal`. Its decoder mask also blocks padding,
+# which `is_causal` does not describe.
+# :::
+#
+# The benchmark therefore times SDPA three ways. `sdpa` is the module, with our mask inverted on
+# every call. `sdpa_premask`, on the GPU only, uses a mask inverted once, ahead of time.
+# `sdpa_causal` passes `is_causal=True` and no mask tensor.
 #
 # ## 3. How we measure on the CPU
 #
-# **Time.** Each row builds a fresh layer and input, makes two warm-up calls and one call that
-# measures the peak memory, then times at least `min_runs` calls (five in the recorded sweep of
-# section 5, two in the live one of section 4) and at least `min_run_time` seconds, each call
-# on its own with `time.perf_counter`. Every run is kept, so the tables can show the median
-# and the spread (interquartile range, fastest and slowest run), not just one number.
+# **Time.** Each row builds a fresh layer and input. It makes two warm-up calls and one call that
+# measures the peak memory. Then it times at least `min_runs` calls, each on its own with
+# `time.perf_counter`, for at least `min_run_time` seconds. The recorded sweep of section 5 uses
+# five runs, the live one of section 4 two. Every run is kept, so the tables can show the median
+# and the spread, not just one number.
 #
-# **Peak memory.** On a GPU, `torch.cuda.max_memory_allocated()` answers directly. For the
-# CPU, `torch.cpu` has no such counter in torch 2.13.0, and `tracemalloc` traces only what
-# Python's own allocator hands out, not the buffers torch allocates in C++ (the cell below
-# shows both). We use the Linux kernel's own bookkeeping instead: writing `5` to
-# `/proc/self/clear_refs` resets the process's resident-memory high-water mark (`VmHWM` in
-# `/proc/self/status`) to its current resident size; after the call, `VmHWM` minus the
-# resident size before is the peak extra memory the call touched, transient buffers
-# included. Before that, `mallopt` tells glibc to hand every block above 64 KiB straight
-# back to the operating system when freed, so freed memory is not silently reused.
+# **Peak memory.** On a GPU, `torch.cuda.max_memory_allocated()` answers directly. On the CPU we
+# read the Linux kernel's count of the process's resident memory, before and during the call.
 #
-# First, a check that the counter measures what it should: a 100 MiB tensor, a transient
-# 200 MiB (two such tensors alive at once, only a scalar kept), and 100 MiB reserved by
-# `torch.empty` but never written (the kernel gives out pages only when they are touched).
+# :::{dropdown} Going deeper: a peak-memory counter for the CPU
+# `torch.cpu` has no memory counter in torch 2.13.0. `tracemalloc` traces only what Python's own
+# allocator hands out, not the buffers torch allocates in C++. The cell below shows both. So we
+# use the Linux kernel's own bookkeeping instead. Writing `5` to `/proc/self/clear_refs` resets
+# the process's resident-memory high-water mark (`VmHWM` in `/proc/self/status`) to its current
+# resident size. After the call, `VmHWM` minus the resident size before is the peak extra memory
+# the call touched, transient buffers included. Before that, `mallopt` tells glibc to hand every
+# block above 64 KiB straight back to the operating system when freed. So freed memory is not
+# silently reused.
+#
+# The cell checks that the counter measures what it should. It allocates a 100 MiB tensor, then a
+# transient 200 MiB (two such tensors alive at once, only a scalar kept). Last, `torch.empty`
+# reserves 100 MiB that is never written: the kernel gives out pages only when they are touched.
+# :::
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 if not PEAK_OK:
     print(peak_memory_skip_reason())
 else:
@@ -326,25 +433,32 @@ else:
 # %% [markdown]
 # ## 4. A small live sweep
 #
-# Each row builds a fresh `MultiHeadAttention(512, 8)` and input `[8, L, 512]`, then measures
-# three calls: the handwritten path, the module's SDPA path with our boolean causal mask, and
-# SDPA with `is_causal=True` and no mask tensor. Here we stop at $L=1024$ with two timed runs
-# per row; `tools/bench_attention.py` runs the long sweep (section 5), with PyTorch's default
-# kernels. This small sweep runs in the book's pinned kernel, so its times are not PyTorch's
-# default speed (the cell says so). Timings depend on the machine and its load; what the cell
-# asserts is memory: the handwritten path's peak must grow about like $L^2$ (slope near 2 on a
-# log-log scale; the linear terms still pull it a little below 2 at these sizes) and exceed the
-# score matrix it
-# returns, while SDPA's only doubles from $L=512$ to $L=1024$ and stays below the score matrix
-# it never builds. (The SDPA checks start at $L=512$: five $[B, L, d_{model}]$ activations,
-# $5 B L d_{model}$ numbers, outweigh one score matrix, $B h L^2$ numbers, while
-# $L < 5 d_{model} / h = 320$.)
+# Each row builds a fresh `MultiHeadAttention(512, 8)` and an input `[8, L, 512]`. It measures
+# three calls: the handwritten path, the module's SDPA path with our causal mask, and SDPA with
+# `is_causal=True`. Here we stop at $L=1024$, with two timed runs per row. This small sweep runs
+# in the book's pinned numerics, so its times are not PyTorch's default speed. The checks are on
+# memory. The handwritten path's peak must grow about like $L^2$, a slope near 2 on a log-log
+# scale, and exceed the score matrix it returns. SDPA's peak must only double from $L=512$ to
+# $L=1024$, and stay below the score matrix it never builds.
+#
+# :::{dropdown} Going deeper: why the slope is below 2, and why the SDPA checks start at 512
+# The linear terms still pull the handwritten slope a little below 2 at these sizes. The SDPA
+# checks start at $L=512$. Five $[B, L, d_{model}]$ activations hold $5 B L d_{model}$ numbers,
+# one score matrix $B h L^2$. The activations outweigh the score matrix while
+# $L < 5 d_{model} / h = 320$.
+# :::
 
 # %% tags=["nbval-ignore-output"]
 from helpers.numerics import timing_label
 
 lengths = [256, 512, 1024]
-live = [measure(v, L, min_runs=2, min_run_time=0.0) for L in lengths for v in VARIANTS]
+live = []
+for L in lengths:
+    for v in VARIANTS:
+        if L == 1024 and v in opening_rows:  # measured for the opening table
+            live.append(opening_rows[v])
+        else:
+            live.append(measure(v, L, min_runs=2, min_run_time=0.0))
 print(results_table(live, VARIANTS))
 kernels = sorted({r["sdpa_backend"] for r in live if r["variant"] != "handwritten"})
 print("SDPA kernel chosen:", kernels)
@@ -369,9 +483,8 @@ else:
 
 
 # %% [markdown]
-# When the reader asks for a CUDA GPU (`TRANSFORMER_BOOK_DEVICE=cuda`, chapter 1's
-# `helpers.device()`), the same live sweep runs there too, in bfloat16, to longer lengths.
-# Without one, the cell says that it skips the sweep:
+# With a CUDA GPU (`TRANSFORMER_BOOK_DEVICE=cuda`, chapter 1's `helpers.device()`), the same live
+# sweep runs there too, in bfloat16, to longer lengths. Without one, the cell says that it skips:
 
 # %% tags=["nbval-ignore-output"]
 dev = device()
@@ -388,8 +501,8 @@ else:
     )
 
 # %% [markdown]
-# The benchmark's three SDPA variants compute the same thing as its handwritten path too (at
-# $L=512$, on the full-size layer):
+# The benchmark's three SDPA variants compute the same thing as its handwritten path too, at
+# $L=512$ on the full-size layer:
 
 # %%
 work = Workload.make(L=512)
@@ -404,18 +517,20 @@ print("weights returned by the handwritten path:", tuple(w.shape))
 del work, ref, w
 
 # %% [markdown]
-# ## 5. The recorded sweep: $L$ = 128 ... 4096 on this book's CPU
+# ## 5. The recorded sweep: $L$ = 128 ... 4096 on a CPU
 #
-# `tools/bench_attention.py` ran the full sweep and wrote
+# `tools/bench_attention.py` ran the full sweep, with PyTorch's default kernels. It wrote
 # `chapters/data/attention_benchmark_cpu.json`: the command, the hardware, the date, the torch
-# version, the load average of the machine before and after, and one row per variant and
-# length with every timed run. The cells below read that file, so their output is the same on
-# every machine. The first cell prints how the record was made. The load average is the
-# average number of processes running or waiting to run (Linux also counts those waiting for
-# the disk); above the number of cores (printed too), other work competed with the benchmark
-# for the CPU, which can make its times slower and noisier than on an idle machine: the spread
-# table shows how much the runs of each row vary. The memory counter counts this process's own
-# pages, so other processes do not enter it.
+# version, the load average, and one row per variant and length with every timed run. The cells
+# below read that file. The first one prints how the record was made.
+#
+# :::{dropdown} Going deeper: the load average
+# The load average is the average number of processes running or waiting to run. Linux also
+# counts those waiting for the disk. Above the number of cores (printed too), other work competed
+# with the benchmark for the CPU. That can make its times slower and noisier than on an idle
+# machine; the spread table shows how much the runs of each row vary. The memory counter counts
+# this process's own pages, so other processes do not enter it.
+# :::
 
 # %%
 cpu = load_results(f"{DATA}/attention_benchmark_cpu.json")
@@ -448,12 +563,12 @@ assert runs[0] >= 5
 print(spread_table(rows, VARIANTS))
 
 # %% [markdown]
-# Figure 19.1 plots both quantities on log-log axes: the recorded CPU sweep in the top row and,
-# once a GPU run has been recorded (section 6), the GPU sweep in bfloat16 beneath it. In the
-# memory plots, the dotted line is the size of one score matrix (slope 2). The handwritten
-# path runs above it, by a factor that approaches three as $L$ grows; SDPA's line has slope
-# about 1, so it crosses the dotted line near $L = 5 d_{model} / h = 320$ (section 4) and falls
-# further below it with every doubling of $L$.
+# Figure 19.1 plots both quantities on log-log axes. The recorded CPU sweep is in the top row.
+# Once a GPU run has been recorded (section 6), the GPU sweep in bfloat16 is beneath it. In the
+# memory plots, the dotted line is the size of one score matrix (slope 2). The handwritten path
+# runs above it, by a factor that approaches three as $L$ grows. SDPA's line has slope about 1. So
+# it crosses the dotted line near $L = 5 d_{model} / h = 320$ and falls further below it with every
+# doubling of $L$.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig = plot_cpu_and_gpu(cpu, DATA)
@@ -529,15 +644,18 @@ for L in sorted({r["L"] for r in long}):  # at long sequences SDPA is faster, in
         assert max(by[v]["max_ms"] for v in ("sdpa", "sdpa_causal")) < by["handwritten"]["min_ms"]
 
 # %% [markdown]
-# From $L = 1024$ on, SDPA with our mask is slower than SDPA with `is_causal=True`, though both
-# compute the same outputs (section 4). The two calls do not do the same work. Given
-# `is_causal=True`, a fused kernel knows that every key block wholly above the diagonal is
+# From $L = 1024$ on, SDPA with our mask is slower than SDPA with `is_causal=True`. Both compute
+# the same outputs (section 4), but not the same work.
+#
+# :::{dropdown} Going deeper: the blocks above the diagonal
+# Given `is_causal=True`, a fused kernel knows that every key block wholly above the diagonal is
 # blocked, and skips it: about half of the $L^2$ work {cite}`dao2024`. Given a mask tensor, it
-# cannot know that, so it computes every block and then applies the mask. `attention_flops`
-# counts both cases (the four projections are the same in both). If that is the whole
-# difference, the time ratio should follow the ratio of the two counts:
+# cannot know that. So it computes every block and then applies the mask. `attention_flops` counts
+# both cases; the four projections are the same in both. If that is the whole difference, the
+# time ratio should follow the ratio of the two counts. The cell below compares them.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 for L in sorted({r["L"] for r in long}):
     by = {r["variant"]: r for r in long if r["L"] == L}
     measured = by["sdpa"]["ms"] / by["sdpa_causal"]["ms"]
@@ -552,21 +670,24 @@ for L in sorted({r["L"] for r in long}):
     assert measured > 1.3 and 0.6 < explained <= 1
 
 # %% [markdown]
-# The skipped blocks account for nearly all of the extra time at $L = 2048$, and for more than
-# three fifths of it at 1024 and 4096. The count leaves out the mask itself: the masked call
-# also builds a float32 copy of it (section 2) and reads it.
+# :::{dropdown} Going deeper: what the count leaves out
+# The skipped blocks account for nearly all of the extra time at $L = 2048$. At 1024 and 4096
+# they account for more than three fifths of it. The count leaves out the mask itself: the masked
+# call also builds a float32 copy of it (section 2) and reads it.
+# :::
 
 # %% [markdown]
-# **bfloat16 on the CPU.** The same sweep with `--dtype bfloat16` (recorded in
-# `chapters/data/attention_benchmark_cpu_bfloat16.json`): every buffer holds 2 bytes per
-# number instead of 4, so both paths should need half the memory at long sequences, and the
-# $L^2$ term stays. Whether bfloat16 is also faster may depend on the CPU's bfloat16 support
-# (the time ratios below are for this machine only, and carry the load printed with them).
-# A row whose peak is below one activation, the output the call returns and so must hold,
-# shows that the counter missed pages there; the cell lists such rows, and the comparison
-# uses only $L \ge 1024$.
+# :::{dropdown} Going deeper: bfloat16 on the CPU
+# The same sweep ran with `--dtype bfloat16`, recorded in
+# `chapters/data/attention_benchmark_cpu_bfloat16.json`. Every buffer holds 2 bytes per number
+# instead of 4. So both paths should need half the memory at long sequences, and the $L^2$ term
+# stays. Whether bfloat16 is also faster may depend on the CPU's bfloat16 support. The time ratios
+# below are for that machine only, and carry the load printed with them. A row whose peak is below
+# one activation shows that the counter missed pages there: the call must hold the output it
+# returns. The cell lists such rows, and the comparison uses only $L \ge 1024$.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 bf = load_results(f"{DATA}/attention_benchmark_cpu_bfloat16.json")
 benv = bf["environment"]
 print(
@@ -598,16 +719,16 @@ for r in bf["rows"]:
 # %% [markdown]
 # ## 6. On a GPU
 #
-# Everything the book shows about GPUs is measured by one prepared script,
-# `tools/record_gpu.py`, in a single run: it needs only torch and numpy (and pytest for its
-# last part), runs each part under its own time cap, and writes one JSON file per part as soon
-# as the part is done. Its attention part measures two things.
+# Everything the book shows about GPUs is measured by one prepared script, `tools/record_gpu.py`,
+# in a single run. It needs only torch and numpy (and pytest for its last part). It runs each part
+# under its own time cap, and writes one JSON file per part as soon as the part is done. Its
+# attention part measures two things.
 #
-# **The reference chapter's protocol, reproduced.** The reference chapter's script keeps the
-# layer and the input in float32 and runs each call under `torch.autocast(bfloat16)`; it times
-# 20 calls together with `time.perf_counter` and one synchronisation at the end (a mean), and
-# reports the *absolute* `torch.cuda.max_memory_allocated()`, which includes the input and the
-# weights. Its results, on an RTX 4090 at $L=1024$:
+# **The reference chapter's protocol, reproduced.** The reference chapter's script keeps the layer
+# and the input in float32, and runs each call under `torch.autocast(bfloat16)`. It times 20 calls
+# together with `time.perf_counter` and one synchronisation at the end: a mean. It reports the
+# *absolute* `torch.cuda.max_memory_allocated()`, which includes the input and the weights. Its
+# results, on an RTX 4090 at $L=1024$:
 
 # %%
 for variant in ("handwritten", "sdpa_causal"):
@@ -619,21 +740,24 @@ for variant in ("handwritten", "sdpa_causal"):
 
 # %% [markdown]
 # `record_gpu.py` repeats that protocol on a GPU, with this book's layer in place of the
-# reference's. For SDPA the two layers make the same calls. Their handwritten paths differ by
-# one step: ours zeroes fully masked rows with one more `masked_fill`, on the weights.
+# reference's. For SDPA the two layers make the same calls. Their handwritten paths differ by one
+# step: ours zeroes fully masked rows with one more `masked_fill`, on the weights. Under this
+# protocol, that step costs more than one bfloat16 score matrix.
 #
-# Under this protocol that step costs more than one bfloat16 score matrix. CUDA autocast runs
-# matrix products in bfloat16 but `softmax` in float32: PyTorch's automatic mixed precision
-# documentation lists softmax among the "CUDA Ops that can autocast to float32". CPU autocast
-# has its own list, without softmax, so this CPU cannot show the CUDA behaviour (the cell below
-# shows the CPU's). On CUDA, then, the weights and the copy that our extra `masked_fill` makes
-# are float32: 4 bytes per entry, as much as two bfloat16 score matrices each. Section 2's count
-# of three score matrices assumed one dtype, so it does not carry over either. The cell lists
-# every score-sized tensor the handwritten path makes (recorded on this CPU by a dispatch mode
-# that sees each operator's output: `helpers.benchmark.record_op_outputs`), with the dtype
-# CUDA autocast gives it, at the reference's $L = 1024$.
+# :::{dropdown} Going deeper: softmax in float32 under CUDA autocast
+# CUDA autocast runs matrix products in bfloat16 but `softmax` in float32. PyTorch's automatic
+# mixed precision documentation lists softmax among the "CUDA Ops that can autocast to float32".
+# CPU autocast has its own list, without softmax. So this CPU cannot show the CUDA behaviour; the
+# cell below shows the CPU's. On CUDA, then, the weights and the copy that our extra `masked_fill`
+# makes are float32. That is 4 bytes per entry, as much as two bfloat16 score matrices each.
+# Section 2's count of three score matrices assumed one dtype, so it does not carry over either.
+#
+# The cell lists every score-sized tensor the handwritten path makes, with the dtype CUDA autocast
+# gives it, at the reference's $L = 1024$. They were recorded on this CPU by a dispatch mode that
+# sees each operator's output: `helpers.benchmark.record_op_outputs`.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 with torch.autocast("cpu", dtype=torch.bfloat16):
     s_cpu = torch.randn(2, 3) @ torch.randn(3, 3)
     print(
@@ -671,36 +795,38 @@ print(
 assert s_cpu.softmax(-1).dtype == torch.bfloat16  # CPU autocast keeps softmax in bfloat16
 
 # %% [markdown]
+# :::{dropdown} Going deeper: this book's GPU sweep, and how close to the hardware
 # The extra step alone is a 256 MiB float32 tensor at $L = 1024$, a third of the reference's
-# 712 MiB peak. While it is made, 640 MiB of score-sized tensors are alive. So the ratios of
-# time and of memory to the RTX 4090 compare like with like for SDPA only. For the handwritten
-# path they compare two different layers. The listing,
-# as we have it, has lost its indentation and does not show whether the timed calls ran under
-# `torch.no_grad()`, so the script measures both.
+# 712 MiB peak. While it is made, 640 MiB of score-sized tensors are alive. So the ratios to the
+# RTX 4090 compare like with like for SDPA only. For the handwritten path they compare two
+# different layers. The reference listing, as we have it, has lost its indentation. It does not
+# show whether the timed calls ran under `torch.no_grad()`, so the script measures both.
 #
-# **This book's sweep.** The layer and input are themselves bfloat16 (and float32, in a second
-# pass), each call is timed on its own between two CUDA events after warm-up calls, at least 20
-# runs per row give the median and spread, and memory is the peak *extra* over what was
-# allocated before the call, so the inputs and weights are not counted. It covers
-# $L$ = 128 ... 16384 and the variants of section 2, plus SDPA forced to each of its
-# backends (flash, memory-efficient, math, cuDNN) where that backend can run the call; an
-# out-of-memory error is recorded as such. The two protocols answer different questions, so
-# their numbers are not compared with each other.
+# **This book's sweep.** The layer and input are themselves bfloat16, and float32 in a second
+# pass. Each call is timed on its own between two CUDA events, after warm-up calls. At least 20
+# runs per row give the median and spread. Memory is the peak *extra* over what was allocated
+# before the call, so the inputs and weights are not counted. It covers $L$ = 128 ... 16384 and
+# the variants of section 2. It adds SDPA forced to each of its backends (flash,
+# memory-efficient, math, cuDNN) where that backend can run the call. An out-of-memory error is
+# recorded as such. The two protocols answer different questions, so their numbers are not
+# compared with each other.
 #
-# **How close to the hardware.** A vendor's datasheet gives two limits: the peak bfloat16 rate
-# of the tensor cores and the memory bandwidth. `attention_flops` counts one call's work: four
-# $d_{model} \times d_{model}$ projections, plus $QK^\top$ and the weights times $V$, these two
-# halved for the causal mask (a fused kernel can skip the blocks that lie wholly above the
-# diagonal {cite}`dao2024`). Dividing by the measured time gives the rate a kernel reached. For
-# the handwritten path the bandwidth gives a floor: the bytes its score-sized tensors must
-# move. The reference's layer makes six passes over the $L^2$ entries under its protocol: it
-# writes $QK^\top$, reads and writes it for the division, again for `masked_fill`, reads it for
-# `softmax` and writes float32 weights, reads those for autocast's bfloat16 copy and writes it,
-# and reads that copy for the product with $V$. The cell adds the bytes up from the table
-# above (ours adds one more float32 read and write). The limits used, and what they say about
-# the reference chapter's own numbers:
+# **How close to the hardware.** A vendor's datasheet gives two limits: the peak bfloat16 rate of
+# the tensor cores, and the memory bandwidth. `attention_flops` counts one call's work. That is
+# four $d_{model} \times d_{model}$ projections, plus $QK^\top$ and the weights times $V$. These
+# two are halved for the causal mask: a fused kernel can skip the blocks that lie wholly above the
+# diagonal {cite}`dao2024`. Dividing by the measured time gives the rate a kernel reached.
+#
+# For the handwritten path, the bandwidth gives a floor: the bytes its score-sized tensors must
+# move. The reference's layer makes six passes over the $L^2$ entries under its protocol. It writes
+# $QK^\top$. It reads and writes it for the division, and again for `masked_fill`. It reads it for
+# `softmax` and writes float32 weights. It reads those for autocast's bfloat16 copy and writes
+# that. Last, it reads the copy for the product with $V$. The cell below adds the bytes up from
+# the table above; ours adds one more float32 read and write. It prints the limits used, and what
+# they say about the reference chapter's own numbers.
+# :::
 
-# %%
+# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
 for name in ("NVIDIA H200", "NVIDIA GeForce RTX 4090"):
     s = GPU_SPECS[name]
     print(
@@ -739,14 +865,16 @@ print(f"its measured call took {hand_ms} ms = {hand_ms / floor_ms:.1f}x that flo
 assert 0.55 < share < 0.65 and 1.5 < hand_ms / floor_ms < 2.5  # the prose's 3/5 and "twice"
 
 # %% [markdown]
-# So at $L=1024$, going by the one mean of 20 calls the reference chapter reports for each
-# path, its SDPA call ran at about three fifths of the RTX 4090's peak bfloat16 rate. Its
-# handwritten call took about twice as long as its six passes over the score entries need at
-# full bandwidth. Counting only one write and one read of the score matrix would make that
-# look like eleven times. A recorded GPU run adds the rate and a bandwidth line for the
-# largest $L$ it measured ("Roofline" at the end of its summary); that line counts one write
-# and one read of the score matrix only. The run recorded for this book, read from
-# `chapters/data/attention_cuda.json` when it exists:
+# :::{dropdown} Going deeper: what the limits say about the reference's numbers
+# Take the one mean of 20 calls the reference chapter reports for each path, at $L=1024$. Its SDPA
+# call ran at about three fifths of the RTX 4090's peak bfloat16 rate. Its handwritten call took
+# about twice as long as its six passes over the score entries need at full bandwidth. Counting
+# only one write and one read of the score matrix would make that look like eleven times. A
+# recorded GPU run adds the rate and a bandwidth line for the largest $L$ it measured ("Roofline"
+# at the end of its summary). That line counts one write and one read of the score matrix only.
+# :::
+#
+# The run recorded for this book, read from `chapters/data/attention_cuda.json` when it exists:
 
 # %%
 print(gpu_attention_summary(DATA))
@@ -759,35 +887,35 @@ if gpu is not None:
 # ## Summary
 #
 # - The handwritten path and SDPA give the same outputs, to within $10^{-5}$, under padding,
-#   causal, cross and fully masked rows (section 1); the only thing SDPA withholds is the
-#   weights.
+#   causal, cross and fully masked rows (section 1). The only thing SDPA withholds is the weights.
+# - At $B=8$ and $L=1024$, the handwritten path needs about ten times SDPA's peak memory on this
+#   CPU, and nine times on the reference's RTX 4090. Its time ratio depends on the hardware.
 # - In one dtype, the handwritten path's peak memory is three score matrices plus $Q$, $K$ and
-#   $V$, as read off the code (section 2) and checked against the recorded sweep (section 5):
-#   quadratic in $L$, and at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak on this
-#   CPU is about five $[B, L, d_{model}]$ activations, linear in $L$ (section 5, from $L=512$ on).
-# - A boolean mask is an $L^2$ term on the SDPA path too: the module's `~attn_mask` and, in
-#   torch 2.13.0 on the CPU, a float32 copy inside SDPA; `is_causal=True` needs neither.
+#   $V$. We read that off the code (section 2) and checked it against the recorded sweep (section
+#   5). It is quadratic in $L$: at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak on
+#   this CPU is about five $[B, L, d_{model}]$ activations, linear in $L$ (from $L=512$ on).
+# - A boolean mask is an $L^2$ term on the SDPA path too. It costs the module's `~attn_mask` and,
+#   in torch 2.13.0 on the CPU, a float32 copy inside SDPA. `is_causal=True` needs neither.
 # - Time: in the recorded CPU sweep, at every $L$ from 1024 on where the handwritten path ran,
-#   even the slowest SDPA run was faster than the fastest handwritten run; the load average
-#   printed with the record says how busy the machine was. SDPA with `is_causal=True` was
-#   faster than SDPA with our mask; the blocks above the diagonal, which it skips, account for
-#   most of the difference.
-# - Under CUDA autocast, softmax runs in float32. So our handwritten layer's extra
-#   `masked_fill` makes a float32 copy, and its memory cannot be compared like with like with
-#   the reference's layer. The reference's handwritten call took about twice the time its six
-#   passes over the score entries need at full bandwidth.
-# - GPU numbers come from one prepared script, `tools/record_gpu.py`: it repeats the reference
-#   chapter's protocol and measures the book's own sweep; section 6
-#   prints the run, or the command that records it.
+#   even the slowest SDPA run was faster than the fastest handwritten run. SDPA with
+#   `is_causal=True` was faster than SDPA with our mask. The blocks above the diagonal, which it
+#   skips, account for most of the difference.
+# - Under CUDA autocast, softmax runs in float32. So our handwritten layer's extra `masked_fill`
+#   makes a float32 copy, and its memory is not like for like with the reference's layer. The
+#   reference's handwritten call took about twice the time its six passes over the score entries
+#   need at full bandwidth.
+# - GPU numbers come from one prepared script, `tools/record_gpu.py`. It repeats the reference
+#   chapter's protocol and measures the book's own sweep. Section 6 prints the run, or the command
+#   that records it.
 #
 # ## Exercises
 #
 # ### Exercise 19.1 (predict, then run): does the handwritten path fit at $L=8192$?
 #
 # In bfloat16, with the benchmark's $B=8$, $d_{model}=512$ and $h=8$: how many GiB is one score
-# matrix at $L=8192$? Section 5 found the handwritten path's peak to be three score matrices
-# plus $Q$, $K$ and $V$. Would that fit in the 24 GB of the reference chapter's RTX 4090, even
-# reading 24 GB as $24 \cdot 2^{30}$ bytes (24 GiB)? Predict, then compute with
+# matrix at $L=8192$? Section 5 found the handwritten path's peak to be three score matrices plus
+# $Q$, $K$ and $V$. Would that fit in the 24 GB of the reference chapter's RTX 4090? Does it fit
+# even reading 24 GB as $24 \cdot 2^{30}$ bytes (24 GiB)? Predict, then compute with
 # `score_matrix_bytes` and `activation_bytes`.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
@@ -804,10 +932,10 @@ assert one == 8 * 2**30 and needed > 24 * 2**30  # it does not fit, either way
 # ### Exercise 19.2 (predict, then run): the fastest an H200 could be
 #
 # The GPU sweep's longest rows are at $L=16384$ in bfloat16 ($B=8$, $d_{model}=512$, $h=8$,
-# causal). How many TFLOP is one such call, by `attention_flops`, and how many milliseconds
-# would it take at the peak bfloat16 rate of an H200 SXM (`GPU_SPECS["NVIDIA H200"]`)? Predict
-# the order of magnitude, then compute. (Section 6 prints the measured time next to the limit
-# of the GPU it ran on, once a run is recorded.)
+# causal). How many TFLOP is one such call, by `attention_flops`? How many milliseconds would it
+# take at the peak bfloat16 rate of an H200 SXM (`GPU_SPECS["NVIDIA H200"]`)? Predict the order of
+# magnitude, then compute. Once a run is recorded, section 6 prints the measured time next to the
+# limit of the GPU it ran on.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 19.2
@@ -824,14 +952,14 @@ assert 2 < flops / 1e12 < 3 and 2 < flops / peak * 1e3 < 3
 #
 # Write `blocked_attention(Q, K, V, mask=None, block_size=64)` for `Q` $[B, h, L_q, d_k]$, `K`
 # $[B, h, L_k, d_k]$, `V` $[B, h, L_k, d_v]$ and our mask (`True` = blocked, last dimension
-# $L_k$). It must return what `softmax(Q K^T / sqrt(d_k)) V` returns, but look at only
-# `block_size` keys at a time, so that it never holds the $L_q \times L_k$ score matrix. Keep,
-# for every query, a running maximum $m$ of the scores seen so far, a running sum
+# $L_k$). It must return what `softmax(Q K^T / sqrt(d_k)) V` returns. But it may look at only
+# `block_size` keys at a time, so that it never holds the $L_q \times L_k$ score matrix. Keep, for
+# every query, a running maximum $m$ of the scores seen so far, a running sum
 # $s = \sum e^{x - m}$ and a running output $o = \sum e^{x - m} v$ {cite}`milakov2018`. When a new
-# block raises the maximum to $m'$, first multiply $s$ and $o$ by $e^{m - m'}$; at the end,
-# return $o / s$. A query whose keys are all blocked must give 0, as our handwritten path does.
-# This is the idea of memory-efficient attention {cite}`rabe2021`; FlashAttention does it in the
-# GPU's on-chip memory {cite}`dao2022`. `check_blocked_attention` compares your function with full
+# block raises the maximum to $m'$, first multiply $s$ and $o$ by $e^{m - m'}$. At the end, return
+# $o / s$. A query whose keys are all blocked must give 0, as our handwritten path does. This is
+# the idea of memory-efficient attention {cite}`rabe2021`. FlashAttention does it in the GPU's
+# on-chip memory {cite}`dao2022`. `check_blocked_attention` compares your function with full
 # attention for several block sizes and masks, including scores too large for a plain `exp()`.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]

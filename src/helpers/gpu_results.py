@@ -380,3 +380,30 @@ def plot_cpu_and_gpu(
     fig.suptitle("")
     fig.tight_layout()
     return fig
+
+
+def reference_ratios() -> dict:
+    """Used in chapter 19. The reference chapter's handwritten / SDPA (is_causal) ratios on its
+    RTX 4090 at L=1024: time (mean of 20 calls) and absolute peak memory."""
+    hand, sdpa = REFERENCE_RTX4090["handwritten"], REFERENCE_RTX4090["sdpa_causal"]
+    return {"time": hand["ms"] / sdpa["ms"], "memory": hand["mib"] / sdpa["mib"]}
+
+
+def recorded_gpu_ratios(data_dir=None) -> dict | None:
+    """Used in chapter 19. The same two ratios from the recorded GPU run's repeat of the
+    reference chapter's protocol (autograd off), or None when no GPU run is recorded. A ratio
+    whose rows were not both measured (out of memory, say) is absent from the dict."""
+    record = load_gpu_record("attention", data_dir)
+    if record is None:
+        return None
+    by = {c["variant"]: c for c in reference_comparison(record, grad=False)}
+    out = {"gpu": record["environment"].get("gpu", record["environment"].get("device"))}
+    hand, sdpa = by.get("handwritten"), by.get("sdpa_causal")
+    if hand is None or sdpa is None:
+        return out
+    out["L"] = hand["L"]
+    if "ms" in hand and "ms" in sdpa:
+        out["time"] = hand["ms"] / sdpa["ms"]
+    if "mib" in hand and "mib" in sdpa:
+        out["memory"] = hand["mib"] / sdpa["mib"]
+    return out

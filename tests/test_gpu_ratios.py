@@ -1,0 +1,54 @@
+"""The ratio table of chapter 19: the reference's RTX 4090 ratios and a recorded GPU's."""
+
+import json
+
+import pytest
+
+from helpers import gpu_results as gr
+
+
+def test_reference_ratios_are_the_reference_chapters_numbers():
+    r = gr.reference_ratios()
+    assert r["time"] == pytest.approx(2.97 / 0.25) and round(r["time"], 1) == 11.9
+    assert r["memory"] == pytest.approx(712 / 79) and round(r["memory"], 1) == 9.0
+
+
+def _write(tmp_path, protocol):
+    record = {
+        "part": "attention",
+        "status": "ok",
+        "environment": {"device": "cuda", "gpu": "NVIDIA H200"},
+        "reference_protocol": protocol,
+    }
+    (tmp_path / "attention_cuda.json").write_text(json.dumps(record))
+
+
+def test_recorded_gpu_ratios_absent_without_a_record(tmp_path):
+    assert gr.recorded_gpu_ratios(tmp_path) is None
+
+
+def test_recorded_gpu_ratios_from_the_reference_protocol(tmp_path):
+    _write(
+        tmp_path,
+        [
+            {"variant": "handwritten", "L": 1024, "mean_ms": 1.2, "peak_abs_mib": 800.0},
+            {"variant": "sdpa_causal", "L": 1024, "mean_ms": 0.1, "peak_abs_mib": 80.0},
+            # autograd on: a different row, not used for the ratios
+            {"variant": "handwritten", "L": 1024, "grad": True, "mean_ms": 9.0},
+        ],
+    )
+    r = gr.recorded_gpu_ratios(tmp_path)
+    assert r["gpu"] == "NVIDIA H200" and r["L"] == 1024
+    assert r["time"] == pytest.approx(12.0) and r["memory"] == pytest.approx(10.0)
+
+
+def test_recorded_gpu_ratios_leave_out_what_was_not_measured(tmp_path):
+    _write(
+        tmp_path,
+        [
+            {"variant": "handwritten", "L": 1024, "oom": "CUDA out of memory"},
+            {"variant": "sdpa_causal", "L": 1024, "mean_ms": 0.1, "peak_abs_mib": 80.0},
+        ],
+    )
+    r = gr.recorded_gpu_ratios(tmp_path)
+    assert r["gpu"] == "NVIDIA H200" and "time" not in r and "memory" not in r
