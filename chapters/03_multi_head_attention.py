@@ -192,7 +192,7 @@ torch.testing.assert_close(out[0], by_loop)
 
 # %%
 def mirror_weights(pe):
-    """pe [L, d_pos] -> the hand-set W_q [d_pos, d_pos] of a head that attends to the mirror."""
+    """pe [L, d_pos] -> R [d_pos, d_pos], a 2x2 reflection per frequency: R pe(i) = pe(L-1-i)."""
     L, d_pos = pe.shape
     s, c = pe[L - 1, 0::2], pe[L - 1, 1::2]  # sin(w (L-1)), cos(w (L-1)) per frequency w
     R = torch.zeros(d_pos, d_pos)
