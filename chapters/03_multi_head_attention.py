@@ -1078,6 +1078,9 @@ assert torch.equal(out_blocked_fast[0], bias.expand(L, d))
 # - Scaled dot-product attention is four tensor operations (Figure 3.1): $QK^\top$, the
 #   scale $1/\sqrt{d_k}$, the mask, a softmax over the keys, then a product with $V$.
 #   Each output row is a convex combination of the value rows.
+# - One head with hand-set weights reverses a sequence with no training. $W_q = sR$, where
+#   the reflection $R$ maps $\mathrm{pe}(i)$ to $\mathrm{pe}(L-1-i)$; $W_k = I$. Each query's
+#   top key was its mirror at $L$ = 6, 10 and 16. The head needs $L$: $R$ is built from it.
 # - Without the scale the score variance is $d_k$ and the softmax saturates: at
 #   $d_k = 256$ more than half of the random rows were one-hot and less than 40 % of the
 #   gradient reached the scores. Divide by $\sqrt{d_k}$ of one head, not $\sqrt{d}$.
