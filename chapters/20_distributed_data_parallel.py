@@ -18,7 +18,8 @@
 #
 # You will train the book's model with `DistributedDataParallel` (DDP), in two processes started by
 # `torchrun`. Each process holds a replica of the model and trains on half of every batch.
-# DDP averages their gradients, so one DDP step equals one step of a single process on the whole batch.
+# DDP averages their gradients. So one DDP step matches, to within float rounding, one step of
+# a single process on the whole batch.
 #
 # ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/20_distributed_data_parallel.png)
 
