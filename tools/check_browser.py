@@ -4,7 +4,8 @@
 Usage:
     python tools/check_browser.py                 # both checks
     python tools/check_browser.py --book-only     # (a) only
-    python tools/check_browser.py --lab-only      # (b) only
+    python tools/check_browser.py --lab-only      # (b) and (c) only
+    python tools/check_browser.py --markup-only   # (c) only
     python tools/check_browser.py --screenshots DIR   # keep screenshots of (b) in DIR
 
 (a) The HTML book (_build/html; built first when missing) is served from 127.0.0.1 and
@@ -22,6 +23,12 @@ Usage:
     output, finds the explorer widget, switches its layer control and requires that the
     heatmap image changes, then types an invalid input and requires the widget's error
     message (and no traceback).
+
+(c) JupyterLab renders the book's MyST markup (jupyterlab-myst): every chapter notebook is
+    opened (all cells attached: windowing off) and, once its markdown has rendered, no
+    markdown cell may show raw markup: `{cite}`, `{ref}`, `{numref}`, `:::` or "```{"; every
+    `:::{dropdown}` of the source must be a collapsed <details> element, and every image in
+    the prose (the opening picture) must have loaded.
 
 Chromium is Debian's (`apt-get install chromium`; `make check-browser` installs it when
 missing). The driver is websocket-client (a dependency of jupyter_server) speaking the
@@ -932,6 +939,123 @@ def check_lab(
     return failures
 
 
+# ---------------------------------------------------------------- (c) MyST in JupyterLab
+
+RAW_MARKUP = ("{cite}", "{ref}", "{numref}", "{doc}", ":::", "```{")
+
+MARKUP_STATE_JS = r"""
+(() => {
+  const app = window.jupyterapp;
+  const panel = app && [...app.shell.widgets('main')]
+      .find(w => w.context && w.context.path === NOTEBOOK_PATH);
+  if (!panel || !panel.content || !panel.content.widgets.length) return null;
+  const md = panel.content.widgets.filter(c => c.model.type === 'markdown');
+  const nodes = md.map(c => c.node);
+  const texts = nodes.map(n => n.innerText);
+  const imgs = nodes.flatMap(n => [...n.querySelectorAll('img')]);
+  return {
+    markdown_cells: md.length,
+    rendered: texts.filter(t => t.trim().length > 0).length,
+    myst_nodes: nodes.reduce((k, n) => k + n.querySelectorAll('[class*=myst]').length, 0),
+    details: nodes.reduce((k, n) => k + n.querySelectorAll('details').length, 0),
+    open_details: nodes.reduce((k, n) => k + n.querySelectorAll('details[open]').length, 0),
+    images: imgs.length,
+    images_loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+    texts: texts,
+  };
+})()
+"""
+
+
+def check_lab_markup(browser: Chromium, notebooks: list[Path]) -> list[str]:
+    """Part (c): open each notebook in one JupyterLab page and look at its rendered markdown."""
+    workdir = Path(tempfile.mkdtemp(prefix="check-browser-markup-"))
+    root = workdir / "root"
+    root.mkdir()
+    for nb in notebooks:  # copies: the repository's files stay untouched
+        shutil.copy2(nb, root / nb.name)
+    for sub in ("figures", "data"):
+        if (CHAPTER.parent / sub).is_dir():
+            shutil.copytree(CHAPTER.parent / sub, root / sub)
+    failures: list[str] = []
+    proc = None
+    page = browser.page
+    try:
+        proc, port = start_lab(workdir)
+        # every cell attached to the page, not only those scrolled into view
+        tracker = workdir / "settings" / "@jupyterlab" / "notebook-extension"
+        tracker.mkdir(parents=True, exist_ok=True)
+        (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+        for nb in notebooks:
+            source = json.loads(nb.read_text(encoding="utf-8"))
+            dropdowns = sum(
+                "".join(c["source"]).count("{dropdown}")
+                for c in source["cells"]
+                if c["cell_type"] == "markdown"
+            )
+            if nb == notebooks[0]:
+                page.navigate(f"http://127.0.0.1:{port}/lab/tree/{nb.name}", timeout=90)
+            else:  # the same page: open the next notebook, close the one before
+                page.evaluate(
+                    "window.jupyterapp.commands.execute('docmanager:open', "
+                    f"{{path: {json.dumps(nb.name)}}}).then(() => true)",
+                    timeout=90,
+                )
+            state_js = MARKUP_STATE_JS.replace("NOTEBOOK_PATH", json.dumps(nb.name))
+            try:
+                state = page.wait_for(
+                    f"(() => {{ const s = {state_js}; return s && s.markdown_cells > 0 && "
+                    "s.rendered === s.markdown_cells && s.myst_nodes > 0 && "
+                    "s.images_loaded === s.images && s; })()",
+                    timeout=120,
+                    interval=1.0,
+                )
+            except TimeoutError:
+                state = page.evaluate(state_js) or {}
+                failures.append(
+                    f"{nb.name}: markdown not rendered by MyST within 120 s "
+                    f"({ {k: v for k, v in state.items() if k != 'texts'} })"
+                )
+                continue
+            raw = sorted(
+                {(i, m) for i, t in enumerate(state["texts"]) for m in RAW_MARKUP if m in t}
+            )
+            log(
+                f"  {nb.name}: {state['markdown_cells']} markdown cells rendered, "
+                f"{state['details']} of {dropdowns} dropdown(s) as <details> "
+                f"({state['open_details']} open), {state['images_loaded']} image(s), "
+                f"raw markup in {len(raw)} cell(s)"
+            )
+            found = len(failures)
+            for i, m in raw[:5]:
+                text = state["texts"][i]
+                at = text.index(m)
+                failures.append(
+                    f"{nb.name}: markdown cell {i} shows {text[max(0, at - 40) : at + 40]!r}"
+                )
+            if state["details"] != dropdowns or state["open_details"]:
+                failures.append(
+                    f"{nb.name}: {dropdowns} dropdown(s) in the source, {state['details']} "
+                    f"<details> in JupyterLab, {state['open_details']} of them open"
+                )
+            for f in failures[found:]:
+                log(f"    - {f}")
+            page.evaluate(
+                "(() => { const w = [...window.jupyterapp.shell.widgets('main')]"
+                f".find(w => w.context && w.context.path === {json.dumps(nb.name)}); "
+                "if (w) { w.context.sessionContext.shutdown(); w.dispose(); } return true; })()"
+            )
+    except Exception as err:
+        failures.append(f"{type(err).__name__}: {err}")
+    finally:
+        with contextlib.suppress(Exception):
+            page.navigate("about:blank", timeout=10)
+        if proc is not None:
+            stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+    return failures
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -939,6 +1063,10 @@ def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--book-only", action="store_true")
     ap.add_argument("--lab-only", action="store_true")
+    ap.add_argument("--markup-only", action="store_true")
+    ap.add_argument(
+        "--markup-chapters", nargs="*", type=Path, help="the notebooks for (c) (default: all)"
+    )
     ap.add_argument(
         "--rebuild", action="store_true", help="rebuild the book even if _build/html exists"
     )
@@ -969,19 +1097,27 @@ def main(argv) -> int:
         global HTML
         if args.html:
             HTML = args.html.resolve()
-        elif not args.lab_only:
+        elif not (args.lab_only or args.markup_only):
             ensure_book(args.rebuild)
         browser = Chromium()
         log(f"browser: {browser.version}, headless, new empty profile")
-        if not args.lab_only:
+        if not (args.lab_only or args.markup_only):
             log("(a) the HTML book, every page from http://127.0.0.1")
             results["book: math, images, no external request, no JS error, solutions toggle"] = (
                 check_book(browser)
             )
-        if not args.book_only:
+        if not args.book_only and not args.markup_only:
             log("(b) JupyterLab: run the heatmap chapter, solutions, layer change, bad input")
             results["lab: run-all, solutions collapsed, layer redraws heatmap, bad input"] = (
                 check_lab(browser, args.screenshots, args.run_timeout, args.notebook.resolve())
+            )
+        if not args.book_only:
+            log("(c) JupyterLab renders MyST: every chapter, no raw markup, dropdowns closed")
+            chapters = [p.resolve() for p in args.markup_chapters or []] or sorted(
+                (ROOT / "chapters").glob("[0-9][0-9]_*.ipynb")
+            )
+            results["lab: MyST rendered in every chapter, no raw {cite}/{ref}/:::"] = (
+                check_lab_markup(browser, chapters)
             )
     except Exception as err:
         results.setdefault("setup", []).append(f"{type(err).__name__}: {err}")
