@@ -150,7 +150,8 @@ assert 9.5 < columns["this CPU, recorded"]["memory"] < 11
 # like for like. The two handwritten layers differ by one step, and the RTX 4090's peak counts the
 # inputs too (section 6). The time ratios do not agree: 11.9 on the RTX 4090, a few times on this
 # CPU. Time depends on the hardware and on its kernels. The live column also runs the book's
-# pinned numerics, and shares the CPU with whatever else runs.
+# pinned numerics. Both CPU columns run float32, not the reference's bfloat16 autocast: CPU
+# autocast keeps softmax in bfloat16, where CUDA's runs it in float32 (section 6).
 #
 # ## The two paths
 #
