@@ -4,6 +4,7 @@
     python tools/time_chapters.py          # time every chapter, record, write the openings
     python tools/time_chapters.py --write  # only put the recorded times into the chapters
     python tools/time_chapters.py 10 11    # re-time some chapters (the others are kept)
+    python tools/time_chapters.py --no-write 10   # record only; two such runs may share the file
 
 Each chapter runs top to bottom in a fresh kernel of the book's own, as
 tools/execute_notebooks.py runs it (one torch thread, the pinned numerics), but nothing is
@@ -96,11 +97,32 @@ def run_time_text(rec: dict) -> str:
     return text + "."
 
 
+def update_record(number: str, entry: dict) -> dict:
+    """Add one chapter's entry to the record, under a lock: two runs may time chapters at once."""
+    import fcntl
+
+    import torch
+
+    RECORD.parent.mkdir(parents=True, exist_ok=True)
+    with open(RECORD.with_name(RECORD.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = json.loads(RECORD.read_text()) if RECORD.exists() else {"chapters": {}}
+        record["chapters"][number] = entry
+        record["measured_with"] = {
+            "cpu_model": cpu_model(),
+            "torch_threads": 1,
+            "torch": torch.__version__,
+            "tool": "tools/time_chapters.py",
+        }
+        RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return record
+
+
 def measure(numbers: list[str]) -> dict:
     import execute_notebooks as ex
     import nbformat
 
-    record = json.loads(RECORD.read_text()) if RECORD.exists() else {"chapters": {}}
+    record: dict = {}
     paths = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
     for path in paths:
         number = path.stem[:2]
@@ -116,25 +138,16 @@ def measure(numbers: list[str]) -> dict:
         trains = trained_in(cache)
         shutil.rmtree(cache)
         cached = total - sum(m["seconds"] for m in trains)
-        record["chapters"][number] = {
+        entry = {
             "notebook": path.name,
             "total_s": round(total, 1),
             "cached_s": round(cached, 1),
             "trains": trains,
+            "date": time.strftime("%Y-%m-%d"),
+            "load_1min_at_end": round(os.getloadavg()[0], 1),
         }
+        record = update_record(number, entry)
         print(f"{path.name}: {total:.0f} s, {cached:.0f} s with its models cached", flush=True)
-    import torch
-
-    record["measured_with"] = {
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_model": cpu_model(),
-        "torch_threads": 1,
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d"),
-        "tool": "tools/time_chapters.py",
-    }
-    RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {RECORD.relative_to(ROOT)}")
     return record
 
 
@@ -179,12 +192,16 @@ def write_openings(record: dict) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="only write the recorded times")
+    parser.add_argument(
+        "--no-write", action="store_true", help="measure and record only; write no chapter"
+    )
     parser.add_argument("chapters", nargs="*", help="chapter numbers to re-measure (01 ... 20)")
     args = parser.parse_args(argv)
-    if args.write:
-        return 1 if write_openings(json.loads(RECORD.read_text())) else 0
-    record = measure([f"{int(n):02d}" for n in args.chapters])
-    return 1 if write_openings(record) else 0
+    if not args.write:
+        measure([f"{int(n):02d}" for n in args.chapters])
+    if args.no_write:
+        return 0
+    return 1 if write_openings(json.loads(RECORD.read_text())) else 0
 
 
 if __name__ == "__main__":
