@@ -19,7 +19,7 @@
 # This book builds the Transformer below from an empty file, one tensor at a time.
 # Then it trains it on a CPU to reverse strings of digits: `7 3 0 9 5` becomes `5 9 0 3 7`.
 # This chapter sets the scene: the task, its 13 tokens, the architecture and the shape names.
-# It ends with a first forward pass through the untrained model. Nothing is trained yet.
+# It runs a first forward pass through the untrained model and counts its parameters.
 #
 # ![The encoder-decoder Transformer of this book](figures/01_task_and_architecture.png)
 
@@ -73,8 +73,8 @@ from helpers import (
 #   heatmap chapter (18) measures how closely a trained model's cross-attention follows it.
 # - **It trains quickly on a CPU.** Vocabulary 13, sequences of at most 12 digits, a model
 #   under one million parameters. The training chapter (10) trains until at least 99.5 %
-#   of 1,000 held-out validation sequences are reversed exactly. It then reports exact
-#   match once on a separate test set of 10,000 sequences that plays no part in training.
+#   of 1,000 validation sequences are reversed exactly. It then reports exact match once
+#   on a separate test set of 10,000 sequences that plays no part in training.
 #
 # A subtly wrong component makes the model learn slowly or not at all. Think of a mask off
 # by one, a badly scaled embedding, or a transpose in the wrong place. With this task we
@@ -82,9 +82,10 @@ from helpers import (
 # because of two initialisation lines.
 #
 # :::{dropdown} Going deeper: the validation and test sets
-# The test set is drawn with its own seed and plays no part in training or stopping. Both
-# sizes are printed in the section "How this model differs from the paper" below. Chapter
-# 09 counts how many test sequences happen to occur in the training set too.
+# The validation and test sets are drawn with seeds of their own. The test set plays no
+# part in training or stopping. Both sizes are printed in the section "How this model
+# differs from the paper" below. Chapter 09 counts how many validation and test sequences
+# happen to occur in the training set too.
 # :::
 
 # %% [markdown]
@@ -383,11 +384,6 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # (sections 3 to 6 and Table 3, base model). The cells after the table read the book's
 # column from the code, a row or two at a time.
 #
-# :::{dropdown} Going deeper: the rows not checked here
-# Two rows are shown in later chapters instead: the refusal of longer inputs in chapter 02,
-# and greedy decoding in chapter 11. The placement of the dropout layers can be read in
-# `helpers/layers.py` (chapters 05 and 06).
-# :::
 #
 # | | Vaswani et al. (base model) | this book |
 # | --- | --- | --- |
@@ -402,6 +398,12 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # | learning rate | warmup for 4,000 steps, then $\propto 1/\sqrt{\text{step}}$ | the same shape with a 100-step warmup, multiplied by a linear cooldown to 0 over the last 400 of at most 500 steps (chapter 10) |
 # | label smoothing | 0.1 {cite}`szegedy2016` | none in the training recipe (chapter 10 measures it) |
 # | decoding | beam search, beam size 4 | greedy (chapter 11) |
+#
+# :::{dropdown} Going deeper: the rows not checked in this chapter
+# Two rows are shown in later chapters instead: the refusal of longer inputs in chapter 02,
+# and greedy decoding in chapter 11. The placement of the dropout layers can be read in
+# `helpers/layers.py` (chapters 05 and 06).
+# :::
 
 # %%
 layer = model.encoder.layers[0]  # model is in train mode: compare in eval mode (no dropout)
@@ -652,13 +654,14 @@ with torch.no_grad():
 #
 # :::{dropdown} Going deeper: why a random model scores worse than $\ln 13$
 # The random model's predictions are far from uniform: on average its top token gets a
-# third of the probability. And they carry almost no information about the target. Such a prediction costs more than $\ln 13$ on average. Take a target
-# drawn uniformly from the 13 tokens. A prediction $q$ then costs on average the mean of
-# $-\ln q_k$ over the 13 tokens. Because $\ln$ is concave, that mean is at least
-# $\ln 13$, and equal to it only when $q$ is uniform (Jensen's inequality). The cell
-# prints this mean for the model's predictions. It also prints the loss against targets
-# drawn independently of the predictions, with the real targets' frequencies. The real
-# loss is close to both: the predictions know next to nothing about the target.
+# third of the probability. And they carry almost no information about the target. Such a
+# prediction costs more than $\ln 13$ on average. Take a target drawn uniformly from the
+# 13 tokens. A prediction $q$ then costs on average the mean of $-\ln q_k$ over the 13
+# tokens. Because $\ln$ is concave, that mean is at least $\ln 13$, and equal to it only
+# when $q$ is uniform (Jensen's inequality). The cell prints this mean for the model's
+# predictions. It also prints the loss against targets drawn independently of the
+# predictions, with the real targets' frequencies. The real loss is close to both: the
+# predictions know next to nothing about the target.
 # :::
 
 # %%
@@ -749,8 +752,8 @@ assert (rows[0][1] + rows[3][1]) / total < 0.01 and 1.3 < dec_layer / enc_layer 
 # position table added to the embeddings costs no parameters at all. The next chapter
 # shows why and how it is stored.
 #
-# With a large vocabulary the embeddings matter much more: they are about 31 % of GPT-2
-# small.
+# With a large vocabulary the embeddings matter much more: the token embedding alone is
+# about 31 % of GPT-2 small.
 #
 # :::{dropdown} Going deeper: counting GPT-2 small
 # GPT-2 small
@@ -830,7 +833,7 @@ assert memory_x.shape == (3, 9, 128) and src_mask_x.shape == (3, 1, 1, 9)
 assert logits_x.shape == (3, 6, VOCAB_SIZE)
 assert len(cross_x) == 3 and all(w.shape == (3, 8, 6, 9) for w in cross_x)
 
-# %% [markdown] jupyter={"source_hidden": true}
+# %% [markdown]
 # :::{dropdown} Answer to exercise 1.1
 # `memory` keeps the source's length and the model width, `[3, 9, 128]`; the padding mask
 # is `[B, 1, 1, L_s]` = `[3, 1, 1, 9]`; the logits are one row of 13 scores per decoder

@@ -49,9 +49,9 @@ from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
 #
 # `nn.Embedding(V, d)` holds a weight matrix of shape `[V, d]`, one row per token. Calling
 # it with ids returns the rows those ids point at: `emb(ids)` is `emb.weight[ids]`. It is
-# also a one-hot vector times the weight matrix: "a linear layer without bias applied to
-# one-hot inputs". The lookup gives the same numbers without building a `[B, L, V]` tensor
-# of zeros. We use a small $d = 8$ so the numbers fit on screen.
+# also a one-hot vector times the weight matrix, so an embedding is a linear layer without
+# bias applied to one-hot inputs. The lookup gives the same numbers without building a
+# `[B, L, V]` tensor of zeros. We use a small $d = 8$ so the numbers fit on screen.
 
 # %%
 torch.manual_seed(0)
@@ -73,8 +73,9 @@ torch.testing.assert_close(looked_up, one_hot @ emb.weight)
 # ### The padding row
 #
 # `padding_idx=PAD_ID` does two things: the `<pad>` row starts at zero, and it never
-# receives a gradient. The cell takes two optimiser steps and checks that the pad row stays
-# zero. The first batch holds the digits 2 and 4, the second only the digit 6.
+# receives a gradient. The cell takes two steps with each of two optimisers, SGD and Adam.
+# The pad row stays zero under both. The first batch holds the digits 2 and 4, the second
+# only the digit 6.
 #
 # :::{dropdown} Going deeper: rows of tokens not in the batch
 # Rows of tokens that did not occur in the batch get a zero gradient too: that is what a
@@ -115,8 +116,9 @@ assert changed["SGD", 2].tolist() == [9] and changed["Adam", 2].tolist() == [5, 
 
 # %% [markdown]
 # One trap: the zero is only set at construction. Any re-initialisation of the weight
-# overwrites the pad row too, and nothing warns you. An example is the `nn.init.normal_`
-# we apply below. The pad row must be zeroed again afterwards (and `helpers` does so).
+# overwrites the pad row too, and nothing warns you. The next cell shows it with
+# `nn.init.normal_`, which the module below uses too. The pad row must be zeroed again
+# afterwards (and `helpers` does so).
 
 # %%
 nn.init.normal_(emb.weight, std=d_small**-0.5)
@@ -165,7 +167,8 @@ assert gap_positions > 1e-2
 # its own). It feeds both a source and the same digits reversed, with the same decoder
 # input. With the encoder's positions removed, the two orders give the same logits, up to
 # float rounding. Yet the right first output token (the last source digit) differs between
-# the two orders. Such a model is wrong on at least one of them, however it is trained.
+# the two orders. This holds for any weights, so such a model is wrong on at least one of
+# the two, however it is trained.
 #
 # :::{dropdown} Going deeper: why this does not depend on the weights
 # Without positions the encoder is permutation-equivariant. Its attention is, as shown
@@ -394,8 +397,8 @@ plt.show()
 # - a plain attribute `self.t = t`: invisible to PyTorch: not moved, not saved.
 #
 # The cell shows each of the three behaviours. It moves the module to the `meta` device
-# (tensors with shapes but no data), so it needs no GPU. `Module.to` moves parameters and
-# buffers to any target device in the same way.
+# (tensors with shapes but no data), so it needs no GPU. The documentation of `Module.to`
+# says it moves parameters and buffers the same way whatever the target device.
 
 # %%
 class Holder(nn.Module):
@@ -511,9 +514,9 @@ assert ratio_default > 10 and ratio_fixed < 3
 #
 # What that means for the model: take the digit `5` at positions 0 to 13. How different is
 # its input vector from the same token at position 0? We measure cosine similarity, where
-# 1 means "the same direction". With the default initialisation, the cosine stays above
-# 0.99 up to position 13: the model has to hear a whisper under a shout. Figure 2.3 shows
-# all fourteen positions.
+# 1 means "the same direction". With the default initialisation, the cosine is still above
+# 0.99 at position 13: the model has to hear a whisper under a shout. Figure 2.3 shows all
+# fourteen positions.
 
 # %%
 five = helpers.NUM_OFFSET + 5
@@ -619,7 +622,8 @@ for persistent in (False, True):
 # ## Learned positions
 #
 # The alternative to a fixed table is to learn one: an `nn.Embedding(max_len, d)` indexed
-# by position, as GPT-2 does {cite}`radford2019`. It is a one-line change to the module.
+# by position, as GPT-2 does {cite}`radford2019`. The module below swaps the fixed buffer
+# for that second table.
 
 # %%
 class TokenAndLearnedPosition(nn.Module):
@@ -663,15 +667,14 @@ assert int(trained_rows.sum()) == src.shape[1] and not trained_rows[src.shape[1]
 # Many recent language models use neither: they use RoPE or ALiBi, inside attention.
 #
 # :::{dropdown} Going deeper: RoPE and ALiBi
-# Many recent language models use neither. **RoPE** (rotary position embedding
-# {cite}`su2021`, used by LLaMA among others) takes the rotation property of the previous
-# section and applies it directly to the queries and keys inside attention, so that
-# positions $p$ and $q$ enter their score only through the offset $p - q$. **ALiBi** {cite}`press2022` adds
-# no position vectors at all and instead subtracts from each attention score a penalty
-# proportional to the distance between query and key, with a different slope per head;
-# its authors report that it extrapolates to longer inputs. Both live inside attention
-# rather than at the input (exercise 3.3 builds ALiBi's penalty); our task needs no more
-# than sinusoids.
+# **RoPE** (rotary position embedding {cite}`su2021`, used by LLaMA among others) takes
+# the rotation property shown above into attention. It rotates the queries and keys by
+# their positions, so that positions $p$ and $q$ enter their score only through the offset
+# $p - q$. **ALiBi** {cite}`press2022` adds no position vectors at all. It subtracts from
+# each attention score a penalty proportional to the distance between query and key, with
+# a different slope per head. Its authors report that it extrapolates to longer inputs.
+# Both live inside attention rather than at the input (exercise 3.3 builds ALiBi's
+# penalty). Our task needs no more than sinusoids.
 # :::
 
 # %% [markdown]
@@ -757,7 +760,7 @@ torch.testing.assert_close(lib(src), embed(src))
 #   permutes the outputs. A whole model without encoder positions gives a source and its
 #   reversal the same logits.
 # - Sinusoids turn a shift by $k$ positions into one rotation $R_k$ for every $p$, and
-#   $PE[p] \cdot PE[p+k]$ depends on $k$ only (Figures 2.1 and 2.2).
+#   $PE[p] \cdot PE[p+k]$ depends on $k$ only (Figure 2.2).
 # - Scale and initialisation must match: PyTorch's $\mathcal{N}(0, 1)$ times $\sqrt{128}$
 #   made the token part about 16 times louder than the positions, by RMS (cosine above
 #   0.99 between positions 0 and 13, Figure 2.3); $\mathcal{N}(0, d^{-1/2})$ brings the
