@@ -51,7 +51,7 @@ from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
 # it with ids returns the rows those ids point at: `emb(ids)` is `emb.weight[ids]`. It is
 # also a one-hot vector times the weight matrix, so an embedding is a linear layer without
 # bias applied to one-hot inputs. The lookup gives the same numbers without building a
-# `[B, L, V]` tensor of zeros. We use a small $d = 8$ so the numbers fit on screen.
+# `[B, L, V]` tensor of zeros. The first examples use a small $d = 8$, so a row fits on one line.
 
 # %%
 torch.manual_seed(0)
