@@ -263,8 +263,8 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # %% [markdown]
 # :::{dropdown} Going deeper: exact GELU and the tanh approximation
 # The GELU paper {cite}`hendrycks2016` also gave a cheaper tanh approximation, which
-# early implementations used (the docstring of Hugging Face's version, printed below,
-# names Google's BERT code and OpenAI's GPT):
+# early implementations used (the docstring of Hugging Face's version names Google's
+# BERT code and OpenAI's GPT):
 #
 # $$
 # \operatorname{GELU}_{\tanh}(x) = \frac{x}{2}\left(1 + \tanh\!\left[\sqrt{2/\pi}\,\left(x + 0.044715\,x^3\right)\right]\right).
@@ -274,9 +274,7 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # default) and `nn.GELU(approximate='tanh')` the approximation. They are close but not
 # equal, so a checkpoint trained with one and run with the other computes slightly
 # different activations. Hugging Face's `transformers` {cite}`wolf2020` keeps separate
-# names for the variants: `gelu` for the exact form, `gelu_new` for the tanh form (the
-# cell prints the version). The cell checks the default, both formulas, the two names,
-# and the size of the gap.
+# names for the variants: `gelu` for the exact form, `gelu_new` for the tanh form.
 #
 # The model in this book uses the exact form throughout (checked at the end of this
 # chapter). The gap matters when you load weights trained with the other variant and
@@ -313,9 +311,9 @@ assert 1e-4 < gap.max() < 1e-3  # small, but far above float32 rounding
 # ReLU's derivative is exactly 0 for every negative input. A hidden unit whose
 # pre-activation $w_i \cdot x + b_i$ is negative for every input is therefore *dead*: its
 # incoming weights and its bias receive a gradient of exactly zero, so a plain gradient
-# step does not move them. Make one unit of the FFN dead on purpose (bias $-4$, far below the
-# pre-activations, whose spread the cell prints) and look at the gradient of its incoming
-# weights under each activation.
+# step does not move them. Make one unit of the FFN dead on purpose (bias $-4$, far below
+# the other units' pre-activations) and look at the gradient of its incoming weights under
+# each activation.
 
 # %%
 torch.manual_seed(1)
@@ -365,11 +363,12 @@ assert 0.4 < negative < 0.6
 #
 # :::{dropdown} Going deeper: how far one optimiser step moves the two units
 # How far a training step moves the GELU unit depends on the optimiser. Plain SGD moves
-# a weight by the learning rate times its gradient, so a small gradient gives a small step. Adam, which this book trains with (chapter 10),
-# divides each gradient by the square root of a running average of its squares. Its first
-# step therefore moves every weight with a non-zero gradient by about the learning rate
-# (as long as the gradient is well above Adam's $\epsilon$, here $10^{-9}$). On this first
-# step, a zero gradient moves nothing under either. The cell takes one step of each, with
+# a weight by the learning rate times its gradient, so a small gradient gives a small
+# step. Adam, which this book trains with (chapter 10), divides each gradient by the
+# square root of a running average of its squares. Its first step therefore moves every
+# weight with a non-zero gradient by about the learning rate (as long as the gradient is
+# well above Adam's $\epsilon$, here $10^{-9}$). On this first step, a zero gradient moves
+# nothing under either. The cell takes one step of each, with
 # learning rate $10^{-3}$, and compares how far unit 0's weights move with how far a
 # typical unit's do (the median over the other units).
 #
@@ -412,8 +411,8 @@ assert 0.95 < ratios["Adam", "GELU"] < 1.05
 # Is a dead ReLU unit dead for good, then? Not necessarily: "dead" is a property of the
 # unit *and its inputs*. Its own weights get no gradient, but its inputs are the outputs
 # of the layers below, which keep training. If they drift along the unit's weight vector
-# $w_0$, the unit comes back. The cell shifts every input by one fixed vector along $w_0$
-# (its length printed) and counts the positions where the unit is active again:
+# $w_0$, the unit comes back. Shift every input by one fixed vector along $w_0$ and count
+# the positions where the unit is active again:
 
 # %%
 w0 = base.lin1.weight[0].detach()
