@@ -23,7 +23,8 @@
 # while Post-Norm runs (green) mostly stall on a plateau.
 #
 # ![Training loss of Pre-Norm and Post-Norm encoders without warmup](figures/05_encoder.png)
-#
+
+# %% [markdown]
 # An encoder layer wraps the two sub-layers of the last two chapters, self-attention
 # (chapter 03) and the feed-forward network (chapter 04). Each sits in a **residual
 # connection** with a **LayerNorm** {cite}`ba2016`. The one real design decision is where
@@ -341,8 +342,9 @@ assert grad_gap["Pre-Norm"] == 0 and grad_gap["Post-Norm"] > 0.1
 # In a deep Post-Norm stack, the gradient that reaches an early layer has passed through
 # two LayerNorm Jacobians per layer above it. In a Pre-Norm stack there is always a direct
 # path of plain additions from the top of the stack to every layer. Xiong et al.
-# {cite}`xiong2020` use this to explain why Post-Norm needs a learning-rate warmup and
-# Pre-Norm can do without. The experiment at the end of this chapter tests it on our task.
+# {cite}`xiong2020` analyse the gradients of the two orders at initialisation. They explain
+# with them why Post-Norm needs a learning-rate warmup and Pre-Norm can do without. The
+# experiment at the end of this chapter measures how the two fare without warmup on our task.
 # Pre-Norm pays for its clean path elsewhere, as the next section measures.
 #
 # ## Through a deep stack: the residual stream's scale
@@ -720,8 +722,7 @@ assert eos_where_src_eos.all()
 # :::{dropdown} Going deeper: held-out sequences that also occur in training
 # As chapter 09 explains, a different seed does not rule out repeats. The cell counts the
 # held-out sequences that also occur among the training sequences: 113 of the 1,000, none
-# longer than six digits. No training decision depends on the held-out set. Training runs
-# on one thread.
+# longer than six digits. No training decision depends on the held-out set.
 # :::
 
 # %%
@@ -773,7 +774,8 @@ assert post_gap < 1e-6
 #
 # :::{dropdown} Going deeper: how the sweep was recorded
 # `tools/record_ch05_norm_sweep.py` wrote `data/ch05_norm_sweep.json`; the cell prints the
-# command it ran. The section "One run, live" below repeats the start of one run.
+# command it ran. `train_tagger` sets PyTorch to one thread while it trains. The section
+# "One run, live" below repeats the start of one run.
 # :::
 
 # %%
@@ -1047,8 +1049,8 @@ for name, v in diffs.items():
 #   and `.eval()`; `nn.ModuleList` registers them.
 # - In a recorded sweep (6 layers, no warmup, 3 learning rates x 5 seeds, each pair from the
 #   same initial weights and batches), Pre-Norm ended with less than half of Post-Norm's
-#   held-out loss in all 15 pairs, and 14 of the 15 Post-Norm runs never left (or rose above)
-#   the loss plateau in 400 steps (Figure 5.3). The plateau is the loss of a guess that
+#   held-out loss in all 15 pairs, and 14 of the 15 Post-Norm runs ended on the loss plateau
+#   or above it (Figure 5.3). The plateau is the loss of a guess that
 #   knows the source's digits but not their order.
 # - The one thing to remember: **Pre-Norm keeps a path of plain additions through the
 #   stack, and pays for it with a final LayerNorm.**
