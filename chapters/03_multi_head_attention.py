@@ -173,7 +173,8 @@ torch.testing.assert_close(out[0], by_loop)
 # output position $i$ to read input position $L-1-i$, its *mirror*. One head can do that
 # with chapter 02's sinusoidal encodings and no training.
 #
-# Each frequency $\omega$ of the encoding stores the pair $(\sin \omega p, \cos \omega p)$.
+# Each frequency $\omega$ of the encoding stores the pair $(\sin \omega p, \cos \omega p)$
+# at position $p$.
 # Write $c = L-1$. The trigonometric identities for $\omega(c-p)$ give
 #
 # $$
@@ -184,20 +185,23 @@ torch.testing.assert_close(out[0], by_loop)
 #
 # The matrix is fixed once $L$ is known: a reflection, one $2 \times 2$ block per
 # frequency. Its entries are just the pair stored in $\mathrm{pe}(c)$. Stack the blocks
-# into $R$, and $R\,\mathrm{pe}(i) = \mathrm{pe}(L-1-i)$ exactly. So use
-# $W_q = s R$ and $W_k = I$. The score of query $i$ and key $j$ is then
-# $s \sum_\omega \cos \omega\,(j - (L-1-i))$, largest when $j = L-1-i$. The gain $s$
-# sharpens the softmax; $s = 16$ (after the $1/\sqrt{d_k}$) is enough here.
+# into $R$, and $R\,\mathrm{pe}(i) = \mathrm{pe}(L-1-i)$ for every position $i$.
+#
+# Feed the head the encodings alone, $x_i = \mathrm{pe}(i)$, with $d_k = 16$. Use
+# $W_q = s\sqrt{d_k}\,R$ and $W_k = I$. After the division by $\sqrt{d_k}$, the score of
+# query $i$ and key $j$ is $s \sum_\omega \cos \omega\,(j - (L-1-i))$. Every cosine is 1
+# when $j = L-1-i$, so that key scores highest. The gain $s$ sharpens the softmax;
+# $s = 16$ is enough here. Figure 3.2 draws the weights for $L = 10$.
 
 
 # %%
 def mirror_weights(pe):
     """pe [L, d_pos] -> R [d_pos, d_pos], a 2x2 reflection per frequency: R pe(i) = pe(L-1-i)."""
     L, d_pos = pe.shape
-    s, c = pe[L - 1, 0::2], pe[L - 1, 1::2]  # sin(w (L-1)), cos(w (L-1)) per frequency w
+    sin_c, cos_c = pe[L - 1, 0::2], pe[L - 1, 1::2]  # sin(w (L-1)), cos(w (L-1)) per w
     R = torch.zeros(d_pos, d_pos)
-    R[0::2, 0::2], R[0::2, 1::2] = torch.diag(-c), torch.diag(s)
-    R[1::2, 0::2], R[1::2, 1::2] = torch.diag(s), torch.diag(c)
+    R[0::2, 0::2], R[0::2, 1::2] = torch.diag(-cos_c), torch.diag(sin_c)
+    R[1::2, 0::2], R[1::2, 1::2] = torch.diag(sin_c), torch.diag(cos_c)
     return R
 
 
@@ -214,7 +218,7 @@ for L_m in (6, 10, 16):
     mirror_min[L_m] = w_m[torch.arange(L_m), mirror].min().item()
     print(
         f"L = {L_m:2d}: every query's top key is its mirror; "
-        f"smallest mirrored weight {mirror_min[L_m]:.2f}"
+        f"smallest mirrored weight {mirror_min[L_m]:.4f}"
     )
     if L_m == 10:
         w_mirror10 = w_m
@@ -251,16 +255,23 @@ out_m = (Q_m @ K_m.T / math.sqrt(d_pos)).softmax(dim=-1) @ V_m  # [L, 13]
 read = out_m.argmax(dim=-1)
 print("input:  ", describe(digits))
 print("output: ", describe(read))
-print(f"smallest winning value in the output rows: {out_m.max(dim=-1).values.min():.2f}")
+print(f"smallest winning value in the output rows: {out_m.max(dim=-1).values.min():.4f}")
 assert torch.equal(read, digits.flip(0))
 assert out_m.max(dim=-1).values.min() > 0.999
 
+x6 = x_m[:6]  # the first six digits, through the same head (its R was built for L = 10)
+out6 = (x6 @ W_q_m.T @ (x6 @ W_k_m.T).T / math.sqrt(d_pos)).softmax(dim=-1) @ (x6 @ W_v_m.T)
+read6 = out6.argmax(dim=-1)
+print("six digits:", describe(digits[:6]), "  output:", describe(read6), "(R built for L = 10)")
+assert not torch.equal(read6, digits[:6].flip(0))
+
 # %% [markdown]
 # One head, no training, and the sequence comes out reversed. What it does not do:
-# $R$ is built from $\mathrm{pe}(L-1)$, so we handed the head the length. Another length
-# needs another $R$. A trained model
-# gets no such gift. It must find the end of the source from the tokens (the `<eos>`)
-# and learn where to look from data; chapter 18 shows the map a trained model learns.
+# $R$ is built from $\mathrm{pe}(L-1)$, so we handed the head the length. On six digits
+# the same head reads the wrong positions: another length needs another $R$. A trained
+# model gets no such gift. It must find the end of the source from the tokens (the
+# `<eos>`) and learn where to look from data; chapter 18 shows the map a trained model
+# learns.
 
 # %% [markdown]
 # ## Why divide by $\sqrt{d_k}$
@@ -326,8 +337,8 @@ assert stats[256, "none"][4] < 0.4 * stats[256, "1/sqrt(dk)"][4]  # less than 40
 # %% [markdown]
 # Without the scale, the variance grows linearly with $d_k$. At $d_k = 256$ more than
 # half of the rows are one-hot before any training. Less than 40 % of the gradient is
-# left: the mean Jacobian norm is 0.10, against 0.31 with the scale. With the scale, every
-# column is the same at every width. Figure 3.3 sweeps $d_k$ from 4 to 512.
+# left: the mean Jacobian norm is 0.10, against 0.31 with the scale. With the scale, the
+# columns barely change with the width. Figure 3.3 sweeps $d_k$ from 4 to 512.
 
 # %%
 torch.manual_seed(0)
@@ -383,7 +394,7 @@ assert abs(v_wrong - 1 / h) < 0.02
 # projections are still $d \times d$ matrices; the heads are a way of *reading* their
 # outputs. The trick is in the shapes. The head dimension is split off the features and
 # moved next to the batch dimension, so one batched matrix product computes all heads.
-# Figure 3.4 draws the split and the merge for one sequence. The cell below uses $B = 2$
+# Figure 3.4 draws the split and the merge for one sequence. The code after it uses $B = 2$
 # sequences of $L = 5$ tokens (the first ends in two `<pad>`), $d = 16$ and $h = 4$.
 
 
@@ -689,7 +700,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # %% [markdown]
 # `masked_fill` *replaces* the score, so it never adds anything to `finfo.min`. That is
 # why the book combines bool masks with `|` first and fills once. Adding a second mask
-# to `finfo.min` can overflow, as the dropdown shows.
+# to `finfo.min` can overflow, as the next dropdown shows.
 #
 # :::{dropdown} Going deeper: when adding to `finfo.min` overflows
 # One more trap, for code that *adds* masks instead of filling. `finfo.min` sits at the
@@ -998,8 +1009,8 @@ assert results["default"][0] == results["flash only"][0]
 #   blocked. That is not a law of nature: earlier PyTorch releases returned NaN there
 #   (pytorch/pytorch issue 103963), and the zeros came with a change to SDPA's math
 #   path and fused kernels in 2024 (pull request 133882, the `SafeSoftmaxBackward0`
-#   node above). Code that must run on several versions should not rely on it; our
-#   handwritten path zeroes such rows itself (next section).
+#   node above). Code that must run on several versions should not rely on it; the
+#   library's handwritten path zeroes such rows itself (last section).
 # - **Memory.** By default SDPA picked the fused CPU kernel here, and its autograd node
 #   keeps no tensor of the weights' shape `[B, h, Lq, Lk]`. The math fallback keeps the
 #   full weight tensor, like our handwritten module. "SDPA does not materialise the
@@ -1075,12 +1086,13 @@ assert torch.equal(out_blocked_fast[0], bias.expand(L, d))
 #
 # ## Summary
 #
-# - Scaled dot-product attention is four tensor operations (Figure 3.1): $QK^\top$, the
+# - Scaled dot-product attention is five tensor operations (Figure 3.1): $QK^\top$, the
 #   scale $1/\sqrt{d_k}$, the mask, a softmax over the keys, then a product with $V$.
 #   Each output row is a convex combination of the value rows.
-# - One head with hand-set weights reverses a sequence with no training. $W_q = sR$, where
-#   the reflection $R$ maps $\mathrm{pe}(i)$ to $\mathrm{pe}(L-1-i)$; $W_k = I$. Each query's
-#   top key was its mirror at $L$ = 6, 10 and 16. The head needs $L$: $R$ is built from it.
+# - One head with hand-set weights reverses a sequence with no training. $W_q$ is a
+#   multiple of the reflection $R$ that maps $\mathrm{pe}(i)$ to $\mathrm{pe}(L-1-i)$;
+#   $W_k = I$. Each query's top key was its mirror at $L$ = 6, 10 and 16. The head needs
+#   $L$: $R$ is built from it, and on six digits the $L = 10$ head reads the wrong positions.
 # - Without the scale the score variance is $d_k$ and the softmax saturates: at
 #   $d_k = 256$ more than half of the random rows were one-hot and less than 40 % of the
 #   gradient reached the scores. Divide by $\sqrt{d_k}$ of one head, not $\sqrt{d}$.
