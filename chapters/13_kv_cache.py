@@ -68,12 +68,13 @@ print(f"validation seed {BOOK_RECIPE.val_seed}, training data seed {BOOK_RECIPE.
 # %% [markdown]
 # ## 1. What the naive loop recomputes
 #
-# Forward hooks count, at every step, how many rows go through three modules of the decoder. A
+# Forward hooks count, at every step, how many rows go through four modules of the decoder. A
 # hook fires whenever its module is called, whichever loop calls it.
 #
 # - the token embedding: how many target tokens the decoder processes;
 # - the query projection of layer 0's self-attention: how many **query rows** attend;
-# - the key projection of layer 0's **cross**-attention: how many memory rows become keys.
+# - the key and value projections of layer 0's **cross**-attention: how many memory rows become
+#   keys and values.
 #
 # We decode one source of 12 digits for all 13 steps (`stop_at_eos=False`), naive and cached.
 # Its tensor holds 14 positions: the digits, `<eos>` and one `<pad>`. The memory keeps all 14.
@@ -255,6 +256,11 @@ for t in (1, 4, 9):
 # rows are padded with `<pad>`. So the cached loop blocks them too, with `make_padding_mask(out)`
 # of shape `[B, 1, 1, t]`. It broadcasts over heads and the single query row. With it, the two
 # loops compute exactly the same function.
+#
+# :::{dropdown} Going deeper: a `<pad>` in a row that is still writing
+# A row that is still writing has no `<pad>` among its self-attention keys unless the model
+# emitted one. When it does, the naive loop masks that key, so the cached loop must mask it too.
+# :::
 #
 # Also easy to forget: the new token's **position**. It is token number `step` of the target, so
 # it is embedded with `start_pos=step`. Otherwise it gets position 0's encoding at every step.
@@ -556,8 +562,9 @@ print(timing_label())
 # %% [markdown]
 # Figure 13.3 shows the same timings, and the milliseconds per generated token. The counts of
 # section 1 predict that the naive loop's time per token grows with the length: step $t$
-# reprocesses $t$ tokens. The cached loop's grows less. But a cached step still does work that
-# grows with $t$.
+# reprocesses $t$ tokens. The cached loop's should grow less, though a cached step still does some
+# work that grows with $t$. The line "ms per token, 512 vs 16 new tokens" above compares the two
+# lengths, for each loop.
 #
 # :::{dropdown} Going deeper: what a cached step still pays for
 # Its one query attends to $t$ keys. In every layer, `torch.cat` copies the whole cached K and V
@@ -770,13 +777,8 @@ assert per_tok_big == 32 * 2 * 4096 * 2 and cache_big > weights_big
 # `helpers.static_cache` does this for the book's `Transformer`, with the same sub-modules as
 # `greedy_decode_by_hand`. `write_kv(buf, new, pos)` writes `new` into the buffer at `pos`. It
 # returns the written positions as a view of the buffer, with no copy. The padding mask is a
-# preallocated `[B, 1, 1, L_max]` buffer too, filled one column per step.
-#
-# :::{dropdown} Going deeper: the cache dicts
-# They keep the names of section 3: `self_k`, `self_v`, `cross_k`, `cross_v`. A row that is still
-# writing has no `<pad>` among its self-attention keys unless the model emitted one; section 3's
-# padding mask still keeps the cached loop equal to the naive one when it does.
-# :::
+# preallocated `[B, 1, 1, L_max]` buffer too, filled one column per step. The cache dicts keep
+# section 3's names, plus that shared `pad` buffer.
 #
 # :::{dropdown} Going deeper: Hugging Face's `StaticCache`
 # Hugging Face's `StaticCache` is such a cache, and it writes the same way. The next cell prints
@@ -838,6 +840,9 @@ print(f"random models: identical tokens for all {len(configs)} configurations, b
 # %% [markdown]
 # The buffers reserve `L_max` positions from the first step: here 14 per sequence, where the
 # `torch.cat` cache held the positions decoded so far. In section 7's formula, $t$ becomes `L_max`.
+#
+# Does removing the copy make decoding faster? The dropdowns below time both caches on the long
+# model of section 6. Whichever cache is faster on your machine, the tokens are the same.
 #
 # :::{dropdown} Going deeper: what the copy costs
 # The next cell measures it on the long model of section 6, with both caches. It decodes one
@@ -912,8 +917,6 @@ print(timing_label())
 # that, or less, even a ratio below 1. How much the copies cost depends on the batch, the length
 # and the machine.
 # :::
-#
-# Whichever cache is faster on your machine, the tokens are the same.
 #
 # ## The finished piece
 #
