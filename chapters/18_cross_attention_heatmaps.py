@@ -82,8 +82,8 @@ _ = torch.manual_seed(0)
 # `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the book's recipe of chapter 10 with
 # $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, twice the learning rate,
 # and a fixed budget of 1000 steps. Its cooldown ends at the last step; there is no early stop.
-# It has about four times the book model's parameters. Training it takes more than a minute, so
-# the chapter loads its stored weights (seed 0, in `chapters/data/`). To train it yourself,
+# It has about four times the book model's parameters. Training it takes more than a minute (a
+# dropdown in section 4 times it), so the chapter loads its stored weights (seed 0, in `chapters/data/`). To train it yourself,
 # call `load_or_train(SHARP_ATTENTION_RECIPE)`.
 
 # %%
@@ -136,7 +136,10 @@ w = cross[SHOWN][0].mean(dim=0)  # the shown layer, mean over heads -> [L_t, L_s
 torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.size(0)))
 
 # %% [markdown]
-# The weight each row puts on its mirrored column:
+# Take a source of $n$ digits followed by `<eos>`. Row $i$ of the map predicts output digit $i$,
+# which is source digit $n - 1 - i$: that column is row $i$'s *mirrored column*. The last row
+# predicts `<eos>` and should read the source's `<eos>`, column $n$. `mirrored_columns(n)` lists
+# these columns. The weight each row puts on its mirrored column:
 
 # %% tags=["nbval-ignore-output"]
 n = len(digits)
@@ -214,7 +217,9 @@ assert explorer.last_figure is not None and explorer.last_message.endswith("corr
 # %% [markdown]
 # The HTML book cannot run widgets. It shows an explorer of its own instead, just above. That
 # one draws weights computed beforehand. You pick one of twelve stored inputs, one of three
-# models, a layer and a head, but you cannot type digits. Figure 18.3 is the widget's initial view, as a static figure.
+# models, a layer and a head, but you cannot type digits.
+#
+# Figure 18.3 is the widget's initial view, drawn as a static figure:
 
 # %%
 print(explorer.last_message)
@@ -252,12 +257,10 @@ assert explorer.last_message.endswith("correct")
 # %% [markdown]
 # ## 4. How sharp is it, measured?
 #
-# One map is one input. To measure a model, take one source of $n$ digits followed by `<eos>`.
-# Under teacher forcing the decoder input is `<bos>` and the $n$ reversed digits, so the map has
-# $n + 1$ rows and $n + 1$ columns. Row $i$ (for $i < n$) predicts output digit $i$, which is
-# source digit $n - 1 - i$. The last row predicts `<eos>` and should read the source's `<eos>`,
-# column $n$. `mirrored_columns(n)` lists these columns. Three numbers say how sharp a layer is,
-# each averaged over its heads (`helpers.alignment_stats`):
+# One map is one input. To measure a model, feed it many sources under teacher forcing. For a
+# source of $n$ digits, the decoder input is `<bos>` and the $n$ reversed digits, so each map
+# has $n + 1$ rows and $n + 1$ columns. Each row's mirrored column is the one of section 1.
+# Three numbers say how sharp a layer is, each averaged over its heads (`helpers.alignment_stats`):
 #
 # - **mirror**: the mean weight on the mirrored column, over every row of every sequence
 #   (1.0 = a perfect anti-diagonal);
@@ -294,7 +297,9 @@ def report(name, stats):
 # %% [markdown]
 # The chapter's targets for the layer it shows: mirror at least 0.90, and the `<eos>` row peaking
 # on `<eos>` in at least 90 % of sequences. The first is below the reference chapter's 0.94.
-# The cell also prints the same numbers for the seed-0 models that other kernel paths trained.
+# A script trained this recipe once and recorded these numbers as it went (section 6). The cell
+# compares the stored model with that record. It also prints the numbers of the seed-0 models
+# trained on the other kernel paths of chapter 10 (the same code on other CPU kernels).
 
 # %% tags=["nbval-ignore-output"]
 paths = kernel_spread(Path("data/kernel_spread.json"))["results"]  # the kernel paths
@@ -359,15 +364,15 @@ assert fresh["eos_peak"][SHOWN] > sharp["eos_peak"][SHOWN] - 0.02  # within 4 of
 # %% [markdown]
 # On the fresh sequences the last layer still puts more than 0.90 on the mirrored position and
 # peaks on `<eos>` in more than 95 % of them. The mirror weight is within 0.01 of the probe
-# set's, the `<eos>` peak within 0.02. Choosing on the probe set did not inflate these numbers.
+# set's, and the `<eos>` peak at most 0.02 below it. Choosing on the probe set did not inflate these numbers.
 #
 # :::{dropdown} Going deeper: are these the weights this code trains?
 # The recipe's cooldown starts only after step 100. So a run of 100 steps without cooldown takes
 # exactly the recorded run's first 100 steps. Trained live, it must match the record's point at
 # step 100. On the book's pinned kernels it matches to the record's four decimals. Elsewhere the
-# last bits differ, and 100 steps amplify them. The allowed gap is twice the largest one measured
-# between kernel paths for this recipe at the same step, for each number. It is never less than
-# one probe sequence in 200 (0.005).
+# last bits differ, and 100 steps amplify them. There the allowed gap is twice the largest one
+# measured between kernel paths for this recipe at the same step, for each number. It is never
+# less than one probe sequence in 200 (0.005).
 # :::
 
 
@@ -543,8 +548,9 @@ plt.show()
 
 # %% [markdown]
 # Training longer alone does not make the map sharp: the book's architecture, after 1500 steps,
-# stays low. Heads of $d_k = 32$ rather than 8 matter most. The next cell measures each change
-# against the seed's own spread.
+# stays low. The next cell measures each change against the seed's own spread. Heads of
+# $d_k = 32$ rather than 8 raise both numbers far beyond it. Dropout helps some models and not
+# others.
 #
 # :::{dropdown} Going deeper: one change at a time
 # The cell sets the runs side by side, one change at a time. The runs before and after differ
@@ -832,27 +838,26 @@ plt.show()
 # %% [markdown]
 # ## Summary
 #
-# - Measured over 200 probe sequences under teacher forcing, the book's model of chapter 10
-#   reverses correctly with a blurred alignment: on average less than 0.7 of a row's weight
-#   on the mirrored position, in every layer.
-# - Recorded runs (one seed per lever, read against a three-seed band) show that
-#   three times the book's training
-#   budget alone does not make the last layer sharp. Heads of $d_k = 32$ instead of 8 do, on both
-#   numbers. Dropout 0.1 did for four heads, not for one. Label smoothing took the `<eos>` peak
-#   to 0. Only one of these runs reached the reference's 0.94.
 # - `SHARP_ATTENTION_RECIPE` ($d_{model}$ 64, two heads of $d_k$ 32, dropout 0.15, twice the
 #   learning rate, 1000 steps) gives a map close to the reference chapter's, below its 0.94:
 #   with seed 0, at least 0.90 on the mirrored position and `<eos>` peaks in at least 90 % of
 #   sequences in its last layer, on the probe set that chose it and on 1000 fresh sequences,
 #   and over 99.9 % test exact match. Over three seeds it sits at the edge of both targets.
-# - Its twin with PyTorch's default initialisation, same recipe, learns far less,
-#   and its map is blurred: some of the blur sits on
-#   neighbouring positions, most of it further away. It is not the reference chapter's 0.60
-#   default-init model, and the reference's "smeared over 2 to 3 neighbours" holds for it only
-#   in part.
+# - Measured over 200 probe sequences under teacher forcing, the book's model of chapter 10
+#   reverses correctly with a blurred alignment: on average less than 0.7 of a row's weight
+#   on the mirrored position, in every layer.
+# - Recorded runs (one seed per lever, read against a three-seed band) show that three times
+#   the book's training budget alone does not make the last layer sharp. Heads of $d_k = 32$
+#   instead of 8 raise both numbers. Dropout 0.1 did for four heads, not for one. Label
+#   smoothing took the `<eos>` peak to 0. Only one of these runs reached the reference's 0.94.
 # - The reference chapter's own recipe, `SEED_RECIPE` (four heads of $d_k = 32$, ten epochs),
 #   in one run (seed 0), puts more than 0.94 on the mirrored position in its last layer, as
-#   the reference chapter shows. It took more than three times as long as the sharp recipe to train.
+#   the reference chapter shows. It took more than three times as long as the sharp recipe to
+#   train.
+# - The sharp recipe's twin with PyTorch's default initialisation learns far less, and its map
+#   is blurred: some of the blur sits on neighbouring positions, most of it further away. It is
+#   not the reference chapter's 0.60 default-init model, and the reference's "smeared over 2 to
+#   3 neighbours" holds for it only in part.
 # - The one thing to remember: a heatmap shows what one trained model does, not what the task
 #   requires. An accurate model can have a blurred map; how sharp it is depends on the recipe.
 #
