@@ -60,7 +60,6 @@ print(
     f"import torch: {t_torch:.1f} s, then transformers (BART, Marian, masks, cache, generation):"
     f" {t_hf:.1f} s"
 )
-assert modeling_bart.BartAttention is not None
 
 # %% [markdown]
 # Importing `transformers` takes noticeably longer than importing `torch` alone. The times depend
@@ -214,8 +213,9 @@ print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__vers
 # - The cache argument of BART's attention and decoder is `cache` here; the name those posts use,
 #   `past_key_values`, is still accepted, through a deprecation decorator.
 #
-# The next cell checks them too. In this release they are gone, so code copied from an older
-# tutorial fails at import, not silently.
+# The next cell checks them too. The generation and mask names are gone from this release.
+# Code copied from an older tutorial that uses them stops with an `ImportError` or an
+# `AttributeError`; it does not run wrong in silence.
 # :::
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
@@ -239,7 +239,8 @@ attn_args = list(inspect.signature(modeling_bart.BartAttention.forward).paramete
 decoder_args = list(inspect.signature(Decoder.forward).parameters)
 print("BartAttention.forward arguments:", attn_args)
 print("BartDecoder.forward arguments:  ", decoder_args)
-renamed = inspect.getsource(modeling_bart).count('deprecate_kwarg("past_key_values"')
+renamed = len(re.findall(r'deprecate_kwarg\("past_key_values", [^)]*new_name="cache"\)',
+                         inspect.getsource(modeling_bart)))  # fmt: skip
 print(f'deprecate_kwarg("past_key_values", ..., new_name="cache") in modeling_bart.py: {renamed}x')
 assert "cache" in attn_args and "cache" in decoder_args and renamed > 0
 
@@ -351,9 +352,10 @@ with torch.no_grad():
 # `masking_utils` starts from the `[B, L]` `attention_mask` (1 = attend) and, depending on the
 # attention implementation, produces a `bool` 4D mask with **True = attend** (`sdpa_mask`) or an
 # **additive float** 4D mask, 0 where attention is allowed and `torch.finfo(dtype).min` where it is
-# not (`eager_mask`). Note `finfo.min`, not `-1e9`: the fp16 pitfall of chapter 03 is avoided the same
-# way there. Our converters produce both from our masks, and they must agree exactly, for the
-# encoder's padding mask and for the decoder's causal-plus-padding mask:
+# not (`eager_mask`). Note `finfo.min`, not `-1e9`: `-1e9` becomes `-inf` in float16 (chapter 03),
+# and `transformers` avoids that as our attention does. Our converters produce both from our
+# masks, and they must agree exactly, for the encoder's padding mask and for the decoder's
+# causal-plus-padding mask:
 
 # %%
 def to_additive(mask, dtype=torch.float32):
@@ -509,10 +511,11 @@ assert sorted(bart_norms) == [
 
 # %% [markdown]
 # The line with the standard deviations is the practical difference. A Post-Norm layer's output is
-# normalised (each row has standard deviation about 1, here for an input of standard deviation 3),
-# so the residual stream is squashed at every layer and gradients must pass through every LayerNorm;
-# Xiong et al. {cite}`xiong2020` trace Post-Norm's need for a learning-rate warmup to this. A
-# Pre-Norm layer leaves the residual stream alone and only normalises what each sublayer reads.
+# normalised: each row has standard deviation about 1, here for an input of standard deviation 3.
+# So the residual stream is squashed at every layer, and gradients must pass through every
+# LayerNorm. Xiong et al. {cite}`xiong2020` trace Post-Norm's need for a learning-rate warmup to
+# this. A Pre-Norm layer leaves the residual stream alone and only normalises what each sublayer
+# reads.
 #
 # Figure 16.1 puts the names of a whole encoder side by side, ours (`helpers.Transformer`) and
 # BART's (`BartForConditionalGeneration`). The cell checks every pair: both names exist, and the
@@ -714,11 +717,11 @@ assert bart.encoder.embed_tokens.embed_scale == 1.0
 assert abs(tok_std - 0.02) < 0.005 and abs(pos_std - 0.02) < 0.005
 
 # %% [markdown]
-# Marian's positions are not learned: they are fixed sinusoids, like ours, with values of size 1.
-# With the scale off, its tokens are not. We build a Marian model at `MarianConfig`'s default width
-# (with a vocabulary of 13 and one small layer, so it builds quickly) and compare the root mean
-# square of what is added at the input: the token vectors, times `embed_scale`, and the position
-# vectors.
+# Marian's positions are not learned: they are fixed sinusoids, like ours, with values between -1
+# and 1. With the scale off, its tokens stay at the 0.02 scale of their initialisation. We build
+# a Marian model at `MarianConfig`'s default width (with a vocabulary of 13 and one small layer,
+# so it builds quickly) and compare the root mean square of what is added at the input: the
+# token vectors, times `embed_scale`, and the position vectors.
 
 # %%
 def rms(t):
@@ -799,10 +802,11 @@ assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 # (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
 # (chapter 17 shows the damage). Marian works for two reasons. First, its decoder does not derive
 # the padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
-# ones when not given. Second, the start token's embedding row is the padding row, which is
-# zero: at initialisation, and in converted checkpoints, where the converter appends the PAD row
-# as zeros {cite}`hf_marian_converter`. Position 0 still gets its sinusoidal encoding. So the first decoder input is that
-# encoding: a fixed vector, not zero. A tiny Marian, with our PAD id as its PAD and its start
+# ones when not given. Second, its first input is not zero. The start token's embedding row is
+# the padding row, which is zero: at initialisation, and in converted checkpoints, where the
+# converter appends the PAD row as zeros {cite}`hf_marian_converter`. But position 0 still gets
+# its sinusoidal encoding, so the first decoder input is that encoding: a fixed vector, not
+# zero. A tiny Marian, with our PAD id as its PAD and its start
 # symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first
 # input equals position 0's encoding.
 

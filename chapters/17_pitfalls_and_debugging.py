@@ -205,7 +205,7 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 
 # %% [markdown]
 # **Fix:** `decode(tgt_in, memory, src_mask)` takes the source padding mask for cross-attention.
-# Chapter 07 shows the wiring and a one-line guard on the mask's last dimension.
+# Chapter 07 shows the wiring and a guard on the mask's last two dimensions.
 #
 # ## 3. A fully masked row turns into NaN
 #
@@ -935,15 +935,18 @@ assert report.ok and not report.failures
 assert healthy.training and all(p.grad is None for p in healthy.parameters())  # left as found
 
 # %% [markdown]
+# The healthy model's initial loss is 1.37 times $\ln V$, not $\ln V$. Random logits of a small
+# spread $s$ give a loss of about $\ln V + s^2/2$. So `check_model` flags an initial loss only
+# above 2 times $\ln V$.
+#
 # :::{dropdown} Going deeper: why the initial loss is above $\ln V$
-# The healthy model's initial loss is 1.37 times $\ln V$, not $\ln V$. A model that knows nothing
-# is not a uniform guess. Its logits are random, with some spread $s$ across the vocabulary at
-# each position. For random logits of a small spread $s$, the expected cross entropy is about
-# $\ln V + s^2/2$: the mean of $e^{z}$ over Gaussian $z$ is $e^{s^2/2}$. Exercise 17.1 shows where
-# this breaks down. Xavier-initialised output projections give $s$ a little above 1 here. So
-# `check_model` flags the initial loss only above `loss_ratio_limit` times $\ln V$, which it takes
-# as "confidently wrong". The cell reads the limit from its signature and says which spread it
-# corresponds to.
+# A model that knows nothing is not a uniform guess. Its logits are random, with some spread $s$
+# across the vocabulary at each position. For random logits of a small spread $s$, the expected
+# cross entropy is about $\ln V + s^2/2$: the mean of $e^{z}$ over Gaussian $z$ is $e^{s^2/2}$.
+# Exercise 17.1 shows where this breaks down. Xavier-initialised output projections give $s$ a
+# little above 1 here. So `check_model` flags the initial loss only above `loss_ratio_limit` times
+# $\ln V$, which it takes as "confidently wrong". The cell reads the limit from its signature and
+# says which spread it corresponds to.
 # :::
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
