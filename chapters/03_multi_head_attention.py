@@ -35,6 +35,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import helpers
 from helpers import PAD_ID, VOCAB_SIZE, describe
 
+
+def at_most(diff, tol=1e-6):
+    """A rounding-level difference, printed so that it reads the same on every CPU."""
+    return f"< {tol:.0e}" if diff < tol else f"{diff:.2g}"
+
+
 # %% [markdown]
 # ## One head, by hand
 #
@@ -762,13 +768,7 @@ for dtype in (torch.float16, torch.bfloat16, torch.float32):
 # key/value projections on their own.
 # :::
 
-
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
-def at_most(diff, tol=1e-6):
-    """A rounding-level difference, printed so that it reads the same on every CPU."""
-    return f"< {tol:.0e}" if diff < tol else f"{diff:.2g}"
-
-
 qkv = nn.Linear(d, 3 * d)
 with torch.no_grad():
     qkv.weight.copy_(torch.cat([W_q.weight, W_k.weight, W_v.weight], dim=0))  # [3d, d]
