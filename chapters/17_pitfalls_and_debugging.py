@@ -17,7 +17,7 @@
 # # 17. Pitfalls and debugging
 #
 # Many Transformer bugs do not crash: the model runs and does the wrong thing.
-# We reproduce nineteen such pitfalls, each in a few lines, and fix them.
+# We reproduce nineteen pitfalls, most of them silent, each in a few lines, and fix them.
 # Then `helpers.check_model` runs a debugging order on one batch and catches nine breaks.
 #
 # ![What check_model flags for a healthy model and nine broken ones](figures/17_pitfalls_and_debugging.png)
@@ -285,9 +285,9 @@ assert fully_masked_rows(self_mask)[:, 0, 0].all()
 #
 # The start symbol is now the padding row of the embedding, which `padding_idx` keeps at zero: its
 # row gets no gradient. That does not remove the cue for the first position. Position 0 still gets
-# its encoding, so the first decoder input is the fixed vector `pe[0]`, not zero. Hugging Face's
-# Marian starts its decoder this way (chapter 16). The harm is in our mask. It is derived from the
-# ids, so key 0 is blocked for every query, and no position can attend to the start.
+# its encoding, so the first decoder input is the fixed vector `pe[0]`, not zero. The harm is in
+# our mask. It is derived from the ids, so key 0 is blocked for every query, and no position can
+# attend to the start.
 # :::
 
 # %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
@@ -637,7 +637,7 @@ assert ratios["book init"] < 2 and ratios["PyTorch defaults"] > 10
 # `nn.Module` registers a submodule assigned as an attribute, or held in a `ModuleList` or
 # `ModuleDict`. A plain list hides its modules. Their parameters are missing from `parameters()`,
 # so from the optimizer, and from `state_dict()`, so from checkpoints. `.to()` and `.eval()` never
-# reach them. The forward pass works perfectly.
+# reach them. The forward pass runs without an error.
 
 # %%
 class Stack(nn.Module):
@@ -666,7 +666,25 @@ for container in (list, nn.ModuleList):
     except ValueError as e:
         print("           Adam:", type(e).__name__, "|", e)
         assert container is list
-assert sum(p.numel() for p in Stack(list).parameters()) == 0
+x8 = torch.randn(2, 8)
+hidden_stack = Stack(list)
+print("forward pass of the plain list:", tuple(hidden_stack(x8).shape))
+assert sum(p.numel() for p in hidden_stack.parameters()) == 0
+
+
+class FreshLayers(nn.Module):
+    def forward(self, x):
+        for layer in [nn.Linear(8, 8) for _ in range(3)]:  # built inside forward
+            x = layer(x)
+        return x
+
+
+fresh = FreshLayers()
+with torch.no_grad():
+    gap = (fresh(x8) - fresh(x8)).abs().max().item()
+print(f"layers built inside forward: {len(list(fresh.parameters()))} parameters; two calls on "
+      f"the same input differ by up to {gap:.2f}")  # fmt: skip
+assert gap > 0 and not list(fresh.parameters())
 
 # %% [markdown]
 # **Fix:** `nn.ModuleList` (chapter 05). A list of modules built *inside* `forward` is the same
