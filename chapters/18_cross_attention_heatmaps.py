@@ -83,8 +83,8 @@ _ = torch.manual_seed(0)
 # $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, twice the learning rate,
 # and a fixed budget of 1000 steps. Its cooldown ends at the last step; there is no early stop.
 # It has about four times the book model's parameters. Training it takes more than a minute (a
-# dropdown in section 4 times it), so the chapter loads its stored weights (seed 0, in `chapters/data/`). To train it yourself,
-# call `load_or_train(SHARP_ATTENTION_RECIPE)`.
+# dropdown in section 4 times it), so the chapter loads its stored weights (seed 0, in
+# `chapters/data/`). To train it yourself, call `load_or_train(SHARP_ATTENTION_RECIPE)`.
 
 # %%
 data = json.loads(Path("data/ch18_sharpness.json").read_text())  # recorded runs
@@ -364,7 +364,8 @@ assert fresh["eos_peak"][SHOWN] > sharp["eos_peak"][SHOWN] - 0.02  # within 4 of
 # %% [markdown]
 # On the fresh sequences the last layer still puts more than 0.90 on the mirrored position and
 # peaks on `<eos>` in more than 95 % of them. The mirror weight is within 0.01 of the probe
-# set's, and the `<eos>` peak at most 0.02 below it. Choosing on the probe set did not inflate these numbers.
+# set's, and the `<eos>` peak at most 0.02 below it. Choosing on the probe set did not inflate
+# these numbers.
 #
 # :::{dropdown} Going deeper: are these the weights this code trains?
 # The recipe's cooldown starts only after step 100. So a run of 100 steps without cooldown takes
@@ -456,8 +457,9 @@ assert book["mirror"].min() > uniform
 #
 # ## 6. How the recipe was found
 #
-# Which changes to the book's recipe make the map sharp? Training a candidate and measuring it
-# every 100 steps takes minutes, so a script recorded the runs once and the chapter reads them.
+# Which changes to the book's recipe make the map sharp? The sharp recipe alone takes more than
+# a minute to train, and the runs cover sixteen recipes. So a script trained and measured each
+# once, every 100 steps, and the chapter reads the records.
 # Every run starts from `BOOK_RECIPE` and changes a few fields.
 #
 # :::{dropdown} Going deeper: the recorded runs, one table
