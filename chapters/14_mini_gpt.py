@@ -390,8 +390,8 @@ plt.show()
 # text. This chapter tries only the first.
 #
 # The numbers: the two losses are close at the first evaluation. The held-out loss ends well above
-# its best, while the training loss goes on falling and ends well below it. And the kept weights
-# are far better than a uniform guess.
+# its best, while the training loss goes on falling, well below its value at the best step. And
+# the kept weights are far better than a uniform guess.
 
 # %% tags=["nbval-ignore-output"]
 best_i = hist["eval_step"].index(hist["best_step"])
@@ -569,12 +569,12 @@ assert real[2.0, 5] > real[2.0, None] + 0.1
 #
 # ## 7. The KV cache for a decoder-only model
 #
-# Generation feeds the whole text every step, and chapter 13's argument applies. Under the causal
-# mask the keys and values of earlier positions never change, so each block can keep them. A
-# decoder-only model is simpler than the encoder-decoder: one attention per block, and no
-# cross-attention keys. One thing is new: the **prompt**. It is fed in one pass, a "prefill" of
-# several positions, which needs a causal mask for the prompt's own positions. After that, one
-# token per step, and no mask at all.
+# Without a cache, generation feeds the whole text at every step, and chapter 13's argument
+# applies. Under the causal mask the keys and values of earlier positions never change, so each
+# block can keep them. A decoder-only model is simpler than the encoder-decoder: one attention
+# per block, and no cross-attention keys. One thing is new: the **prompt**. It is fed in one
+# pass, a "prefill" of several positions, which needs a causal mask for the prompt's own
+# positions. After that, one token per step, and no mask at all.
 #
 # `MiniGPT.forward(ids, caches)` counts the positions already cached and builds the mask for the
 # new ones. New query $i$ sits at position `past + i` and may see keys `0 .. past + i`. For 3 new
@@ -694,7 +694,8 @@ print(timing_label())
 # - **speed**: fused attention kernels, 16-bit floats, and compiled code (`torch.compile`).
 #
 # The dropdowns below try each speed tool on this CPU. `GPTBlock` already runs SDPA's fused
-# kernel, with an explicit causal mask; the first dropdown shows why not `is_causal=True`.
+# kernel, with an explicit causal mask; the second and third dropdowns show why not
+# `is_causal=True`.
 #
 # :::{dropdown} Going deeper: fused attention, with an explicit mask or `is_causal`
 # `GPTBlock`'s attention is `MultiHeadAttention.attend` with `need_weights=False`. It calls
