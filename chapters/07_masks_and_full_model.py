@@ -75,7 +75,8 @@ _ = torch.manual_seed(0)
 # Two reversal examples of different lengths. The source is the digits, then `<eos>`, then
 # padding. The decoder input (`tgt_in`) is `<bos>`, the reversed digits, and `<eos>` where there
 # is room; it is padded too. The source is one column wider than the target, so $L_s \ne L_t$.
-# The full-width tensors of `make_reversal_dataset` differ the same way: $L_s = 14$, $L_t = 13$.
+# The full-width tensors of `make_reversal_dataset` differ the same way: $L_s = 14$, $L_t = 13$
+# (chapter 06).
 
 
 # %%
@@ -285,7 +286,7 @@ except ValueError as e:
 
 # %% [markdown]
 # When $L_t = L_s$ it runs without a word. In training that is the usual case, not a
-# coincidence: the cell below finds $L_s = L_t$ in every batch.
+# coincidence: in a 20-step run of the book's recipe, every batch has $L_s = L_t = 13$.
 #
 # :::{dropdown} Going deeper: why training batches have $L_t = L_s$
 # `helpers.train_reversal` cuts each batch to its longest sequence (chapter 10). For reversal,
