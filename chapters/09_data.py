@@ -246,8 +246,8 @@ assert abs(int(in_train.sum()) - expected) < 3 * expected**0.5  # within samplin
 # has $10^{12}$ twelve-digit inputs, far more than any training set could hold. Chapter 10
 # reports the score on unseen sequences separately.
 #
-# The overlap can flatter the score a little. There is a second, larger problem with reporting
-# it. Training stops at the first evaluation where the validation score reaches the target
+# The overlap can flatter the score a little. There is a second problem with reporting it.
+# Training stops at the first evaluation where the validation score reaches the target
 # (chapter 10). A score that decided when to stop is chosen to be high. Reporting it as the
 # model's accuracy is optional stopping. So the validation set keeps one job, deciding when to
 # stop. It keeps the reference chapter's split (train: 20,000 with seed 0, validation: 1,000
