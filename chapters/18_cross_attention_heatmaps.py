@@ -158,7 +158,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Every row peaks on its mirrored column, the anti-diagonal, and the last row on `<eos>`. But
+# Figure 18.1 draws the whole map. Every row peaks on its mirrored column, the anti-diagonal,
+# and the last row on `<eos>`. But
 # this map is less sharp than the reference chapter's, which had at least 0.94 in every row.
 # Here some rows fall below 0.94, and the `<eos>` row puts less than 0.9 on `<eos>`.
 #
@@ -336,7 +337,7 @@ assert sharp["mirror_heads"][SHOWN].min() > 0.85
 # Both heads of the last layer put more than 0.85 on the mirrored position: they agree, so their
 # mean is sharp too.
 #
-# Its accuracy, on the 10,000 test sequences of chapter 9 that no choice in this chapter looked
+# The sharp model's accuracy, on the 10,000 test sequences of chapter 9 that no choice in this chapter looked
 # at (teacher-forced exact match, with a Wilson 95 % interval, chapter 10):
 
 # %% tags=["nbval-ignore-output"]
@@ -446,7 +447,7 @@ assert book["mirror"].max() < BOOK_MIRROR_BOUND and book["eos_peak"][-1] < BOOK_
 assert book["mirror"].min() > uniform
 
 # %% [markdown]
-# Its map is above the uniform spread, but far from the sharp model's. No layer puts even 0.7 on
+# Its mirror weight is above what uniform rows score, but far from the sharp model's. No layer puts even 0.7 on
 # the mirrored position. The last layer's `<eos>` row peaks on `<eos>` in fewer than half of the
 # sequences, on every path. Yet these models reverse 98.9 % to 99.8 % of the test sequences
 # correctly. Accuracy does not require a sharp alignment.
