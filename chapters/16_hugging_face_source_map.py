@@ -29,8 +29,8 @@
 # the release the map refers to. We also point out the differences worth knowing before you read
 # the real thing (Figure 16.1).
 #
-# A source map goes stale: `transformers` moves fast, and names in blog posts (including the ones
-# this book was written from) can be a few releases old. So the map is **checked, not claimed**.
+# A source map goes stale: `transformers` moves fast, and names in blog posts can be a few
+# releases old. So the map is **checked, not claimed**.
 # The book pins one release of `transformers` in `requirements.txt`. The cells below import every
 # name in the table from the installed package and check that it is there. Nothing is
 # downloaded: every Hugging Face model in this chapter is built from a small config with random
