@@ -113,7 +113,8 @@ def check(path: Path) -> list[str]:
     problems: list[str] = []
 
     def problem(msg: str) -> None:
-        problems.append(f"{path.relative_to(ROOT)}: {msg}")
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        problems.append(f"{where}: {msg}")
 
     # execution and nbval
     counts = []

@@ -39,6 +39,10 @@ def figure_path(notebook: Path) -> Path:
     return notebook.parent / "figures" / f"{notebook.stem}.png"
 
 
+def rel(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def problems(notebook: Path) -> list[str]:
     """What is wrong with this chapter's opening picture (empty when it is right)."""
     png = opening_png(json.loads(notebook.read_text(encoding="utf-8")))
@@ -46,10 +50,10 @@ def problems(notebook: Path) -> list[str]:
     if png is None:
         return [f"no code cell tagged {TAG} with an image/png output"]
     if not target.exists():
-        return [f"{target.relative_to(ROOT)} is missing: run tools/export_opening_figures.py"]
+        return [f"{rel(target)} is missing: run tools/export_opening_figures.py"]
     if target.read_bytes() != png:
         return [
-            f"{target.relative_to(ROOT)} differs from the {TAG} cell's output: "
+            f"{rel(target)} differs from the {TAG} cell's output: "
             "run tools/export_opening_figures.py"
         ]
     return []
@@ -78,7 +82,7 @@ def main(argv: list[str]) -> int:
         target.parent.mkdir(exist_ok=True)
         if not target.exists() or target.read_bytes() != png:
             target.write_bytes(png)
-            print(f"wrote {target.relative_to(ROOT)} ({len(png) // 1024} KiB)")
+            print(f"wrote {rel(target)} ({len(png) // 1024} KiB)")
     return 1 if bad else 0
 
 
