@@ -170,8 +170,8 @@ print("tokens produced after <eos> in the two short rows:", [describe(t) for t i
 assert all((t != PAD_ID).all() for t in after_eos)  # never padding
 
 # %% [markdown]
-# The short rows keep generating after their `<eos>`. This model repeats `<eos>`; another
-# model may produce digits. These rows never produce `<pad>`.
+# The short rows keep generating after their `<eos>`. In the output above they repeat `<eos>`;
+# a model trained differently may write digits there. They never write `<pad>`.
 #
 # :::{dropdown} Going deeper: why the model never learned what follows `<eos>`
 # Positions after `<eos>` are padding in every training target, and the loss ignores them
