@@ -1087,6 +1087,8 @@ def main(argv) -> int:
         "--run-timeout", type=float, default=240, help="seconds allowed for run-all (default 240)"
     )
     args = ap.parse_args(argv)
+    # a SIGTERM (timeout, CI) unwinds like an exception, so the browser and JupyterLab stop
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.screenshots:
         args.screenshots.mkdir(parents=True, exist_ok=True)
 
