@@ -391,8 +391,10 @@ def reference_ratios() -> dict:
 
 def recorded_gpu_ratios(data_dir=None) -> dict | None:
     """Used in chapter 19. The same two ratios from the recorded GPU run's repeat of the
-    reference chapter's protocol (autograd off), or None when no GPU run is recorded. A ratio
-    whose rows were not both measured (out of memory, say) is absent from the dict."""
+    reference chapter's protocol (this book's layer, autograd off), or None when no GPU run is
+    recorded. The dict also carries the rows' shape (B, L, d_model, heads), so that the chapter
+    can check it is the reference's. A ratio whose rows were not both measured (out of memory,
+    say) is absent from the dict, as are both ratios when the two rows' shapes differ."""
     record = load_gpu_record("attention", data_dir)
     if record is None:
         return None
@@ -401,7 +403,18 @@ def recorded_gpu_ratios(data_dir=None) -> dict | None:
     hand, sdpa = by.get("handwritten"), by.get("sdpa_causal")
     if hand is None or sdpa is None:
         return out
+    rows = {
+        r["variant"]: r
+        for r in record.get("reference_protocol", [])
+        if not r.get("grad", False) and r["variant"] in ("handwritten", "sdpa_causal")
+    }
+    shapes = {
+        v: tuple(r.get(k) for k in ("B", "L", "d_model", "heads")) for v, r in rows.items()
+    }
+    if shapes["handwritten"] != shapes["sdpa_causal"]:
+        return out
     out["L"] = hand["L"]
+    out["shape"] = dict(zip(("B", "L", "d_model", "heads"), shapes["handwritten"]))
     if "ms" in hand and "ms" in sdpa:
         out["time"] = hand["ms"] / sdpa["ms"]
     if "mib" in hand and "mib" in sdpa:
