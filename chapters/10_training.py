@@ -19,7 +19,7 @@
 # This chapter trains the Transformer of chapters 01-07 on the reversal data of chapter 09.
 # You write the training loop by hand: teacher forcing, the loss, Adam and the warmup schedule.
 # Then `helpers.train_reversal` takes exactly the same steps, and trains the book's model.
-# Last, the model is scored once on 10,000 test sequences that training never looked at.
+# Last, the model is scored once on 10,000 test sequences that the stopping rule never saw.
 #
 # ![Loss and accuracy of the book's recipe over one training run](figures/10_training.png)
 
@@ -197,9 +197,9 @@ assert acc_counted > 0.25 and acc_real == 0
 #
 # Two facts are worth checking:
 #
-# 1. **Padded positions still contribute nothing.** The reference chapter warns that the
-#    smoothing term can leak into ignored positions. In PyTorch 2.13.0 it does not. The
-#    smoothed loss equals the formula averaged over the real positions only.
+# 1. **Padded positions still contribute nothing.** One of the articles this book was written
+#    from warns that some early PyTorch versions smooth the ignored positions too. In PyTorch
+#    2.13.0 they do not: the smoothed loss equals the formula averaged over the real positions.
 # 2. **The loss cannot reach zero.** Even a perfect model pays the entropy of the smoothed
 #    label. The best loss comes from predicting exactly the smoothed distribution:
 #    $H = -(1-\varepsilon+\tfrac{\varepsilon}{V})\log(1-\varepsilon+\tfrac{\varepsilon}{V})
@@ -258,11 +258,11 @@ assert SEED_RECIPE.label_smoothing == BOOK_RECIPE.label_smoothing == 0
 # factor, so the base lr is 1.0 (or `lr_scale`). `LambdaLR` counts from 0, so the function adds
 # 1, and the peak comes at index `warmup - 1`.
 #
-# The book's recipe changes two things (the notes at the end measure each change). Its model is
-# smaller, hence a larger $d_\text{model}^{-0.5}$, and its warmup is shorter. And it adds a
-# **linear cooldown**: over the last `cooldown` steps before `max_steps`, the Noam factor is
-# multiplied by a ramp that falls to 0. The cell prints both schedules' peaks, and Figure 10.2
-# draws them.
+# The book's recipe changes the schedule in two ways (the notes at the end measure each change).
+# Its peak is higher: its model is smaller, hence a larger $d_\text{model}^{-0.5}$, and its
+# warmup is shorter. And it adds a **linear cooldown**: over the last `cooldown` steps before
+# `max_steps`, the Noam factor is multiplied by a ramp that falls to 0. The cell prints both
+# schedules' peaks, and Figure 10.2 draws them.
 
 # %%
 def peak(cfg):
@@ -518,6 +518,9 @@ assert hand_losses[0] > math.log(VOCAB_SIZE) and hand_losses[-1] < 0.7 * hand_lo
 # the same number of threads, give the same bits. So the weights must be equal, not just close,
 # and `torch.equal` compares them exactly. The helper also scored the validation set at its last
 # step, and the weights still agree: scoring does not touch them.
+#
+# The 40 steps end long before the cooldown, which starts after step 100. So the cell also
+# compares the hand-written schedule with the helper's `lr_factor` at all 500 steps.
 
 # %%
 helper_run = train_reversal(cfg, progress=False, stop_after=HAND_STEPS)
@@ -530,6 +533,13 @@ print(f"{sum(same)} of {len(same)} weight tensors equal, bit for bit")
 print(f"{same_loss} of {HAND_STEPS} losses equal")
 assert hand_state.keys() == helper_state.keys() and all(same)
 assert same_loss == HAND_STEPS == helper_run.steps
+helper_factor = lr_factor(cfg)
+same_lr = sum(lr_at(s) == helper_factor(s) for s in range(cfg.max_steps))
+print(
+    f"learning-rate factor: {same_lr} of {cfg.max_steps} steps equal"
+    f" (the cooldown starts after step {cfg.max_steps - cfg.cooldown})"
+)
+assert same_lr == cfg.max_steps and helper_factor(cfg.max_steps - 1) < 0.01 * helper_factor(100)
 
 # %% [markdown]
 # ## The training function
@@ -668,8 +678,9 @@ assert test_all.n == 10_000 and test_all.exact_match >= FLOOR
 assert test_unseen.n == 10_000 - int(seen.sum()) and test_unseen.exact_match >= FLOOR
 
 # %% [markdown]
-# The last lines print four recorded runs of the same recipe on other kernels, described in the
-# note below. Each scored above 98 %, and so does this chapter's model.
+# The last four lines are recorded runs of the same recipe on four kernel paths (the note
+# below). The first is the book's pinned kernel. Each scored above 98 %, and so does this
+# chapter's model.
 #
 # :::{dropdown} Going deeper: the same recipe on other kernels
 # Trained on other kernels, the recipe gives another model, and not only in the last digit.
@@ -812,8 +823,8 @@ assert tok_90 < exact_90 and 0.7 < 0.97**11 < 0.75
 # %% [markdown]
 # ## Recorded experiments
 #
-# The notes below answer two questions from recorded data: how high the learning rate can go,
-# and which changes make the book's recipe faster than the reference chapter's. Each note
+# The notes below answer two questions, mostly from recorded data: how high the learning rate
+# can go, and which changes make the book's recipe faster than the reference chapter's. Each note
 # collapses, with its cells.
 
 # %% [markdown]
@@ -1373,12 +1384,12 @@ print(gpu_training_summary("data"))
 # - Trained: the book's recipe, until the validation set is 99.5 % exactly right.
 # - Measured: the model's exact match on the 10,000 test sequences, which stopping never looked
 #   at, with a 95 % Wilson interval. It is reported on all of them and on the unseen ones.
-# - From recorded data (in the notes): rounding alone moved one seed's step count by up to the
-#   rounding band. A smaller model, larger batches with a short warmup and no dropout each cut
-#   the median step count by more than the band. bf16, length bucketing and `torch.compile`
-#   did not help. From 0.5 to 2 times the book's peak learning rate, the step counts are not
-#   distinguishable with three seeds. At 3 and 4 times, training is slower by more than the
-#   band.
+# - From recorded data (in the notes): rounding alone moved one seed's step count by up to 120
+#   steps, the rounding band. A smaller model, larger batches with a short warmup and no
+#   dropout each cut the median step count by more than the band. bf16, length bucketing and
+#   `torch.compile` did not help. From 0.5 to 2 times the book's peak learning rate, the step
+#   counts are not distinguishable with three seeds. At 3 and 4 times, training is slower by
+#   more than the band.
 # - The one thing to remember: the number that decides when to stop is not the number to report.
 #
 # ## Exercises
