@@ -89,13 +89,21 @@ def test_eval_gate_skips_evaluations_until_the_batch_is_right():
 
 def test_stop_after_takes_the_first_steps_of_the_full_schedule():
     cfg = dataclasses.replace(TINY, max_steps=12, cooldown=8)  # the cooldown starts at step 4
-    full, part = (
-        train_reversal(cfg, progress=False),
-        train_reversal(cfg, progress=False, stop_after=7),
-    )
+    at_7 = {}
+
+    def keep_step_7(step, model, loss):
+        if step == 7:
+            at_7.update({k: v.clone() for k, v in model.state_dict().items()})
+
+    full = train_reversal(cfg, progress=False, on_step=keep_step_7)
+    part = train_reversal(cfg, progress=False, stop_after=7)
     assert part.history["step"] == list(range(1, 8)) and part.history["eval_step"] == [3, 6, 7]
     assert part.history["lr"] == full.history["lr"][:7]  # the cooldown of 12 steps, not of 7
     assert part.history["loss"] == full.history["loss"][:7]
+    # the weights after step 7 of the full run, bit for bit (chapter 10 relies on this)
+    part_state = part.model.state_dict()
+    assert at_7.keys() == part_state.keys()
+    assert all(torch.equal(at_7[k], part_state[k]) for k in at_7)
     assert train_reversal(cfg, progress=False, stop_after=50).steps == 12  # capped by max_steps
     with pytest.raises(ValueError, match="stop_after"):
         train_reversal(cfg, progress=False, stop_after=0)
