@@ -104,7 +104,7 @@ def update_record(number: str, entry: dict) -> dict:
     import torch
 
     RECORD.parent.mkdir(parents=True, exist_ok=True)
-    with open(RECORD.with_name(RECORD.name + ".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / "transformer-book-run-times.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = json.loads(RECORD.read_text()) if RECORD.exists() else {"chapters": {}}
         record["chapters"][number] = entry
