@@ -950,8 +950,9 @@ if gpu is not None:
 #   hardware.
 # - In one dtype, the handwritten path's peak memory is three score matrices plus $Q$, $K$ and
 #   $V$. We read that off the code (section 2) and checked it against the recorded sweep (section
-#   5). It is quadratic in $L$: at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak on
-#   this CPU is about five $[B, L, d_{model}]$ activations, linear in $L$ (from $L=512$ on).
+#   5). It is quadratic in $L$: at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak in
+#   the recorded CPU sweep is about five $[B, L, d_{model}]$ activations, linear in $L$ (from
+#   $L=512$ on).
 # - A boolean mask is an $L^2$ term on the SDPA path too. It costs the module's `~attn_mask` and,
 #   in torch 2.13.0 on the CPU, a float32 copy inside SDPA. `is_causal=True` needs neither.
 # - Time: in the recorded CPU sweep, at every $L$ from 1024 on where the handwritten path ran,

@@ -24,8 +24,8 @@
 # ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/20_distributed_data_parallel.png)
 
 # %% [markdown]
-# Chapter 10 trains the reversal model in one process with one thread (`BOOK_RECIPE.threads`,
-# printed below). Larger models outgrow one process, and then one machine. PyTorch's answer is
+# Chapter 10 trains the reversal model in one process with one thread (`BOOK_RECIPE.threads`).
+# Larger models outgrow one process, and then one machine. PyTorch's answer is
 # `torch.distributed` with DDP, started by `torchrun`. Here the script runs as two CPU processes,
 # with the `gloo` backend. The same script is written to run on eight GPUs (`nccl`) or across
 # machines; those commands are at the end, and are not run here.
@@ -357,7 +357,7 @@ assert kb_grad < 1e-6 * g_max and move > 1e3 * kb_grad
 # The key biases' gradient is exactly zero in exact arithmetic. Adding $q \cdot b_k$ to every
 # score of a query's row shifts the whole row, and the softmax ignores a shift. In floats the
 # gradient is rounding noise, less than a millionth of the largest gradient. Adam's first step
-# divides a gradient by its own size, plus Adam's $\epsilon$ (printed). That turns the noise into
+# divides a gradient by its own size, plus Adam's $\epsilon$. That turns the noise into
 # a move of a sizeable fraction of the learning rate, in a direction set by the rounding. The two
 # runs round differently, so their key biases differ by the fraction printed. They disagree only
 # where the gradient carries no information.
@@ -367,7 +367,7 @@ assert kb_grad < 1e-6 * g_max and move > 1e3 * kb_grad
 #
 # The proof run also recorded when each bucket's all-reduce started, with a DDP communication
 # hook (`DistributedDataParallel.register_comm_hook`). It noted how many of the model's 92
-# parameter gradients (printed below) backward had not yet produced at that moment. With buckets
+# parameter gradients backward had not yet produced at that moment. With buckets
 # of at most 0.05 MiB:
 
 # %%
@@ -405,7 +405,7 @@ assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == 
 #
 # Without `--one-step`, the same script trains the book's recipe (`helpers.BOOK_RECIPE`) from
 # seed 0. The global batch is 128, so 64 per rank. Training stops when the validation exact match
-# reaches 99.5 % (both printed in the first cell). Rank 0 logs every 100 steps, with each rank's
+# reaches 99.5 %. Rank 0 logs every 100 steps, with each rank's
 # own mean loss on its half of the batch:
 
 # %% tags=["nbval-ignore-output"]
