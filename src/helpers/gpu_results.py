@@ -408,9 +408,7 @@ def recorded_gpu_ratios(data_dir=None) -> dict | None:
         for r in record.get("reference_protocol", [])
         if not r.get("grad", False) and r["variant"] in ("handwritten", "sdpa_causal")
     }
-    shapes = {
-        v: tuple(r.get(k) for k in ("B", "L", "d_model", "heads")) for v, r in rows.items()
-    }
+    shapes = {v: tuple(r.get(k) for k in ("B", "L", "d_model", "heads")) for v, r in rows.items()}
     if shapes["handwritten"] != shapes["sdpa_causal"]:
         return out
     out["L"] = hand["L"]
