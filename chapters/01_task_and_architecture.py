@@ -23,6 +23,9 @@
 #
 # ![The encoder-decoder Transformer of this book](figures/01_task_and_architecture.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 20 s.
+
 # %%
 import math
 import os
@@ -468,7 +471,7 @@ assert distinct == 3 and with_bias == len(linears)
 # model, and for the two other initialisations on a matrix of the shape of `W_q`.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def xavier_bound(w):
     return math.sqrt(6 / (w.shape[0] + w.shape[1]))  # fan_out + fan_in of an [out, in] weight
 
@@ -766,7 +769,7 @@ assert (rows[0][1] + rows[3][1]) / total < 0.01 and 1.3 < dec_layer / enc_layer 
 # the vocabulary is no longer negligible.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 V2, ctx2, d2, N2 = 50_257, 1024, 768, 12
 token_emb, pos_emb = V2 * d2, ctx2 * d2
 gpt2_layer = 4 * (d2 * d2 + d2) + (2 * d2 * 4 * d2 + 4 * d2 + d2) + 2 * (2 * d2)

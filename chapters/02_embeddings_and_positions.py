@@ -32,6 +32,9 @@
 # A row of a learned table $E$ per token is scaled by $\sqrt{d}$. A fixed vector $PE[p]$ says
 # *where* the token is. Both are as in {cite}`vaswani2017`.
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 15 s.
+
 # %%
 import copy
 import math
@@ -287,7 +290,7 @@ plt.show()
 # almost no position information here; only much longer sequences move them.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 wavelength = 2 * math.pi / omega
 print(
     "wavelengths (positions): first pairs",

@@ -22,6 +22,9 @@
 #
 # ![A hand-set head's weights: each query attends to its mirrored key](figures/03_multi_head_attention.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 20 s.
+
 # %%
 import math
 
@@ -512,7 +515,7 @@ assert y.shape == x.shape
 # heads' outputs concatenated along the feature dimension.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 split_diff = max((Q[:, i] - q[..., i * d_k : (i + 1) * d_k]).abs().max().item() for i in range(h))
 merge_diff = (merged - torch.cat([heads[:, i] for i in range(h)], dim=-1)).abs().max().item()
 print(f"max |Q[:, i] - columns [i*d_k, (i+1)*d_k) of W_q(x)| over the heads: {split_diff}")
@@ -558,7 +561,7 @@ assert not t.is_contiguous() and "view size is not compatible" in str(caught)
 # steps runs fine; the first longer sequence fails, as in the cell above.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 x1 = x[:, :1]  # one position per sequence: L = 1
 with torch.no_grad():
     Q1, K1, V1 = (W(x1).view(B, 1, h, d_k).transpose(1, 2) for W in (W_q, W_k, W_v))
@@ -618,7 +621,7 @@ assert scrambled.shape == merged.shape and wrong_by > 0.1
 # module's own error.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 h_bad = 3
 try:
     W_q(x).view(B, L, h_bad, d // h_bad)
@@ -723,7 +726,7 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):
 # mask overflows.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 for dtype in (torch.float16, torch.bfloat16, torch.float32):
     zero = torch.tensor(0.0, dtype=dtype)
     fmin = torch.tensor(torch.finfo(dtype).min, dtype=dtype)
@@ -768,7 +771,7 @@ for dtype in (torch.float16, torch.bfloat16, torch.float32):
 # key/value projections on their own.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 qkv = nn.Linear(d, 3 * d)
 with torch.no_grad():
     qkv.weight.copy_(torch.cat([W_q.weight, W_k.weight, W_v.weight], dim=0))  # [3d, d]
@@ -956,7 +959,7 @@ assert d_wrong > 0.1 and heads_wrong[1, :, 4].abs().max() == 0
 # :::
 
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def saved_tensors_of_shape(out, shape):
     """Names of the tensors of `shape` that out's autograd graph keeps for backward."""
     found, stack, seen = [], [out.grad_fn], set()
@@ -1060,7 +1063,7 @@ assert "not divisible" in str(caught)
 # the output projection `W_o` maps zero to its bias, so the row equals `W_o.bias`.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 all_blocked = torch.ones(1, 1, 1, L, dtype=torch.bool)
 with torch.no_grad():
     out_blocked, w_blocked = lib(x[:1], x[:1], x[:1], attn_mask=all_blocked)

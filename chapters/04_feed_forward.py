@@ -22,6 +22,9 @@
 #
 # ![ReLU and GELU with their derivatives](figures/04_feed_forward.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 10 s.
+
 # %%
 import copy
 import math
@@ -236,7 +239,7 @@ plt.show()
 # *opposite* sign to the one it would get on the right, but not a zero one.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 grid = torch.linspace(-6, 6, 120_001, dtype=torch.float64, requires_grad=True)
 g = F.gelu(grid)
 (dg,) = torch.autograd.grad(g.sum(), grid)
@@ -281,7 +284,7 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # expect bit-for-bit equal outputs.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 print("transformers", transformers.__version__)
 print("nn.GELU() ->", nn.GELU(), "  default approximate =", repr(nn.GELU().approximate))
 assert nn.GELU().approximate == "none"
@@ -377,7 +380,7 @@ assert 0.4 < negative < 0.6
 # :::
 
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def first_step_ratio(act, make_opt):
     """Largest change of unit 0's weights after one step / the median over other units."""
     f = copy.deepcopy(base)
@@ -510,7 +513,7 @@ assert 0.65 < shares[4][0] < 0.68 and 0.48 < shares[4][1] < 0.51
 # attention's cost directly.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 for L_seq in (14, 128, 512, 2048):
     ffn_macs, attn_len_macs = 2 * d * dff, 2 * L_seq * d
     print(

@@ -24,6 +24,9 @@
 #
 # ![Training loss of Pre-Norm and Post-Norm encoders without warmup](figures/05_encoder.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 35 s.
+
 # %% [markdown]
 # An encoder layer wraps the two sub-layers of the last two chapters, self-attention
 # (chapter 03) and the feed-forward network (chapter 04). Each sits in a **residual
@@ -230,7 +233,7 @@ print("no attention weight lands on a PAD key")
 # :::
 
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def layer_norm(x, gamma, beta, eps=1e-5):
     mean = x.mean(-1, keepdim=True)
     var = x.var(-1, keepdim=True, unbiased=False)  # biased: divide by d

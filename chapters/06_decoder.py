@@ -22,6 +22,9 @@
 #
 # ![What each decoder sub-layer may read](figures/06_decoder.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 10 s.
+
 # %% [markdown]
 # The decoder writes the reversed sequence. A decoder layer has one more sub-layer than an
 # encoder layer (chapter 05). Each of the three sits behind a LayerNorm inside a residual
@@ -452,7 +455,7 @@ for b in range(B):
 # 3.2 times the uniform value. With PyTorch's default it is about 1.5 times.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def largest_over_uniform(model):
     """Mean largest cross-attention weight of a row / uniform weight: one value per layer and
     sequence."""

@@ -22,6 +22,9 @@
 #
 # ![The decoder self-attention mask: padding, causal, and their OR](figures/07_masks_and_full_model.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 15 s.
+
 # %% [markdown]
 # The model runs attention in three places, and each needs its own mask:
 #
@@ -135,7 +138,7 @@ assert src_pad.shape == (2, 1, 1, 7) and src_pad[1, 0, 0].tolist() == [False] * 
 # When $B \ne L_q$ and neither is 1, it is an error. The cell below tries all four.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 flat = src == PAD_ID  # [B, Ls], the two singleton dims forgotten
 scores = torch.zeros(2, 4, 6, 7)  # Lq = 6 != B = 2
 try:
@@ -296,7 +299,7 @@ except ValueError as e:
 # model receives at each training step.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from helpers import BOOK_RECIPE, Transformer, train_reversal
@@ -458,7 +461,7 @@ plt.show()
 #   wrong model's is the higher.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 print(
     f"{'seed':>4} {'variant':>24} {'test acc, position 0':>21} {'val EM: step 200':>17}"
     f" {'step 300':>9} {'lowest position acc':>20}"
@@ -733,7 +736,7 @@ except TypeError as e:
 # the model depends on.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 tgt_left = torch.tensor([[PAD_ID, PAD_ID, BOS_ID, 9, 5, 12]])  # left-padded decoder input
 left_mask = causal_mask(6) | padding_mask(tgt_left)
 print(describe(tgt_left[0]))
@@ -742,7 +745,7 @@ rows = left_mask.all(dim=-1)  # helpers.fully_masked_rows
 print("fully masked query rows:", rows[0, 0].nonzero().flatten().tolist())
 assert rows[0, 0].tolist() == [True, True, False, False, False, False]
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 Q1, K1, V1 = torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8)
 raw = Q1 @ K1.transpose(-2, -1) / math.sqrt(8)
 w_inf = raw.masked_fill(left_mask, float("-inf")).softmax(-1)
@@ -887,7 +890,7 @@ assert 0.25 < score_std["default"] / score_std["xavier"] < 0.45
 # numbers. The cell below measures an `nn.Transformer` of its sizes.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 torch.manual_seed(0)
 torch_tf = nn.Transformer(
     d_model=128,

@@ -22,6 +22,9 @@
 #
 # ![Largest logit change per position when the tokens after t are rewritten](figures/08_test_before_you_train.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 10 s.
+
 # %% [markdown]
 # A wrong mask does not crash: every broken model in this chapter runs without an error.
 # Without a causal mask the decoder can read the next input token, the very label it must

@@ -22,6 +22,9 @@
 #
 # ![Training samples per length, 3 to 12 digits](figures/09_data.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 10 s.
+
 # %% [markdown]
 # The model is built (chapters 01-08); now it needs something to learn. The task is to reverse
 # a string of digits: `7 3 0 9 5` becomes `5 9 0 3 7`. It is a good first task for an
@@ -300,7 +303,7 @@ assert abs(int(test_in_train.sum()) - expected_test) < 3 * expected_test**0.5
 # repeat one drawn before. The cell below counts them.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 dupes = len(src_train) - len(train_set)
 expected_dupes = sum(int(n_per_len[L]) - 10.0**L * p_seen(L) for L in range(MIN_LEN, MAX_LEN + 1))
 print(

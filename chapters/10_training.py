@@ -23,6 +23,9 @@
 #
 # ![Loss and accuracy of the book's recipe over one training run](figures/10_training.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 1.1 min. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 55 s more); later runs load it.
+
 # %%
 import dataclasses
 import inspect
@@ -371,7 +374,7 @@ assert "betas=(0.9, 0.98), eps=1e-9" in adam_line and round(windows[0] / windows
 # part of the recipe.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 bf16, fp32 = torch.finfo(torch.bfloat16), torch.finfo(torch.float32)
 print(f"bfloat16: eps {bf16.eps} = 2^{math.log2(bf16.eps):.0f}, max {bf16.max:.3e}")
 print(f"float32 : eps {fp32.eps:.3e} = 2^{math.log2(fp32.eps):.0f}, max {fp32.max:.3e}")
@@ -379,7 +382,7 @@ print(f"float16 : max {torch.finfo(torch.float16).max:,.0f}")
 assert bf16.eps == 2.0**-7 and 0.99 < bf16.max / fp32.max <= 1
 assert torch.finfo(torch.float16).max == 65504
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 dev = device()
 if dev.type == "cuda" and torch.cuda.is_bf16_supported():
     gpu_model = Transformer(VOCAB_SIZE, VOCAB_SIZE).to(dev)
@@ -390,7 +393,7 @@ if dev.type == "cuda" and torch.cuda.is_bf16_supported():
 else:
     print(f"helpers.device() is {dev}, not a CUDA GPU with bf16: the CUDA example is skipped")
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 with torch.autocast("cpu", dtype=torch.bfloat16):
     out = model(src_b, tgt_in_b)
 loss = F.cross_entropy(
@@ -404,7 +407,7 @@ assert out.dtype == torch.bfloat16 and loss.dtype == torch.float32
 assert grad.dtype == torch.float32
 model.zero_grad()
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 from helpers.numerics import timing_label
 
 
@@ -620,7 +623,7 @@ assert hist["eval_step"] == passed  # evaluated exactly where the gate passed
 # both scores on the validation set, with their times (which vary from run to run).
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 t0 = time.perf_counter()
 tf = teacher_forced_exact_match(model, src_val, tgt_val)
 t_tf = time.perf_counter() - t0
@@ -648,7 +651,7 @@ assert tf == greedy
 # made-up counts.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 wald, wilson = {}, {}
 for correct, n in ((995, 1000), (999, 1000), (1000, 1000)):
     p_hat = correct / n
@@ -708,7 +711,7 @@ assert test_unseen.n == 10_000 - int(seen.sum()) and test_unseen.exact_match >= 
 # far. A conclusion drawn from three seeds needs a larger difference than that.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 _ = torch.manual_seed(0)
 fused_model = Transformer(
     VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14, dropout=0.0
@@ -740,7 +743,7 @@ print(f"one Adam step (lr 0.01): weights move by up to {moved:.3f}")
 print("fused and plain Adam: every weight agrees within 8 float32 rounding steps of its size")
 assert moved > 1e-3 and rounding_steps < 8
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 ablation = json.loads(Path("data/training_ablation.json").read_text())
 row = {r["lever"]: r for r in ablation["rows"]}
 book = row["evaluate at every 10th step whose training batch is 98 % right (the book's recipe)"]
@@ -837,7 +840,7 @@ assert tok_90 < exact_90 and 0.7 < 0.97**11 < 0.75
 # after that. (A model trained on other kernels draws another curve.)
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def largest_fall(curve, start, k=5):
     """(fall, index of the high, index of the low) of the k-step mean of curve after index start."""
     mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
@@ -848,7 +851,7 @@ def largest_fall(curve, start, k=5):
             best = (mean[peak_i] - mean[j], peak_i, j)
     return best, mean
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 warm = BOOK_RECIPE.warmup
 (fall, p_i, t_i), be_mean = largest_fall(hist["batch_exact"], warm - 1)
 print(
@@ -870,7 +873,7 @@ assert fall > 0.2  # a fifth of the batch, measured on 5-step means
 # draws this run and the sweep.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 sweep = json.loads(Path("data/ch10_stability.json").read_text())
 assert sweep["recipe"] == dataclasses.asdict(BOOK_RECIPE), "recorded for another recipe"
 falls, spikes, medians = {}, {}, {}
@@ -905,7 +908,7 @@ for r in book_runs:
     print(f"  seed {r['seed']}: {r['exact_match']}")
 assert any(any(b < a for a, b in zip(r["exact_match"], r["exact_match"][1:])) for r in book_runs)
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["figure", "hide-input", "hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["figure", "hide-input", "hide-cell"]
 fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.6), width_ratios=[1.4, 1, 1])
 ax1.plot(hist["step"], hist["batch_exact"], color="tab:blue", alpha=0.3, lw=0.8, label="per step")
 ax1.plot(hist["step"], be_mean, color="tab:blue", label="5-step mean")
@@ -973,7 +976,7 @@ plt.show()
 # or more runs climbs above that of a uniform guess.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 scales = sweep["lr_scales"]
 ln_v = math.log(VOCAB_SIZE)
 assert min(min(f) for f in falls.values()) >= 0.25  # a fall in every run
@@ -1005,7 +1008,7 @@ print(f"peak learning rate, book / reference: {peak_ratio:.1f}x")
 # seconds column.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 hw = ablation["hardware"]
 print(
     f"measured {ablation['date'][:10]} on {hw['cpu']} ({hw['cores']} cores, "
@@ -1022,7 +1025,7 @@ kept = [r for r in ablation["rows"] if r["status"] == "kept"]
 assert ablation["repeats"] == 3  # the prose below says three seeds
 assert kept[-1]["seconds"] < ablation["rows"][0]["seconds"] / 5
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["figure", "hide-input", "hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["figure", "hide-input", "hide-cell"]
 rows = ablation["rows"]
 colors = {
     "baseline": "tab:gray",
@@ -1058,7 +1061,7 @@ plt.show()
 # compares kernels and perhaps machines, not only recipes.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 seed_run = json.loads(Path("data/seed_recipe_run.json").read_text())
 # the threads it trained with: its config's, which train_reversal applies (the record's
 # "numerics" block gives torch's default thread count in that process instead)
@@ -1075,7 +1078,7 @@ book_sequences = hist["step"][-1] * BOOK_RECIPE.batch_size
 assert first * 64 > 2 * book_sequences  # the book needs far fewer sequences
 assert seed_threads == 1  # the labels say "1 thread"
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["figure", "hide-input", "hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["figure", "hide-input", "hide-cell"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
 batch = BOOK_RECIPE.batch_size
 seed_where = f"{seed_run['hardware']['cpu']}, {seed_threads} thread" + (
@@ -1152,7 +1155,7 @@ plt.show()
 # way to 99.5 %; the cell below prints the last ones before it first gets there.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 i_first = seed_run["eval_step"].index(first)
 last_evals = seed_run["exact_match"][max(0, i_first - 6) : i_first + 1]
 print("reference recipe, last evaluations up to the first >= 99.5 %:", last_evals)
@@ -1170,7 +1173,7 @@ assert any(b < a for a, b in zip(last_evals, last_evals[1:]))  # not a monotone 
 # training cell prints where it stopped.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def runs(r):
     seconds = ", ".join(f"{s:.1f}" for s in r["all_seconds"])
     return f"{r['seconds']:5.1f} s [{seconds}], {r['steps']:4d} steps {r['all_steps']}"
@@ -1248,7 +1251,7 @@ assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after
 # compare kernels.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 bf16_row = row["+ bf16 autocast"]
 checks_row = row["- the token-id checks in every forward pass"]
 smoothing = row["+ label smoothing 0.1"]
@@ -1370,7 +1373,7 @@ assert len(check_calls) == 4
 # prints that record, or, until a GPU run has been recorded, says so and gives the command.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 from helpers.gpu_results import gpu_training_summary
 
 print(gpu_training_summary("data"))
@@ -1400,7 +1403,7 @@ print(gpu_training_summary("data"))
 # its loss on the batch of four used above (a) with `ignore_index=PAD_ID`, (b) without it, and
 # (c) with `ignore_index` and label smoothing 0.1. Then compute the three.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 10.1
 # Every position pays -log(1/13) = ln 13 whatever its label, so all three are ln 13 = 2.565:
 # ignore_index changes which positions are averaged, not their value, and the smoothed label's

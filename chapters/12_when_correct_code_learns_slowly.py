@@ -23,6 +23,9 @@
 #
 # ![Validation curves and test scores of the four initialisations](figures/12_when_correct_code_learns_slowly.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 35 s. The first time, it also trains chapter 12's badly initialised model (`default_init_recipe()`) and chapter 12's well-initialised model (`fixed_budget_recipe()`) and caches them on disk (about 1.2 min more); later runs load them.
+
 # %% [markdown]
 # {ref}`The reference chapter <reference-chapter>` tells a story worth repeating. Its first
 # version passed every unit test: the causality and padding tests of chapter 08. It trained
@@ -378,7 +381,7 @@ assert min(test["xavier_only"]) < max(test["default"]) and min(test["default"]) 
 # other kernels: the cell prints how far they sit from the pinned runs.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 for init, part in (("fixed", "fixed_budget"), ("default", "default_init")):
     live = test_em[init].correct
     pinned = paths["pinned"][part]["test_correct"]

@@ -24,6 +24,9 @@
 #
 # ![Layer 0's KV cache, growing one row per step](figures/13_kv_cache.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 1.4 min. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 1 min more); later runs load it.
+
 # %%
 import textwrap
 import time
@@ -605,7 +608,7 @@ plt.show()
 # batch (as sections 4 and 5 decode them).
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 def fastest_pair(run, repeats):
     """run(use_cache) -> tokens. The fastest of `repeats` alternating runs of each path."""
     best, outs = {False: float("inf"), True: float("inf")}, {}
@@ -648,7 +651,7 @@ print(timing_label())
 # positions, at batch 1 and at batch 1000.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 pass_ms = {}
 with torch.no_grad():
     for B in (1, 1000):
@@ -685,7 +688,7 @@ print(timing_label())
 # or says that no GPU run has been recorded yet and gives the command.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 from helpers.gpu_results import gpu_decoding_summary
 
 print(gpu_decoding_summary("data"))
@@ -788,7 +791,7 @@ assert per_tok_big == 32 * 2 * 4096 * 2 and cache_big > weights_big
 # `write_kv` returns only the positions written so far.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 import inspect
 
 import transformers
@@ -851,7 +854,7 @@ print(f"random models: identical tokens for all {len(configs)} configurations, b
 # `torch.cat` of the cache with one new position, and `write_kv` of that position.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 def fastest_of(runs, repeats):
     """runs: {name: f()}. The fastest of `repeats` alternating calls of each, and the outputs."""
     best, outs = {k: float("inf") for k in runs}, {}
@@ -977,7 +980,7 @@ for i, (mine, lib) in enumerate(zip(caches2, lib_caches)):
 # does the key projection of layer 0's *cross*-attention process in the naive loop, and how many
 # with the cache? Predict, then count with `count_rows`.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 13.1
 total_naive, total_cached = sum(naive[mem]), sum(cached[mem])
 print(f"naive: {total_naive} rows (13 steps x {Ls}); cached: {total_cached} rows (once)")
@@ -992,7 +995,7 @@ assert total_naive == 13 * Ls and total_cached == Ls
 # all 32 share one. Predict the cache per token in KiB (16-bit floats) for 32, 8 and 1 key/value
 # heads, and the size of the cache of 8 sequences of 4096 tokens in each case.
 
-# %% jupyter={"source_hidden": true, "outputs_hidden": true} tags=["hide-cell"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 13.2
 def kv_bytes_per_token(num_layers, kv_heads, d_k, bytes_per=2):
     return num_layers * 2 * kv_heads * d_k * bytes_per  # K and V, per layer

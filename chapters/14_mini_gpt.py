@@ -22,6 +22,9 @@
 #
 # ![Encoder-decoder and decoder-only, side by side](figures/14_mini_gpt.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 2.8 min.
+
 # %% [markdown]
 # What is left is a stack of blocks with two parts each, causal self-attention and a feed-forward
 # network, trained to predict the next token. Figure 14.1 puts the two architectures side by side.
@@ -303,7 +306,7 @@ assert abs(init_loss - ln_v) < 0.3
 # The next cell measures it.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 torch.manual_seed(0)
 tied = MiniGPT(tok.vocab_size, **config, tie_weights=True)
 with torch.no_grad():
@@ -704,7 +707,7 @@ print(timing_label())
 # operator a call runs. The next cell lists the attention operators of one forward pass.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 from helpers.benchmark import record_op_outputs
 
 with torch.no_grad():
@@ -720,7 +723,7 @@ assert sdpa_ops == {"_scaled_dot_product_flash_attention_for_cpu"}
 # values. It prints the largest difference, and the time of each, best of five.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 from helpers.numerics import timing_label
 
 mha0 = model.blocks[0].mha
@@ -779,7 +782,7 @@ print(timing_label())
 # time of one forward pass (best of three), and the CPU's bfloat16 instruction flags.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 import copy
 
 from helpers.numerics import cpu_flags
@@ -816,7 +819,7 @@ assert abs(loss16 - loss32) < 0.02 and agree > 0.95
 # logits with the eager ones, and times both.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 import logging
 import os
 

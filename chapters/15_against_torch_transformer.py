@@ -22,6 +22,9 @@
 #
 # ![The difference per layer: a faithful copy and one perturbed weight](figures/15_against_torch_transformer.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 10 s.
+
 # %% [markdown]
 # PyTorch {cite}`paszke2019` ships its own encoder-decoder, `torch.nn.Transformer`. Other people
 # wrote and tested it, so it is an independent test of ours. Load **our** weights into it and
@@ -344,7 +347,7 @@ plt.show()
 # value.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 errors = []
 for override in (
     dict(norm_first=False),
@@ -415,7 +418,7 @@ assert eps_diff > 1e-3
 # models in training mode from the same seed, twice.
 # :::
 
-# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
 print(inspect.getsource(nn.TransformerEncoderLayer._ff_block).strip())
 print("ours:", model.encoder.layers[0].ffn.net)
 
@@ -513,7 +516,7 @@ assert torch.equal(float_causal == float("-inf"), causal)
 # (`-inf` at pads) silences it. The logits are ours in both cases.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     warnings.simplefilter("always")
     mixed = reference_logits(ref, src, tgt_in, **{**full_masks, "tgt_mask": float_causal})
@@ -564,7 +567,7 @@ assert ((change > 1e-3) | change.isnan()).all()
 # :::
 
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def nan_per_sequence():
     """How many of each sequence's logits are NaN."""
     return reference_logits(ref, src, tgt_in, **inverted).isnan().flatten(1).sum(1).tolist()
@@ -681,7 +684,7 @@ assert n_ref == n_stacks and n_stacks + n_rest == count_parameters(model) == 931
 # must agree with this chapter exactly: the same state dict, the same masks, and the same logits.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 from helpers import to_torch_transformer, torch_forward, torch_mask_arguments
 
 lib_masks = torch_mask_arguments(src, tgt_in)

@@ -23,6 +23,9 @@
 #
 # ![Our encoder's names beside BART's, with how each pair relates](figures/16_hugging_face_source_map.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 25 s.
+
 # %% [markdown]
 # Knowing where each piece lives turns `transformers` from a black box into code you can read.
 # BART is an encoder-decoder family, and Marian is its sibling, the translation models. We name
@@ -218,7 +221,7 @@ print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__vers
 # `AttributeError`; it does not run wrong in silence.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 Mixin, Decoder = generation_utils.GenerationMixin, modeling_bart.BartDecoder
 gone = {
     "transformers.modeling_attn_mask_utils (module)": importlib.util.find_spec(
@@ -405,7 +408,7 @@ for name, hf, ours in [
 # "unmasked by mistake". The next cell shows each case.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 no_padding = torch.ones(B, Lt, dtype=torch.long)
 for name, cfg in [("eager", eager_cfg), ("sdpa", sdpa_cfg)]:
     bidi = masking_utils.create_bidirectional_mask(cfg, tgt_embeds, no_padding)

@@ -22,6 +22,9 @@
 #
 # ![What check_model flags for a healthy model and nine broken ones](figures/17_pitfalls_and_debugging.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 15 s.
+
 # %% [markdown]
 # Each entry below gives the symptom, a cell that breaks, and the fix. The last column names the
 # chapter that shows the pitfall in depth.
@@ -153,7 +156,7 @@ assert fully_masked_rows(diag0)[0] and w[0, 0, 0].isnan().all()
 # it. Change the last input token, and no earlier output may move.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 mha = MultiHeadAttention(16, 2, dropout=0.0).eval()
 x = torch.randn(1, L, 16)
 x_changed = x.clone()
@@ -290,7 +293,7 @@ assert fully_masked_rows(self_mask)[:, 0, 0].all()
 # attend to the start.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 model = new_model().eval()
 with torch.no_grad(), textbook_attention():
     ok_logits, bad_logits = model(src, tgt_in), model(src, tgt_in_pad_start)
@@ -967,7 +970,7 @@ assert healthy.training and all(p.grad is None for p in healthy.parameters())  #
 # says which spread it corresponds to.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 limit = inspect.signature(check_model).parameters["loss_ratio_limit"].default
 ln_v = math.log(V)
 with torch.no_grad():

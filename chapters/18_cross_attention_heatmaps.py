@@ -23,6 +23,9 @@
 #
 # ![The sharp model's cross-attention map of 7 3 0 9 5 1 8](figures/18_cross_attention_heatmaps.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 1.3 min. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 40 s more); later runs load it.
+
 # %%
 import dataclasses
 import json
@@ -169,7 +172,7 @@ plt.show()
 # `attention_sharpness` scores one such map as `alignment_stats` (section 4) scores a batch.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 amap = cross_attention(model, digits, layer=SHOWN, head=MEAN_OF_HEADS)
 torch.testing.assert_close(torch.from_numpy(amap.weights), w)
 rows = [token_name(t) for t in pred[0, :-1]]
@@ -378,7 +381,7 @@ assert fresh["eos_peak"][SHOWN] > sharp["eos_peak"][SHOWN] - 0.02  # within 4 of
 # :::
 
 
-# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
 def check_first_100(recipe, run, part):
     """Train recipe's first 100 steps live; compare with the record's step-100 point, within
     the tolerance that kernel_spread.json's `part` (the same 100 steps per path) justifies."""
@@ -409,7 +412,7 @@ check_first_100(SHARP_ATTENTION_RECIPE, sharp_run, "sharp_step_100")
 # it take under a minute (median 54 s).
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 timing = json.loads(Path("data/ch18_training_time.json").read_text())
 print(f"recorded {timing['date'][:10]} by `{timing['command']}`")
 print(f"torch {timing['hardware']['torch'].split('+')[0]}, {timing['hardware']['cores']} cores")
@@ -480,7 +483,7 @@ assert book["mirror"].min() > uniform
 # :::
 
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def changes(config):
     skip = {"seed", "target_exact_match", "eval_every", "eval_gate", "max_steps", "cooldown"}
     return ", ".join(
@@ -589,7 +592,7 @@ plt.show()
 # :::
 
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 def final(name, key="mirror", layer=-1, seed=0):
     return runs[(name, seed)]["points"][-1][key][layer]
 
@@ -667,7 +670,7 @@ assert set(below) == names - {"d64h2droplr2"}  # the one run at 0.94 or above
 # book keeps 1000 steps.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 seeds = [r["points"][-1] for (name, _), r in runs.items() if name == "sharp1000d15"]
 for seed, p in enumerate(seeds):
     print(
@@ -707,7 +710,7 @@ assert final("d64h2droplr2") > last_mirror.max()
 # the steps (of twice the batch).
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 ref = json.loads(Path("data/ch18_seed_recipe.json").read_text())["runs"][0]
 ref_cfg = TrainConfig(**ref["config"])
 assert ref_cfg == SEED_RECIPE  # the recorded run used the reference's recipe, unchanged
@@ -765,7 +768,7 @@ assert 3 * SHARP_ATTENTION_RECIPE.max_steps < SEED_RECIPE.max_steps
 # match the record's point at step 100.
 # :::
 
-# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
 twin_recipe = dataclasses.replace(SHARP_ATTENTION_RECIPE, init="default")
 twin_run = runs[("sharp1000d15default", 0)]
 check_first_100(twin_recipe, twin_run, "twin_step_100")

@@ -23,6 +23,9 @@
 #
 # ![Handwritten-to-SDPA ratios of time and peak memory, on this CPU and on GPUs](figures/19_attention_benchmark.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 1.5 min.
+
 # %%
 import math
 import os
@@ -344,7 +347,7 @@ assert score_matrix_bytes(8, 8, 4096, torch.float32) == 4 * 2**30
 # peak-memory counter of section 3.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 if not PEAK_OK:
     print(peak_memory_skip_reason())
 else:
@@ -427,7 +430,7 @@ else:
 # reserves 100 MiB that is never written: the kernel gives out pages only when they are touched.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 if not PEAK_OK:
     print(peak_memory_skip_reason())
 else:
@@ -673,7 +676,7 @@ for L in sorted({r["L"] for r in long}):  # at long sequences SDPA is faster, in
 # time ratio should follow the ratio of the two counts. The cell below compares them.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 for L in sorted({r["L"] for r in long}):
     by = {r["variant"]: r for r in long if r["L"] == L}
     measured = by["sdpa"]["ms"] / by["sdpa_causal"]["ms"]
@@ -705,7 +708,7 @@ for L in sorted({r["L"] for r in long}):
 # returns. The cell lists such rows, and the comparison uses only $L \ge 1024$.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 bf = load_results(f"{DATA}/attention_benchmark_cpu_bfloat16.json")
 benv = bf["environment"]
 print(
@@ -782,7 +785,7 @@ for variant in ("handwritten", "sdpa_causal"):
 # sees each operator's output: `helpers.benchmark.record_op_outputs`.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 with torch.autocast("cpu", dtype=torch.bfloat16):
     s_cpu = torch.randn(2, 3) @ torch.randn(3, 3)
     print(
@@ -881,7 +884,7 @@ assert s_cpu.softmax(-1).dtype == torch.bfloat16  # CPU autocast keeps softmax i
 # they say about the reference chapter's own numbers.
 # :::
 
-# %% tags=["hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 for name in ("NVIDIA H200", "NVIDIA GeForce RTX 4090"):
     s = GPU_SPECS[name]
     print(

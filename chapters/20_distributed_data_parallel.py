@@ -23,6 +23,9 @@
 #
 # ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/20_distributed_data_parallel.png)
 
+# %% [markdown] tags=["run-time"]
+# **Run time:** about 2.1 min.
+
 # %% [markdown]
 # Chapter 10 trains the reversal model in one process with one thread (`BOOK_RECIPE.threads`).
 # Larger models outgrow one process, and then one machine. PyTorch's answer is
@@ -678,7 +681,7 @@ print("accumulated gradient vs one step on all 64 rows: within 1e-5 of the large
 # environment. Then it runs the same Python without `torchrun`.
 # :::
 
-# %% tags=["nbval-ignore-output", "hide-cell"] jupyter={"source_hidden": true, "outputs_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 probe = Path(tempfile.mkdtemp()) / "threads.py"
 probe.write_text(
     "import os, torch\n"

@@ -92,7 +92,8 @@ def run_time_text(rec: dict) -> str:
         text += (
             f". The first time, it also trains {what} and caches "
             f"{'it' if len(names) == 1 else 'them'} on disk "
-            f"(about {approx(train_s)} more); later runs load it"
+            f"(about {approx(train_s)} more); later runs load "
+            f"{'it' if len(names) == 1 else 'them'}"
         )
     return text + "."
 
