@@ -98,7 +98,19 @@ def run_time_text(rec: dict) -> str:
     return text + "."
 
 
-def update_record(number: str, entry: dict) -> dict:
+def kernel_numerics() -> dict:
+    """helpers.numerics.provenance() as the book's kernel sees it (its kernelspec's env)."""
+    import subprocess
+
+    spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / "transformer-book" / "kernel.json"
+    env = {**os.environ, **json.loads(spec.read_text())["env"]}
+    code = "import json; from helpers import numerics; print(json.dumps(numerics.provenance()))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out.check_returncode()
+    return json.loads(out.stdout)
+
+
+def update_record(number: str | None, entry: dict | None) -> dict:
     """Add one chapter's entry to the record, under a lock: two runs may time chapters at once."""
     import fcntl
 
@@ -108,7 +120,9 @@ def update_record(number: str, entry: dict) -> dict:
     with open(Path(tempfile.gettempdir()) / "transformer-book-run-times.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = json.loads(RECORD.read_text()) if RECORD.exists() else {"chapters": {}}
-        record["chapters"][number] = entry
+        if number is not None:
+            record["chapters"][number] = entry
+        record["numerics"] = kernel_numerics()
         record["measured_with"] = {
             "cpu_model": cpu_model(),
             "torch_threads": 1,
@@ -200,6 +214,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.write:
         measure([f"{int(n):02d}" for n in args.chapters])
+    elif RECORD.exists():
+        update_record(None, None)  # the kernel's numerics block, for a record made before it
     if args.no_write:
         return 0
     return 1 if write_openings(json.loads(RECORD.read_text())) else 0
