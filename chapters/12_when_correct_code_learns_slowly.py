@@ -74,7 +74,7 @@ from helpers.train import build_model, lr_factor, train_reversal
 from helpers.vocab import VOCAB_SIZE
 
 _ = torch.manual_seed(0)
-torch.set_num_threads(1)  # small tensors: one thread is enough, and steadier on a busy machine
+torch.set_num_threads(1)  # small tensors: one thread is enough
 fixed_cfg, default_cfg = fixed_budget_recipe(), default_init_recipe()
 diff = {
     k: (v, getattr(default_cfg, k))
@@ -658,7 +658,7 @@ assert after["default"] > 3 * after["fixed"] and after["default"] > 0.9 * ratios
 # Token std: sqrt(128) = 11.3 (N(0, 1) entries, times sqrt(d)), twice the sqrt(32) = 5.7 of
 # section 2. The position part does not grow with d (its entries are sines and cosines in
 # [-1, 1]), so the ratio doubles too: about 2 x 11 = 22.
-# The reference chapter's "10 times" divides the token std (about 11) by the bound 1 of the
+# The reference chapter's "less than a tenth" divides the token std (about 11) by the bound 1 of the
 # position entries. The RMS of the sinusoids is sqrt(1/2) = 0.71. Their standard deviation is
 # lower still (0.52): it subtracts their mean, which is far from 0 (printed), because over 14
 # positions the slow cosines stay near 1.
