@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -102,7 +101,9 @@ def kernel_numerics() -> dict:
     """helpers.numerics.provenance() as the book's kernel sees it (its kernelspec's env)."""
     import subprocess
 
-    spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / "transformer-book" / "kernel.json"
+    from helpers.pin import KERNEL_NAME
+
+    spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json"
     env = {**os.environ, **json.loads(spec.read_text())["env"]}
     code = "import json; from helpers import numerics; print(json.dumps(numerics.provenance()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -114,8 +115,6 @@ def update_record(number: str | None, entry: dict | None) -> dict:
     """Add one chapter's entry to the record, under a lock: two runs may time chapters at once."""
     import fcntl
 
-    import torch
-
     RECORD.parent.mkdir(parents=True, exist_ok=True)
     with open(Path(tempfile.gettempdir()) / "transformer-book-run-times.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -123,12 +122,7 @@ def update_record(number: str | None, entry: dict | None) -> dict:
         if number is not None:
             record["chapters"][number] = entry
         record["numerics"] = kernel_numerics()
-        record["measured_with"] = {
-            "cpu_model": cpu_model(),
-            "torch_threads": 1,
-            "torch": torch.__version__,
-            "tool": "tools/time_chapters.py",
-        }
+        record["measured_with"] = {"tool": "tools/time_chapters.py"}  # numerics: the kernel
         RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
@@ -164,16 +158,6 @@ def measure(numbers: list[str]) -> dict:
         record = update_record(number, entry)
         print(f"{path.name}: {total:.0f} s, {cached:.0f} s with its models cached", flush=True)
     return record
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def write_openings(record: dict) -> int:
