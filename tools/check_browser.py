@@ -800,8 +800,9 @@ def check_lab(
     # copies: the repository's files stay untouched. The chapter reads its recorded runs
     # from `data/` next to it, as it does when a reader opens it from `chapters/`.
     shutil.copy2(notebook, workdir / "root" / notebook.name)
-    if (notebook.parent / "data").is_dir():
-        shutil.copytree(notebook.parent / "data", workdir / "root" / "data")
+    for sub in ("data", "figures"):  # its recorded runs, and its opening picture
+        if (notebook.parent / sub).is_dir():
+            shutil.copytree(notebook.parent / sub, workdir / "root" / sub)
     failures: list[str] = []
     proc = None
     page = browser.page
@@ -922,8 +923,8 @@ def check_lab(
             )
         if errors:  # JupyterLab itself logs some; reported, not failed
             log(
-                f"  note: {len(errors)} console message(s) at error level in JupyterLab, "
-                f"e.g. {errors[:2]}"
+                f"  note: {len(errors)} console message(s) at error level in JupyterLab; "
+                f"distinct: {sorted(set(e[:120] for e in errors))[:8]}"
             )
         state = page.evaluate(LAB_STATE_JS)
         if state and state["errors"]:
