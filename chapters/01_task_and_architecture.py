@@ -363,7 +363,7 @@ plt.show()
 # `[B, h, L, d_k]`. Attention scores are `[B, h, L_q, L_k]`: one row per query position,
 # one column per key position. The sizes are the defaults of `helpers.Transformer`. That is
 # the 931,213-parameter model counted below, the same as in
-# {ref}`the reference chapter <reference-chapter>`. (Chapter 10 trains a narrower one,
+# [the reference chapter](intro.md#the-reference-chapter). (Chapter 10 trains a narrower one,
 # $d = 32$.) The next cell reads the sizes from the model itself.
 
 # %%

@@ -448,7 +448,7 @@ for b in range(B):
 # attention scores larger (chapter 07 measures by how much). So the cell below repeats the
 # measurement on the untrained models that `helpers.train_reversal` starts from (its
 # `build_model`), for five seeds and both decoder layers. It uses the size of
-# {ref}`the reference chapter <reference-chapter>` ($d = 128$, `SEED_RECIPE`) and the size the
+# [the reference chapter](intro.md#the-reference-chapter) ($d = 128$, `SEED_RECIPE`) and the size the
 # book trains ($d = 32$, `BOOK_RECIPE`).
 #
 # With the book's initialisation a row's largest weight is, on average over the rows, 1.8 to

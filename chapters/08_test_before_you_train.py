@@ -338,7 +338,7 @@ for c in ("triu(diagonal=0)", "no triu (all ones)"):  # over-masking: caught onl
 
 # %% [markdown]
 # :::{dropdown} Going deeper: why the reference chapter's test fails at once
-# The {ref}`reference chapter <reference-chapter>` says that `diagonal=0`, or no `triu` at
+# The [reference chapter](intro.md#the-reference-chapter) says that `diagonal=0`, or no `triu` at
 # all, makes the causality test fail at once. For the reference chapter's own attention that
 # is true. It fills blocked scores with `finfo.min` and has no special case for fully masked
 # rows, like `attention_finfo_min` above, and that column fails. For an attention that zeroes

@@ -194,7 +194,7 @@ assert (freq - 0.1).abs().max() < 0.01
 # ## Train, validation and test: split by seed
 #
 # The training set uses seed 0 and the validation set seed 1, as in
-# {ref}`the reference chapter <reference-chapter>`. The same seed always gives the same data,
+# [the reference chapter](intro.md#the-reference-chapter). The same seed always gives the same data,
 # so a checkpoint trained today was trained on exactly these samples. A different seed gives
 # different data.
 

@@ -332,7 +332,7 @@ assert long_errors > int((~right).sum()) / 2
 # - **trained with dropout**: chapter 18's model, trained with dropout 0.15 (its weights are
 #   in `chapters/data/`).
 # - **an extreme case**: the book's weights loaded into a model built with dropout 0.1, as in
-#   {ref}`the reference chapter <reference-chapter>`. These weights never saw dropout in
+#   [the reference chapter](intro.md#the-reference-chapter). These weights never saw dropout in
 #   training. Dropout has no weights, so the state dict fits as is.
 
 # %% tags=["nbval-ignore-output"]

@@ -27,7 +27,7 @@
 # **Run time:** about 35 s. The first time, it also trains chapter 12's badly initialised model (`default_init_recipe()`) and chapter 12's well-initialised model (`fixed_budget_recipe()`) and caches them on disk (about 1.2 min more); later runs load them.
 
 # %% [markdown]
-# {ref}`The reference chapter <reference-chapter>` tells a story worth repeating. Its first
+# [The reference chapter](intro.md#the-reference-chapter) tells a story worth repeating. Its first
 # version passed every unit test: the causality and padding tests of chapter 08. It trained
 # without errors, and yet learned slowly. After 10 epochs it reversed only 60 % of its validation
 # sequences, where its final version reached 99.6 %. By its account nothing in the code was

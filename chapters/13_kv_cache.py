@@ -520,7 +520,7 @@ for i, c in enumerate(configs):
 # Outputs of up to 512 new tokens need a model whose position table is that long. The trained
 # model has `max_len` 14. Timing does not need a trained model, so we use an **untrained** one. It
 # has the `Transformer` constructor's default shape, that of
-# {ref}`the reference chapter <reference-chapter>`, and `max_len = 513`. With
+# [the reference chapter](intro.md#the-reference-chapter), and `max_len = 513`. With
 # `stop_at_eos=False`, an early `<eos>` cannot end a run. One source sequence, batch 1. The
 # timings vary from run to run; the tokens of the two loops must not.
 #

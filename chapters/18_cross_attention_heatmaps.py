@@ -79,7 +79,7 @@ _ = torch.manual_seed(0)
 # tells the model where to look; the loss only rewards correct outputs.
 #
 # For a model that reverses, the perfect alignment is the anti-diagonal. The heatmap in
-# {ref}`the reference chapter <reference-chapter>` (last decoder layer, mean of its four heads)
+# [the reference chapter](intro.md#the-reference-chapter) (last decoder layer, mean of its four heads)
 # comes close: at least 0.94 on the mirrored source token in every row.
 #
 # `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the book's recipe of chapter 10 with

@@ -73,7 +73,7 @@ PEAK_OK = cpu_peak_memory_supported()  # Linux only; elsewhere the memory cells 
 # %% [markdown]
 # ## The cost in one table
 #
-# {ref}`The reference chapter <reference-chapter>` timed both paths on an RTX 4090. Its
+# [The reference chapter](intro.md#the-reference-chapter) timed both paths on an RTX 4090. Its
 # setting was $B=8$, $L=1024$, $d_{model}=512$, $h=8$ heads and a causal mask. Its SDPA call
 # used `is_causal=True`. We run our layer's two paths at that setting on this CPU and divide.
 # The same ratios also come from a longer sweep, recorded on the CPU it names (section 5), and,
