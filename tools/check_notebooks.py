@@ -69,6 +69,20 @@ FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
 # words about the test harness or this project's machines: the introduction explains the
 # convention once, chapter prose teaches the Transformer
 HARNESS = re.compile(r"\bnbval\b|stored outputs?\b|\bmake test\b|\bthis project\b", re.I)
+# the reproducibility machinery stays off the reader's path (the appendix page "How the book
+# checks itself" explains it): chapters import none of it; a trained-model bound goes through
+# helpers.numerics.assert_within_measured_spread
+MACHINERY = re.compile(r"\b(kernel_spread|tolerance|path_label|largest_gap)\b")
+MACHINERY_IMPORT = re.compile(
+    r"^\s*(from\s+helpers[\w.]*\s+import\s+[^\n]*|import\s+helpers[\w.]*)", re.M
+)
+# a chapter argues from its own cells: a recorded experiment is cited from its Experiments page
+RECORD_READ = re.compile(r"""["'](?:\.\./chapters/)?data/[\w.-]+\.json["']""")
+# a maintainer's command (a script under tools/) in a chapter's prose or output
+# (chapter 20 launches its own training script, tools/train_ddp.py: that one is the lesson)
+TOOL_COMMAND = re.compile(
+    r"\btools/(?!train_ddp\.py)[\w-]+\.py\b|\bmake (?:record-gpu|doctor|test-portable)\b"
+)
 # a version number such as 2.13.0 in prose (not "section 3.2.1"): the notebook must print it
 VERSION = re.compile(r"(?<![\w.])(?<!section )(\d+\.\d+\.\d+)(?![\w.]*\d)", re.I)
 
@@ -105,6 +119,27 @@ def hidden_markdown(cell) -> bool:
 
 def dropdown_start(text: str) -> bool:
     return bool(re.match(r":{3,}\{dropdown\}", text.lstrip()))
+
+
+def reader_path_problems(cells) -> list[tuple[int, str]]:
+    """What keeps the reproducibility machinery and recorded research out of a chapter."""
+    found = []
+    for i, cell in enumerate(cells):
+        text = source(cell)
+        if cell.get("cell_type") == "code":
+            for imp in MACHINERY_IMPORT.findall(text):
+                for name in dict.fromkeys(MACHINERY.findall(imp)):
+                    found.append(
+                        (i, f"imports {name}: call helpers.numerics.assert_within_measured_spread")
+                    )
+            for match in dict.fromkeys(RECORD_READ.findall(text)):
+                found.append((i, f"reads the record {match}: cite its Experiments page instead"))
+            shown = "".join(output_text(o) for o in cell.get("outputs", []))
+        else:
+            shown = text
+        for match in dict.fromkeys(m.group(0) for m in TOOL_COMMAND.finditer(shown)):
+            found.append((i, f"shows the maintainer's command {match!r} to the reader"))
+    return found
 
 
 def check(path: Path) -> list[str]:
@@ -183,6 +218,9 @@ def check(path: Path) -> list[str]:
 
     if not path.name[:2].isdigit():
         return problems  # an appendix page: no chapter number, summary, exercises or figure
+
+    for i, msg in reader_path_problems(cells):
+        problem(f"cell {i} {msg}")
 
     # title
     number = int(path.name[:2])

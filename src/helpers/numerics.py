@@ -189,10 +189,7 @@ def timing_label(env: dict | None = None) -> str:
     """
     env = os.environ if env is None else env
     if env.get("MKL_CBWR") == PIN["MKL_CBWR"] or env.get("ATEN_CPU_CAPABILITY"):
-        return (
-            "timed with the book's pinned numerics, not PyTorch's default kernels "
-            "(`make doctor` measures the difference)"
-        )
+        return "timed with the book's pinned numerics, not PyTorch's default kernels"
     return "timed with PyTorch's default kernels on this CPU"
 
 
@@ -243,3 +240,38 @@ def path_label(block: dict) -> str:
     return (
         f"{block['cpu']}, {block['aten_capability']} kernels, MKL_CBWR={block['mkl_cbwr']}{pinned}"
     )
+
+
+def assert_within_measured_spread(
+    name: str, value, index: int | None = None, scale: float = 1.0, margin: float = 2.0
+) -> float:
+    """Assert that a live number from a trained model is as close to the book's as the kernel
+    paths the book measured allow, and return the allowed distance.
+
+    name is "part.key" in `kernel_spread()`'s results (for example "sharp_loaded.mirror" or
+    "book.test_correct"); index picks one layer of a per-layer list; scale converts the
+    record's unit to value's (1 / 10_000 turns a count of test sequences into a share).
+    Where this machine runs the book's pinned numerics bit for bit, the allowed distance is the
+    record's rounding; elsewhere `margin` times the largest gap seen between kernel paths.
+    """
+    part, _, key = name.partition(".")
+    results = kernel_spread()["results"]
+    if part not in results["pinned"] or key not in results["pinned"][part]:
+        pinned = results["pinned"]
+        known = sorted(f"{p}.{k}" for p, v in pinned.items() if p != "numerics" for k in v)
+        raise KeyError(f"{name!r} is not a measured number; known: {', '.join(known)}")
+
+    def pick(v):
+        return v[index] if index is not None else v
+
+    paths = {m: r for m, r in results.items() if part in r}
+    ref = pick(paths["pinned"][part][key]) * scale
+    gap = max(abs(pick(r[part][key]) * scale - ref) for r in paths.values())
+    allowed = tolerance(gap, margin=margin)
+    if abs(value - ref) > allowed:
+        raise AssertionError(
+            f"{name}{'' if index is None else f'[{index}]'} = {value:.4g}, the book's is "
+            f"{ref:.4g}: off by {abs(value - ref):.3g}, more than the {allowed:.3g} that "
+            f"{len(paths)} measured kernel paths allow"
+        )
+    return allowed
