@@ -145,3 +145,59 @@ def test_gives_back_the_callers_mode():
     src, _ = make_reversal_dataset(4, seed=3)
     sc.greedy_decode_static(model, src)
     assert model.training  # decoded in eval mode (dropout off), then the mode came back
+
+
+def test_reused_caches_decode_a_new_source_right():
+    """One allocation, two batches: the second batch's cross-attention must read its own
+    source (a cache that kept step 0's cross keys of batch 1 decoded batch 2 from batch 1)."""
+    model = random_model(11, num_layers=2)
+    src1, _ = make_reversal_dataset(6, seed=1)
+    src2, _ = make_reversal_dataset(6, seed=2)
+    caches = sc.allocate_static_caches(model, 6, model.max_len)
+    sc.greedy_decode_static(model, src1, stop_at_eos=False, caches=caches)
+    again = sc.greedy_decode_static(model, src2, stop_at_eos=False, caches=caches)
+    assert torch.equal(again, greedy_decode(model, src2, use_cache=False, stop_at_eos=False))
+    # an untrained model may decode the same tokens from either source: check the keys too
+    memory, _ = model.encode(src2)
+    for layer, cache in zip(model.decoder.layers, caches):
+        k, _ = layer.cross_mha.project_kv(memory, memory)
+        assert torch.equal(cache["cross_k"], k)
+
+
+def test_decoder_step_reprojects_cross_keys_at_step_zero_even_without_reset():
+    model = random_model(12, num_layers=2)
+    src1, _ = make_reversal_dataset(4, seed=3)
+    src2, _ = make_reversal_dataset(4, seed=4)
+    caches = sc.allocate_static_caches(model, 4, model.max_len)
+    bos = torch.full((4, 1), 1, dtype=torch.long)
+    with torch.no_grad():
+        sc.decoder_step_static(model, bos, 0, *model.encode(src1), caches)
+        logits = sc.decoder_step_static(model, bos, 0, *model.encode(src2), caches)
+        fresh = sc.decoder_step_static(
+            model, bos, 0, *model.encode(src2), sc.allocate_static_caches(model, 4)
+        )
+    assert torch.equal(logits, fresh)
+
+
+def test_reset_empties_every_buffer_and_keeps_them():
+    model = random_model(13, num_layers=2)
+    src, _ = make_reversal_dataset(3, seed=5)
+    caches = sc.allocate_static_caches(model, 3, model.max_len)
+    ptrs = [c["self_k"].data_ptr() for c in caches]
+    sc.greedy_decode_static(model, src, stop_at_eos=False, caches=caches)
+    assert all("cross_k" in c and c["self_k"].abs().sum() > 0 for c in caches)
+    caches.reset()
+    assert all("cross_k" not in c and "cross_v" not in c for c in caches)
+    assert all(c["self_k"].abs().sum() == 0 and not c["pad"].any() for c in caches)
+    assert [c["self_k"].data_ptr() for c in caches] == ptrs
+
+
+def test_caches_of_the_wrong_size_are_refused():
+    model = random_model(14, num_layers=1)
+    src, _ = make_reversal_dataset(3, seed=6)
+    with pytest.raises(ValueError, match="caches hold 2 rows"):
+        sc.greedy_decode_static(model, src, caches=sc.allocate_static_caches(model, 2))
+    with pytest.raises(ValueError, match="at least"):
+        sc.greedy_decode_static(
+            model, src, max_len=10, caches=sc.allocate_static_caches(model, 3, 4)
+        )

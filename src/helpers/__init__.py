@@ -57,7 +57,7 @@ from .recipes import COMPARISON_STEPS, default_init_recipe, fixed_budget_recipe
 from .checkpoints import trained_default_init_model, trained_fixed_budget_model
 
 # 13. The KV cache (the growing cache is in DecoderLayer; a preallocated one here)
-from .static_cache import allocate_static_caches, greedy_decode_static
+from .static_cache import StaticCaches, allocate_static_caches, greedy_decode_static
 
 # 14. A decoder-only mini GPT
 from .gpt import (
@@ -169,6 +169,7 @@ __all__ = [
     "greedy_decode",
     "greedy_decode_static",
     "allocate_static_caches",
+    "StaticCaches",
     "sequences_equal",
     "apply_default_init",
     "COMPARISON_STEPS",
