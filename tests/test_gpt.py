@@ -9,6 +9,7 @@ from helpers.gpt import (
     GPTBlock,
     MiniGPT,
     causal_mask_with_past,
+    evaluate_loss,
     fixed_windows,
     generate,
     load_corpus,
@@ -380,3 +381,19 @@ def test_train_gpt_on_cuda_returns_the_model_on_the_cpu(abc_text):
     m = tiny_gpt(vocab_size=tok.vocab_size, max_len=16)
     hist = _train_briefly(m, tr, va, device="cuda")
     assert next(m.parameters()).device.type == "cpu" and len(hist["val_loss"]) == 2
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_generate_and_evaluate_loss_give_back_the_callers_mode(use_cache):
+    """Chapter 11 teaches giving the caller's mode back: a sampler that left the model in eval
+    mode would silently turn dropout off for the rest of a training run."""
+    m = tiny_gpt().train()
+    prompt = torch.randint(1, 20, (2, 3), generator=torch.Generator().manual_seed(0))
+    generate(m, prompt, 4, temperature=0, use_cache=use_cache)
+    assert m.training and all(mod.training for mod in m.modules())
+    x = torch.randint(1, 20, (4, 8), generator=torch.Generator().manual_seed(1))
+    evaluate_loss(m, x, x)
+    assert m.training
+    m.eval()
+    generate(m, prompt, 4, temperature=0, use_cache=use_cache)
+    assert not m.training

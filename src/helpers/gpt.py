@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .checks import check_token_ids
+from .decoding import restores_mode
 from .device import device as book_device
 from .embeddings import TokenAndPosition
 from .layers import EncoderLayer
@@ -267,6 +268,7 @@ def next_token(
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
+@restores_mode
 @torch.no_grad()
 def generate(
     model: MiniGPT,
@@ -285,7 +287,7 @@ def generate(
     use_cache=True feeds the prompt once (filling one K/V cache per block), then only the
     newest token. Both compute the same logits, so greedy decoding (temperature=0) gives the
     same tokens, and so does sampling with a generator seeded the same way.
-    Switches the model to eval mode (dropout off) and leaves it there.
+    Generates in eval mode (dropout off), then gives back the caller's mode.
     """
     check_token_ids("prompt_ids", prompt_ids, model.vocab_size)
     if prompt_ids.size(1) < 1:
@@ -350,12 +352,13 @@ def fixed_windows(ids: torch.Tensor, block_size: int, max_windows: int | None = 
     return x, y
 
 
+@restores_mode
 @torch.no_grad()
 def evaluate_loss(model: MiniGPT, x: torch.Tensor, y: torch.Tensor, batch_size: int = 64) -> float:
-    """Mean next-token cross entropy (nats) over fixed windows, in eval mode (no dropout).
+    """Mean next-token cross entropy (nats) over fixed windows, in eval mode (no dropout), then
+    gives back the caller's mode.
 
     Used in chapter 14."""
-    was_training = model.training
     model.eval()
     total, count = 0.0, 0
     for i in range(0, x.size(0), batch_size):
@@ -364,7 +367,6 @@ def evaluate_loss(model: MiniGPT, x: torch.Tensor, y: torch.Tensor, batch_size: 
             logits.flatten(0, 1), y[i : i + batch_size].flatten(), reduction="sum"
         ).item()
         count += y[i : i + batch_size].numel()
-    model.train(was_training)
     return total / count
 
 
