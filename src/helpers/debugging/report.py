@@ -71,9 +71,10 @@ class ModelReport:
         self.findings.append(Finding(stage, check, status, message))
 
     def __str__(self) -> str:
-        n_fail = len(self.failures)
-        head = f"check_model: {len(self.findings)} checks, " + (
-            "all ok" if not n_fail else f"{n_fail} FAIL"
+        counts = {s: sum(f.status == s for f in self.findings) for s in ("ok", "skip", "FAIL")}
+        head = (
+            f"check_model: {len(self.findings)} checks: {counts['ok']} ok, "
+            f"{counts['skip']} skipped, {counts['FAIL']} FAIL"
         )
         order = {s: i for i, s in enumerate(STAGES)}
         lines = [head]
