@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.checkpoints import load_checkpoint
 from helpers.data import make_reversal_dataset
 from helpers.distributed import (
     DistInfo,
@@ -132,6 +133,18 @@ def test_save_on_rank0_skips_other_ranks(tmp_path):
     main = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
     assert save_on_rank0(model, BOOK_RECIPE, tmp_path / "m.pt", main) == str(tmp_path / "m.pt")
     assert set(torch.load(tmp_path / "m.pt")["state_dict"]) == set(model.state_dict())
+
+
+def test_save_on_rank0_writes_a_checkpoint_load_checkpoint_reads(tmp_path):
+    """The DDP run's checkpoint is a format-valid cache file: load_checkpoint refuses a file
+    without its "format" key, which save_on_rank0 used to leave out."""
+    model = build_model(BOOK_RECIPE)
+    main = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    path = save_on_rank0(model, BOOK_RECIPE, tmp_path / "m.pt", main, history={"step": [1]})
+    loaded = load_checkpoint(Path(path), BOOK_RECIPE)
+    assert loaded.history == {"step": [1]}
+    for name, w in model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], w), name
 
 
 def torchrun_env(world_size: int, port: int) -> dict:

@@ -466,7 +466,9 @@ def train_reversal_ddp(
     model.eval()
     path = None
     if checkpoint is not None:
-        path = save_on_rank0(model, cfg, checkpoint, info)
+        path = save_on_rank0(
+            model, cfg, checkpoint, info, history=hist, seconds=time.perf_counter() - t0
+        )
     return DDPResult(
         model,
         cfg,
@@ -480,24 +482,32 @@ def train_reversal_ddp(
     )
 
 
-def save_on_rank0(model, cfg: TrainConfig, path: str | Path, info: DistInfo | None = None):
-    """Rank 0 writes the (unwrapped) model's weights; the other ranks wait at a barrier until the
-    file is complete. Returns the path on rank 0 and None elsewhere. Built in chapter 20.
+def save_on_rank0(
+    model,
+    cfg: TrainConfig,
+    path: str | Path,
+    info: DistInfo | None = None,
+    history: dict | None = None,
+    seconds: float = 0.0,
+):
+    """Rank 0 writes the model's weights as a checkpoint that `load_checkpoint(path, cfg)`
+    reads (the format of chapter 10's cache, written atomically); the other ranks wait at a
+    barrier until the file is complete. Returns the path on rank 0 and None elsewhere. A
+    DistributedDataParallel wrapper is taken off first. Built in chapter 20.
 
     Every replica holds the same weights, so one copy is enough; several ranks writing one file
     at once could interleave their bytes.
     """
-    import dataclasses
+    from .checkpoints import save_checkpoint
+    from .train import TrainResult
 
     info = info or current()
     written = None
     if info.is_main:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        torch.save({"config": dataclasses.asdict(cfg), "state_dict": state, "rank": 0}, tmp)
-        os.replace(tmp, path)
+        inner = getattr(model, "module", model)
+        cpu = build_model(cfg)
+        cpu.load_state_dict({k: v.detach().cpu() for k, v in inner.state_dict().items()})
+        save_checkpoint(TrainResult(cpu, cfg, dict(history or {}), float(seconds)), Path(path))
         written = str(path)
     if info.world_size > 1 and dist.is_initialized():
         dist.barrier()
