@@ -37,6 +37,9 @@ from .masks import (
 )
 from .model import ModelConfig, Transformer, count_parameters, xavier_init_linears
 
+# 8. Test before you train
+from .debugging.masks import MaskCheck, check_masks
+
 # 9. Data
 from .data import make_reversal_dataset
 from .evaluation import TEST_SEED, TEST_SIZE, test_set, train_test_overlap
@@ -49,7 +52,7 @@ from .checkpoints import load_or_train, trained_reversal_model
 from .evaluation import Interval, exact_match_with_interval, wilson_interval
 
 # 11. Greedy decoding
-from .decoding import exact_match, greedy_decode, sequences_equal
+from .decoding import exact_match, greedy_decode, restores_mode, sequences_equal
 
 # 12. When correct code learns slowly
 from .model import apply_default_init
@@ -148,6 +151,8 @@ __all__ = [
     "Transformer",
     "count_parameters",
     "xavier_init_linears",
+    "MaskCheck",
+    "check_masks",
     "make_reversal_dataset",
     "TEST_SEED",
     "TEST_SIZE",
@@ -170,6 +175,7 @@ __all__ = [
     "greedy_decode_static",
     "allocate_static_caches",
     "StaticCaches",
+    "restores_mode",
     "sequences_equal",
     "apply_default_init",
     "COMPARISON_STEPS",

@@ -86,6 +86,29 @@ def check_mask_broadcasts(name: str, mask: torch.Tensor, scores_shape) -> None:
         )
 
 
+def check_cross_mask(mask: torch.Tensor, scores_shape) -> None:
+    """Built in chapter 7. Where the cross-attention mask enters the decoder: it blocks source
+    keys, so its last dimension must be the source length Ls and its query dimension 1 or Lt
+    (scores_shape = [B, h, Lt, Ls]). The decoder's own [1, 1, Lt, Lt] causal mask, handed over
+    by mistake, gets a ValueError that says so whenever Lt != Ls."""
+    scores_shape = tuple(int(n) for n in scores_shape)
+    Lt, Ls = scores_shape[-2], scores_shape[-1]
+    rule = (
+        f"a cross-attention mask blocks source keys: its last dimension must be the source "
+        f"length Ls = {Ls} and its query dimension 1 or Lt = {Lt}; pass the source padding "
+        f"mask [B, 1, 1, Ls], not the decoder's self-attention mask [.., Lt, Lt]"
+    )
+    try:
+        check_mask_broadcasts("cross_mask", mask, scores_shape)
+    except ValueError as e:
+        raise ValueError(f"{e}. {rule[0].upper()}{rule[1:]}") from None
+    if mask.size(-1) != Ls:
+        raise ValueError(
+            f"cross_mask has shape {tuple(mask.shape)}, whose last dimension is "
+            f"{mask.size(-1)}: {rule}"
+        )
+
+
 def check_same_batch(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
     """a and b hold the same number of sequences (dim 0), or a ValueError names both shapes.
     Used by the full model, chapter 7."""

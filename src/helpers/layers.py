@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from .attention import MultiHeadAttention
-from .checks import check_mask_broadcasts, check_same_batch
+from .checks import check_cross_mask, check_mask_broadcasts, check_same_batch
 from .embeddings import TokenAndPosition
 
 
@@ -99,7 +99,7 @@ class DecoderLayer(nn.Module):
         check_same_batch("x", x, "memory", memory)
         B, Lq, h_ = x.size(0), x.size(1), self.self_mha.h
         if cross_mask is not None:
-            check_mask_broadcasts("cross_mask", cross_mask, (B, h_, Lq, memory.size(1)))
+            check_cross_mask(cross_mask, (B, h_, Lq, memory.size(1)))
         h = self.ln1(x)
         if cache is None:
             if self_mask is not None:

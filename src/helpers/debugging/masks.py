@@ -1,12 +1,19 @@
 """Stage 2 of check_model, masks: what the attention modules received (dtype, fully masked
-rows) and two behavioural probes, causality and padding invariance. Used in chapter 17."""
+rows) and two behavioural probes, causality and padding invariance. Used in chapter 17.
+
+check_masks: chapter 8's two mask tests, causality and padding invariance, as one call."""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
+
+from ..decoding import restores_mode
+from ..vocab import PAD_ID
 from .recorder import Recorder
-from .report import ModelReport, short
+from .report import Finding, ModelReport, short
 
 
 def received_masks(rec: Recorder, report: ModelReport) -> None:
@@ -144,3 +151,120 @@ def padding_probe(model, src, tgt_in, logits, pad_id, max_rows, report) -> None:
             f"removing the PAD columns of src moved the logits by up to {short(worst)}: "
             "padding is attended to",
         )
+
+
+# Chapter 8's two tests as one call. check_model (chapter 17) probes a few positions; this one
+# rewrites the target after every position and appends padding of several widths.
+
+
+@dataclass(frozen=True)
+class MaskCheck:
+    """What check_masks found: one Finding per property, and the largest change it measured.
+
+    Built in chapter 8.
+    """
+
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [f.check for f in self.findings if not f.ok]
+
+    def __str__(self) -> str:
+        head = "check_masks: " + (
+            "all ok" if self.ok else f"{len(self.failed_checks)} of {len(self.findings)} FAIL"
+        )
+        return "\n".join(
+            [head] + [f"  {f.status:<4}  {f.check:<19} {f.message}" for f in self.findings]
+        )
+
+    __repr__ = __str__
+
+
+def _other_tokens(ids: torch.Tensor, vocab: int, pad_id: int) -> torch.Tensor:
+    """Every id replaced by a different id that is not pad_id (the next one, cyclically)."""
+    out = (ids + 1) % vocab
+    out = torch.where(out == pad_id, (out + 1) % vocab, out)
+    return torch.where(out == ids, (out + 1) % vocab, out)  # only when vocab is tiny
+
+
+@restores_mode
+@torch.no_grad()
+def check_masks(model, src, tgt_in, pad_id: int = PAD_ID, extra_pads=(1, 3), tol=1e-5) -> MaskCheck:
+    """Built in chapter 8. The two properties a correct model has whatever its weights, tested
+    in eval mode (the caller's mode is given back):
+
+    - causality: for every position t, rewriting every target token after t (each into another
+      non-pad token) moves no logit at positions <= t by more than tol;
+    - padding invariance: appending `extra_pads` <pad> columns to the source moves no logit by
+      more than tol.
+
+    model: any module with forward(src [B, Ls], tgt_in [B, Lt]) -> logits [B, Lt, V]. tol is
+    absolute (raise it for a model whose logits are large). Returns a MaskCheck (print it; .ok).
+    """
+    model.eval()
+    base = model(src, tgt_in)
+    vocab, Lt = base.size(-1), tgt_in.size(1)
+    findings = []
+
+    worst, worst_t = 0.0, None
+    for t in range(Lt - 1):
+        changed = tgt_in.clone()
+        changed[:, t + 1 :] = _other_tokens(tgt_in[:, t + 1 :], vocab, pad_id)
+        d = float((model(src, changed)[:, : t + 1] - base[:, : t + 1]).abs().max())
+        if not d <= worst:  # also catches NaN
+            worst, worst_t = d, t
+    if Lt < 2:
+        findings.append(Finding("masks", "causality", "skip", "the decoder input has one position"))
+    elif worst <= tol:
+        findings.append(
+            Finding(
+                "masks",
+                "causality",
+                "ok",
+                f"rewriting the tokens after each of {Lt - 1} positions moved no earlier logit"
+                f" by more than {tol:g}",
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                "masks",
+                "causality",
+                "FAIL",
+                f"rewriting the tokens after position {worst_t} moved the logits at positions"
+                f" <= {worst_t} by up to {short(worst)}: the decoder reads the future",
+            )
+        )
+
+    worst, worst_n = 0.0, None
+    for n in extra_pads:
+        padded = F.pad(src, (0, int(n)), value=pad_id)
+        d = float((model(padded, tgt_in) - base).abs().max())
+        if not d <= worst:
+            worst, worst_n = d, n
+    if worst <= tol:
+        findings.append(
+            Finding(
+                "masks",
+                "padding invariance",
+                "ok",
+                f"appending {', '.join(map(str, extra_pads))} <pad> columns to the source moved"
+                f" no logit by more than {tol:g}",
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                "masks",
+                "padding invariance",
+                "FAIL",
+                f"appending {worst_n} <pad> columns to the source moved the logits by up to"
+                f" {short(worst)}: padding is attended to",
+            )
+        )
+    return MaskCheck(tuple(findings))
