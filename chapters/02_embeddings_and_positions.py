@@ -626,7 +626,9 @@ for persistent in (False, True):
 #
 # The alternative to a fixed table is to learn one: an `nn.Embedding(max_len, d)` indexed
 # by position, as GPT-2 does {cite}`radford2019`. The module below swaps the fixed buffer
-# for that second table.
+# for that second table. Its token table starts as in `TokenAndPosition`. Its position table
+# keeps `nn.Embedding`'s $\mathcal{N}(0, 1)$. So both parts start with an RMS near 1: no
+# whisper under a shout.
 
 # %%
 class TokenAndLearnedPosition(nn.Module):
@@ -634,7 +636,10 @@ class TokenAndLearnedPosition(nn.Module):
         super().__init__()
         self.d = d
         self.emb = nn.Embedding(vocab_size, d, padding_idx=PAD_ID)
-        self.pos = nn.Embedding(max_len, d)  # one trainable row per position
+        nn.init.normal_(self.emb.weight, mean=0.0, std=d**-0.5)  # as in TokenAndPosition
+        with torch.no_grad():
+            self.emb.weight[PAD_ID].zero_()
+        self.pos = nn.Embedding(max_len, d)  # one trainable row per position, N(0, 1)
 
     def forward(self, ids):
         positions = torch.arange(ids.size(1), device=ids.device)  # [L]
@@ -642,6 +647,10 @@ class TokenAndLearnedPosition(nn.Module):
 
 
 learned = TokenAndLearnedPosition(VOCAB_SIZE, d, max_len)
+token_rms = rms(learned.emb.weight[1:] * math.sqrt(d))  # row 0 is <pad>
+position_rms = rms(learned.pos.weight)
+print(f"at the start: token part RMS {token_rms:.2f}, position part RMS {position_rms:.2f}")
+assert 0.9 < token_rms < 1.1 and 0.9 < position_rms < 1.1
 learned(src).sum().backward()
 trained_rows = learned.pos.weight.grad.abs().sum(dim=1) > 0
 print("extra parameters per stack:", learned.pos.weight.numel(), f"(max_len x d = {max_len} x {d})")
@@ -704,17 +713,21 @@ assert isinstance(errors["learned"], IndexError)
 
 # %% [markdown]
 # Neither message mentions positions or `max_len`. The finished `helpers.TokenAndPosition`
-# checks the length first, and says what is wrong and what to do. The `helpers` model
-# applies the same check to its inputs before anything else runs.
+# checks the length first, and says what is wrong and what to do. The whole `helpers` model
+# checks the source the same way when it encodes it.
 
 # %%
 checked = helpers.TokenAndPosition(VOCAB_SIZE, d, max_len)
-try:
-    checked(too_long)
-except ValueError as err:
-    print(type(err).__name__, "-", err)
-    caught = err
-assert isinstance(caught, ValueError) and "max_len=64" in str(caught)
+with torch.random.fork_rng():  # leave the global random stream as it was
+    whole_model = helpers.Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=d, max_len=max_len)
+caught = {}
+for name, fn in (("TokenAndPosition", checked), ("Transformer.encode", whole_model.encode)):
+    try:
+        fn(too_long)
+    except ValueError as err:
+        print(f"{name:18s} -> {type(err).__name__}: {err}")
+        caught[name] = err
+assert all("max_len=64" in str(err) for err in caught.values()) and len(caught) == 2
 
 # %% [markdown]
 # ## Checking against `helpers`
@@ -758,7 +771,7 @@ torch.testing.assert_close(lib(src), embed(src))
 #   fixed sinusoidal table $PE$ stored as a non-persistent buffer (moved with the module,
 #   not saved in checkpoints). The `<pad>` row starts at zero and gets no gradient, but any
 #   re-initialisation overwrites it. Under Adam a used row keeps moving after its token
-#   leaves the batch; under SGD it does not.
+#   leaves the batch; under plain SGD (no momentum) it does not.
 # - Without positions, attention is permutation-equivariant: permuting the tokens only
 #   permutes the outputs. A whole model without encoder positions gives a source and its
 #   reversal the same logits.
@@ -800,9 +813,11 @@ assert sinusoidal_total == 931_213 and extra == 2 * 64 * 128 == 16_384
 # name the token table `tok` and the position table `pos` (both `nn.Embedding`, no
 # padding index needed here), return `tok(ids) * sqrt(d_model) + pos(0, 1, ..., L-1)` for
 # ids `[B, L]`, and make an input longer than `max_len` raise a `ValueError` whose message
-# names `max_len` (instead of the `IndexError` above). Check it with
-# `check_learned_positions(LearnedPositions)`: it checks the shapes, that the positions
-# are added (and indexed by position, not by token), the $\sqrt{d}$ scale, and the error.
+# names `max_len` (instead of the `IndexError` above). Start both parts equally loud: draw
+# `tok` from $\mathcal{N}(0, 1/d)$ and leave `pos` at $\mathcal{N}(0, 1)$. Check it with
+# `check_learned_positions(LearnedPositions)`: it checks the starting scales, the shapes,
+# that the positions are added (and indexed by position, not by token), the $\sqrt{d}$
+# scale, and the error.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 2.2
@@ -814,7 +829,8 @@ class LearnedPositions(nn.Module):
         super().__init__()
         self.d_model, self.max_len = d_model, max_len
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.tok.weight, std=d_model**-0.5)  # sqrt(d) * tok: RMS about 1
+        self.pos = nn.Embedding(max_len, d_model)  # N(0, 1): RMS about 1
 
     def forward(self, ids):  # ids [B, L]
         length = ids.size(1)

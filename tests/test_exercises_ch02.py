@@ -54,13 +54,25 @@ def test_table_rejects_a_wrong_frequency():
 
 class Learned(nn.Module):
     def __init__(
-        self, vocab_size, d_model, max_len, *, add=True, scale=True, by_ids=False, check=True
+        self,
+        vocab_size,
+        d_model,
+        max_len,
+        *,
+        add=True,
+        scale=True,
+        by_ids=False,
+        check=True,
+        tok_std=None,
+        pos_std=1.0,
     ):
         super().__init__()
         self.d, self.max_len = d_model, max_len
         self.add, self.scale, self.by_ids, self.check = add, scale, by_ids, check
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.tok.weight, std=d_model**-0.5 if tok_std is None else tok_std)
+        nn.init.normal_(self.pos.weight, std=pos_std)
 
     def forward(self, ids):
         if self.check and ids.size(1) > self.max_len:
@@ -86,6 +98,31 @@ def test_learned_accepts_the_book_answer(capsys):
     ],
 )
 def test_learned_rejects_a_wrong_module(wrong, hint):
+    with pytest.raises(ExerciseError, match=hint):
+        check_learned_positions(lambda v, d, m: Learned(v, d, m, **wrong))
+
+
+def test_learned_rejects_the_loud_default_token_table():
+    # the old reference answer: nn.Embedding's N(0, 1) token table times sqrt(d) drowns the
+    # N(0, 1) positions (RMS about 11.3 against 1.0 at d_model = 128)
+    with pytest.raises(ExerciseError) as err:
+        check_learned_positions(lambda v, d, m: Learned(v, d, m, tok_std=1.0))
+    message = str(err.value)
+    assert "too loud" in message and "drowns the positions" in message
+    token_rms = float(message.split("starts with RMS ")[1].split(",")[0])
+    assert 10.5 < token_rms < 12.0  # sqrt(128) = 11.3
+    assert "std=d_model**-0.5" in message
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (dict(tok_std=1 / 128), "the token part is too quiet"),  # std 1/d instead of d^-1/2
+        (dict(tok_std=0.12), "the token part is too loud"),  # RMS 1.36: a near miss
+        (dict(pos_std=128**-0.5), "the position part should start near 1"),
+    ],
+)
+def test_learned_rejects_unbalanced_initial_scales(wrong, hint):
     with pytest.raises(ExerciseError, match=hint):
         check_learned_positions(lambda v, d, m: Learned(v, d, m, **wrong))
 

@@ -74,15 +74,59 @@ def check_sinusoidal_table(fn) -> None:
     passed("check_sinusoidal_table", len(sizes))
 
 
+def _rms(t: torch.Tensor) -> float:
+    return t.detach().double().pow(2).mean().sqrt().item()
+
+
+def _check_initial_scales(cls, vocab: int, d: int = 128, max_len: int = 64) -> None:
+    """The token part and the position part start with an RMS near 1 each (within 10 %)."""
+    where = f"cls({vocab}, {d}, {max_len}), freshly built"
+    torch.manual_seed(0)
+    module = call(cls, vocab, d, max_len, where=where)
+    tok, pos = getattr(module, "tok", None), getattr(module, "pos", None)
+    if not isinstance(tok, nn.Embedding) or not isinstance(pos, nn.Embedding):
+        return  # the structure check below names what is missing
+    token_rms, position_rms = _rms(tok.weight) * math.sqrt(d), _rms(pos.weight)
+    scales = (
+        f"the token part tok(ids) * sqrt(d_model) starts with RMS {token_rms:.2f}, "
+        f"the position part pos(positions) with RMS {position_rms:.2f}"
+    )
+    if abs(token_rms - 1) > 0.1:
+        loud = token_rms > 1
+        fail(
+            f"{scales}: the token part is {'too loud' if loud else 'too quiet'}; "
+            "both should start near 1",
+            where,
+            "draw tok from N(0, 1/d_model), as TokenAndPosition does: "
+            "nn.init.normal_(self.tok.weight, std=d_model**-0.5)"
+            + (
+                "; nn.Embedding's default N(0, 1) times sqrt(d_model) drowns the positions"
+                if loud
+                else ""
+            ),
+        )
+    if abs(position_rms - 1) > 0.1:
+        fail(
+            f"{scales}: the position part should start near 1, like the token part",
+            where,
+            "leave pos at nn.Embedding's default initialisation, N(0, 1)",
+        )
+
+
 def check_learned_positions(cls) -> None:
     """Exercise 2.2: cls(vocab_size, d_model, max_len) is a module with `tok`
     (nn.Embedding(vocab_size, d_model)) and `pos` (nn.Embedding(max_len, d_model)); calling
     it on ids [B, L] returns tok(ids) * sqrt(d_model) + pos(positions 0..L-1), [B, L, d_model],
     and an input longer than max_len raises a ValueError that names max_len.
 
+    The two parts must start equally loud: `tok` drawn from N(0, 1/d_model), so that
+    tok(ids) * sqrt(d_model) has an RMS near 1, and `pos` at nn.Embedding's N(0, 1). Checked at
+    d_model = 128, where PyTorch's N(0, 1) token table times sqrt(128) has an RMS near 11.3.
+
     Used in chapter 2.
     """
     vocab, d, max_len = 13, 16, 10
+    _check_initial_scales(cls, vocab)
     where = f"cls({vocab}, {d}, {max_len})"
     torch.manual_seed(0)
     module = call(cls, vocab, d, max_len, where=where)
