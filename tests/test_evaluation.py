@@ -172,3 +172,21 @@ def test_greedy_decode_gives_back_the_mode_when_it_raises():
     with pytest.raises(ValueError, match="max_len"):
         greedy_decode(model, make_reversal_dataset(2, seed=11)[0], max_len=99)
     assert model.training
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 40, 64])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact_match_with_interval_counts_any_wrong_set_in_any_batching(batch_size, seed):
+    """Property: whatever sequences a model gets wrong and however the set is batched, the count
+    is n minus the wrong ones (a skipped last batch or a double-counted one would show)."""
+    src, tgt = make_reversal_dataset(45, seed=20 + seed)
+    g = torch.Generator().manual_seed(seed)
+    wrong = tuple(
+        int(i)
+        for i in torch.randperm(45, generator=g)[: int(torch.randint(0, 45, (1,), generator=g))]
+    )
+    result = exact_match_with_interval(
+        _Oracle(src, tgt, wrong=wrong), src, tgt, batch_size=batch_size
+    )
+    assert (result.correct, result.n) == (45 - len(wrong), 45)
+    assert (result.low, result.high) == pytest.approx(wilson_interval(result.correct, 45))

@@ -118,3 +118,23 @@ def test_a_float_is_rejected():
 def test_a_detached_loss_is_rejected():
     with pytest.raises(ExerciseError, match="does not require grad"):
         check_teacher_forcing_loss(lambda m, s, t: teacher_forcing_loss(m, s, t).detach())
+
+
+def test_a_near_miss_in_half_precision_is_rejected():
+    """Logits rounded to a 16-bit float before the loss (float16 for 10.3, bfloat16, as autocast
+    leaves them, for 10.2): off by about 6e-5 relative, which the old tolerance (1e-4) let
+    through; a right answer is off by about 1e-7."""
+
+    def half_smoothed(logits, labels, eps, ignore_index):
+        return smoothed_cross_entropy(logits.half().float(), labels, eps, ignore_index)
+
+    def half_teacher_forcing(model, src, tgt):
+        logits = model(src, tgt[:, :-1]).bfloat16().float()
+        return F.cross_entropy(
+            logits.reshape(-1, VOCAB_SIZE), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID
+        )
+
+    with pytest.raises(ExerciseError, match="expected"):
+        check_smoothed_cross_entropy(half_smoothed)
+    with pytest.raises(ExerciseError, match="expected"):
+        check_teacher_forcing_loss(half_teacher_forcing)

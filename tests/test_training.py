@@ -345,3 +345,50 @@ def test_overlap_counts_every_training_row_including_the_last():
     test = torch.tensor([[7, 8, 9, 2], [3, 4, 2, 0], [9, 9, 2, 0]])
     assert train_test_overlap(test, train).tolist() == [True, True, False]
     assert train_test_overlap(train[-1:], train).tolist() == [True]
+
+
+def test_the_log_matches_a_hand_loop_over_epochs_and_the_cooldown():
+    """Over 30 steps (almost four epochs of 8 batches, a cooldown from step 20), every logged
+    statistic equals an independent recomputation, and the logged lr is the one the optimizer
+    uses for the next step."""
+    cfg = dataclasses.replace(TINY, max_steps=30, warmup=5, cooldown=10, eval_every=1000)
+    run = train_reversal(cfg, progress=False, confirm=False)
+    h = run.history
+    assert cfg.train_size // cfg.batch_size < cfg.max_steps // 3  # several epochs are crossed
+
+    torch.set_num_threads(torch.get_num_threads())
+    model = build_model(cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    src_all, tgt_all = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
+    src_len, tgt_len = (src_all != PAD_ID).sum(1), (tgt_all != PAD_ID).sum(1)
+    batches, used_lr, losses, token_acc, batch_exact = [], [], [], [], []
+    model.train()
+    for _ in range(cfg.max_steps):
+        if not batches:
+            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
+        idx = batches.pop()
+        src = src_all[idx, : int(src_len[idx].max())]
+        tgt = tgt_all[idx, : int(tgt_len[idx].max())]
+        logits = model(src, tgt[:, :-1])
+        labels = tgt[:, 1:]
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), labels.reshape(-1), ignore_index=0)
+        used_lr.append(opt.param_groups[0]["lr"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        pred = logits.argmax(-1)
+        right = [int(p[:n].eq(y[:n]).sum()) for p, y, n in zip(pred, labels, tgt_len[idx] - 1)]
+        token_acc.append(sum(right) / int((tgt_len[idx] - 1).sum()))
+        batch_exact.append(sum(r == n for r, n in zip(right, (tgt_len[idx] - 1).tolist())) / 32)
+
+    assert h["loss"] == losses
+    assert h["token_acc"] == pytest.approx(token_acc, abs=1e-12)
+    assert h["batch_exact"] == pytest.approx(batch_exact, abs=1e-12)
+    assert h["lr"][:-1] == used_lr[1:]  # logged after the step: the next step's lr
+    assert used_lr[0] == cfg.lr_scale * lr_factor(cfg)(0) and h["lr"][-1] == 0.0
+    state = model.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in run.model.state_dict().items())
