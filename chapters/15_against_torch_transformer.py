@@ -33,8 +33,9 @@
 # masks all compute what PyTorch computes. If one piece differed, the logits would move. The
 # chapter breaks one weight, then one option at a time, and watches them move.
 #
-# Section 4 gets the mask arguments wrong on purpose. Section 5 shows what `nn.Transformer` does
-# not give you, and what PyTorch's own docstring says it is for.
+# Section 4 gets the mask arguments wrong on purpose. Section 5 breaks a weight and the options.
+# Section 6 shows what `nn.Transformer` does not give you, and what PyTorch's own docstring says it
+# is for.
 #
 # `nn.Transformer` is the two **stacks**: encoder layers plus a final LayerNorm, decoder layers
 # plus a final LayerNorm. It has no token embeddings, no positional encoding and no output
@@ -243,208 +244,6 @@ print(f"logits {tuple(ours.shape)}; max |ours - nn.Transformer| = {gap:.5f} (tol
 torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-5)
 
 # %% [markdown]
-# ### The check can fail
-#
-# A tight tolerance is only worth something if a small error trips it. We add random noise
-# (0.01 times a standard normal draw) to a **single** entry of one weight matrix, deep in the
-# second decoder layer, and run the same assertion:
-
-# %%
-broken = copy.deepcopy(ref)
-g = torch.Generator().manual_seed(0)
-delta = 0.01 * torch.randn(1, generator=g).item()
-with torch.no_grad():
-    broken.decoder.layers[1].linear2.weight[5, 7] += delta
-    off = reference_logits(broken, src, tgt_in, **full_masks)
-print(f"decoder.layers[1].linear2.weight[5, 7] changed by {delta:+.4f}")
-try:
-    torch.testing.assert_close(off, ours, rtol=1e-5, atol=1e-5)
-    raise RuntimeError("the perturbed model passed: the check is too loose")
-except AssertionError as e:
-    print(type(e).__name__, "|", str(e).strip().splitlines()[0])
-off_gap = (off - ours).abs().max().item()
-print(f"max |diff| = {off_gap:.0e}, more than {10 * int(off_gap / 1e-4)} times the tolerance")
-assert off_gap > 1e-5
-
-# %% [markdown]
-# Where does the difference enter? Forward hooks record the output of every layer and final
-# LayerNorm of both models, and we compare them stage by stage, for the faithful copy and for the
-# perturbed one (Figure 15.1). The faithful copy stays at float32 rounding everywhere; the
-# perturbed one agrees up to the second decoder layer, where the changed weight sits, and
-# differs from there on.
-
-# %%
-STAGES = ["encoder 0", "encoder 1", "encoder norm", "decoder 0", "decoder 1", "decoder norm"]
-
-
-def stage_outputs(modules, run):
-    """The output of each module in `modules` during run(), in the order of STAGES."""
-    out = {}
-    hooks = [
-        m.register_forward_hook(
-            lambda mod, a, o, k=k: out.update({k: o[0] if isinstance(o, tuple) else o})
-        )
-        for k, m in zip(STAGES, modules)
-    ]
-    with torch.no_grad():
-        logits = run()
-    for h in hooks:
-        h.remove()
-    return [out[k] for k in STAGES] + [logits]
-
-
-def torch_stages(r):
-    return [*r.encoder.layers, r.encoder.norm, *r.decoder.layers, r.decoder.norm]
-
-
-ours_stages = stage_outputs(
-    [*model.encoder.layers, model.encoder.ln_final, *model.decoder.layers, model.decoder.ln_final],
-    lambda: model(src, tgt_in),
-)
-stage_diff = {}
-for label, r in (("faithful copy", ref), ("one weight perturbed", broken)):
-    theirs_stages = stage_outputs(
-        torch_stages(r), lambda r=r: reference_logits(r, src, tgt_in, **full_masks)
-    )
-    stage_diff[label] = [(a - b).abs().max().item() for a, b in zip(ours_stages, theirs_stages)]
-    # one digit, and "<1e-5" below the tolerance: float32 rounding differs from CPU to CPU
-    shown = [f"{d:.0e}" if d > 1e-5 else "<1e-5" for d in stage_diff[label]]
-    print(f"{label:<21}", "  ".join(shown))
-assert max(stage_diff["faithful copy"]) < 1e-5
-perturbed = stage_diff["one weight perturbed"]
-assert max(perturbed[:4]) < 1e-5 and min(perturbed[4:]) > 1e-5  # enters at decoder layer 1
-
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
-fig, ax = plt.subplots(figsize=(7.5, 3.4))
-xs = range(len(STAGES) + 1)
-for (label, diffs), color, dx in zip(stage_diff.items(), ("tab:blue", "tab:red"), (-0.2, 0.2)):
-    ax.bar([x + dx for x in xs], [max(d, 1e-9) for d in diffs], width=0.4, color=color, label=label)
-    for x, d in zip(xs, diffs):
-        if d == 0:  # no bar on a log scale: say it
-            ax.text(x + dx, 1.3e-9, "0", ha="center", va="bottom", fontsize=8)
-ax.axhline(1e-5, color="black", lw=0.8, ls="--", label="tolerance 1e-5")
-ax.set_yscale("log")
-ax.set_xticks(list(xs), STAGES + ["logits"], fontsize=8)
-ax.set_ylabel("max |ours - nn.Transformer|")
-ax.set_ylim(1e-9, 1e-1)
-ax.set_title("Figure 15.1: the difference, layer by layer (0: no difference at all)")
-ax.legend(fontsize=8)
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Each of the quiet options matters as well: with a wrong value, the logits move or the call
-# fails.
-#
-# :::{dropdown} Going deeper: each quiet option, wrong
-# Build the reference with one of the first four left at its default and copy the same weights.
-# With `norm_first`, `activation` or `nhead` wrong, the logits move far beyond the tolerance.
-# With `batch_first=False` our `[B, L, d]` tensors are read as `[L, B, d]`. Here the source and
-# target "batch sizes" are then their lengths, 7 and 8, and the call fails. With equal lengths it
-# runs, and attends across the batch instead of along each sequence. The cell changes one
-# sequence of a batch and measures how far another one moves. A wrong size, by contrast, fails
-# at the copy. The fifth, `layer_norm_eps`, comes last: its default against ours, and a wrong
-# value.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-errors = []
-for override in (
-    dict(norm_first=False),
-    dict(activation="relu"),
-    dict(nhead=8),
-    dict(batch_first=False),
-):
-    other, _ = build_reference(**override)
-    copy_into(other, model)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # Post-Norm's nested-tensor path warns
-            diff = (reference_logits(other, src, tgt_in, **full_masks) - ours).abs().max().item()
-        print(f"{str(override):<28} max |logit diff| = {diff:.1f}")
-        assert diff > 0.01
-    except RuntimeError as e:
-        errors.append(override)
-        print(f"{str(override):<28} {type(e).__name__}: {str(e).splitlines()[0]}")
-assert errors == [dict(batch_first=False)]  # the only one that fails at the call
-
-# batch_first=False with equal lengths: it runs, and the sequences of a batch see each other
-seq_first, _ = build_reference(batch_first=False)
-copy_into(seq_first, model)
-g = torch.Generator().manual_seed(1)
-emb = torch.randn(3, 7, 128, generator=g)  # [B, L, d], no padding
-emb_changed = emb.clone()
-emb_changed[2] = torch.randn(7, 128, generator=g)  # change sequence 2 only
-moved = {}
-for label, r in (("batch_first=True", ref), ("batch_first=False", seq_first)):
-    with torch.no_grad():
-        moved[label] = (r(emb, emb)[0] - r(emb_changed, emb_changed)[0]).abs().max().item()
-    print(f"{label:<18} changing sequence 2 moves sequence 0's output by {moved[label]:.2f}")
-assert moved["batch_first=True"] < 1e-6 and moved["batch_first=False"] > 0.01
-
-# a wrong size fails at the copy
-wide, _ = build_reference(dim_feedforward=2048)
-try:
-    copy_into(wide, model)
-    raise AssertionError("expected a size mismatch")
-except RuntimeError as e:
-    mismatch = next(ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln)
-    print("dim_feedforward=2048, copy:", type(e).__name__, "|", mismatch)
-
-# layer_norm_eps: PyTorch's default and the eps of our LayerNorms
-eps_default = defaults["layer_norm_eps"]
-our_eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
-print(f"layer_norm_eps: nn.Transformer default {eps_default}, our LayerNorms {our_eps}")
-assert our_eps == {eps_default} and {ref.encoder.layers[0].norm1.eps} == our_eps
-wrong_eps, _ = build_reference(layer_norm_eps=0.1)
-copy_into(wrong_eps, model)
-with torch.no_grad():
-    eps_diff = (reference_logits(wrong_eps, src, tgt_in, **full_masks) - ours).abs().max().item()
-print(f"{'layer_norm_eps=0.1':<28} max |logit diff| = {eps_diff:.1f}")
-assert eps_diff > 1e-3
-
-
-# %% [markdown]
-# ### Only in evaluation mode
-#
-# The two models compute the same function with dropout off. In training mode they do not:
-# their feed-forward block has one more dropout than ours.
-#
-# :::{dropdown} Going deeper: where the extra dropout sits
-# Theirs drops out after the activation too (`self.dropout` in `_ff_block`, from PyTorch's
-# source). Ours has one only after the second linear layer (`net[3]`, where theirs has
-# `dropout2`). So even the same seed cannot give the two models the same masks. From the first
-# feed-forward block on, theirs draws one mask more. The cell shows both blocks, then runs both
-# models in training mode from the same seed, twice.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
-print(inspect.getsource(nn.TransformerEncoderLayer._ff_block).strip())
-print("ours:", model.encoder.layers[0].ffn.net)
-
-
-def train_mode_logits(seed=0):
-    model.train(), ref.train()
-    try:
-        with torch.no_grad():
-            torch.manual_seed(seed)
-            a = model(src, tgt_in)
-            torch.manual_seed(seed)
-            b = reference_logits(ref, src, tgt_in, **full_masks)
-    finally:
-        model.eval(), ref.eval()
-    return a, b
-
-
-(a1, b1), (a2, b2) = train_mode_logits(), train_mode_logits()
-train_gap = (a1 - b1).abs().max().item()
-print(f"training mode, same seed: max |logit diff|, ours vs nn.Transformer {train_gap:.1f}")
-repeat = [(a1 - a2).abs().max().item(), (b1 - b2).abs().max().item()]
-print(f"training mode, same seed twice: max |logit diff|, ours {repeat[0]}, theirs {repeat[1]}")
-assert train_gap > 0.1 and torch.equal(a1, a2) and torch.equal(b1, b2)
-assert not model.training and not ref.training
-
-# %% [markdown]
 # ## 4. Its mask arguments, against ours
 #
 # Our attention takes one mask per attention, broadcastable to `[B, h, Lq, Lk]`. `nn.Transformer`
@@ -590,7 +389,281 @@ assert nan_fast[0] > 0 and nan_fast[1:] == [0, 0]
 assert not any(nan_no_fastpath) and not any(nan_autograd)
 
 # %% [markdown]
-# ## 5. What `nn.Transformer` does not give you
+# ## 5. The check can fail
+#
+# A tight tolerance is only worth something if a small error trips it. We add random noise
+# (0.01 times a standard normal draw) to a **single** entry of one weight matrix, deep in the
+# second decoder layer, and run the same assertion:
+
+# %%
+broken = copy.deepcopy(ref)
+g = torch.Generator().manual_seed(0)
+delta = 0.01 * torch.randn(1, generator=g).item()
+with torch.no_grad():
+    broken.decoder.layers[1].linear2.weight[5, 7] += delta
+    off = reference_logits(broken, src, tgt_in, **full_masks)
+print(f"decoder.layers[1].linear2.weight[5, 7] changed by {delta:+.4f}")
+try:
+    torch.testing.assert_close(off, ours, rtol=1e-5, atol=1e-5)
+    raise RuntimeError("the perturbed model passed: the check is too loose")
+except AssertionError as e:
+    print(type(e).__name__, "|", str(e).strip().splitlines()[0])
+# assert_close allows atol + rtol * |expected| at each logit: how far past that is the worst one?
+allowed = 1e-5 + 1e-5 * ours.abs()
+times = ((off - ours).abs() / allowed).max().item()
+print(
+    f"max |diff| = {(off - ours).abs().max():.1e}; "
+    f"the worst logit is {times:.0f} times its allowance"
+)
+assert times > 1
+
+# %% [markdown]
+# Where does the difference enter? We compare the two models stage by stage: the output of every
+# layer and final LayerNorm, for the faithful copy and for the perturbed one (Figure 15.1).
+#
+# For our model, forward hooks record the stages. The reference needs another method. In
+# evaluation mode with autograd off, each `nn.TransformerEncoderLayer` runs a fused "fast path",
+# one ATen operator for the whole layer. A forward hook on the layer switches that path off (the
+# check is in `TransformerEncoderLayer.forward`). So we call the reference's layers one by one,
+# with the masks its `forward` passes them, and no hooks. The cell counts the fused operator in
+# three runs, then checks that the layer-by-layer run gives the reference's logits exactly.
+
+# %%
+from helpers.benchmark import record_op_outputs  # every ATen operator a call runs (chapter 19)
+
+STAGES = ["encoder 0", "encoder 1", "encoder norm", "decoder 0", "decoder 1", "decoder norm"]
+
+
+def torch_stages(r):
+    """The reference's output at each stage of STAGES, then its logits; layers called one by one."""
+    x, outs = model.encoder.embed(src), []
+    for layer in r.encoder.layers:
+        x = layer(x, src_key_padding_mask=src_pad)
+        outs.append(x)
+    memory = r.encoder.norm(x)
+    y = model.decoder.embed(tgt_in)
+    outs.append(memory)
+    for layer in r.decoder.layers:
+        y = layer(y, memory, tgt_mask=causal, tgt_key_padding_mask=tgt_pad,
+                  memory_key_padding_mask=src_pad)  # fmt: skip
+        outs.append(y)
+    outs.append(r.decoder.norm(y))
+    return outs + [model.out_proj(outs[-1])]
+
+
+def fused_layers(run):
+    """How many encoder layers ran the fused fast-path operator during run()."""
+    with torch.no_grad():
+        _, ops = record_op_outputs(run)
+    return sum(r.op == "_transformer_encoder_layer_fwd" for r in ops)
+
+
+hook = ref.encoder.layers[0].register_forward_hook(lambda mod, args, out: None)
+with_hook = fused_layers(lambda: reference_logits(ref, src, tgt_in, **full_masks))
+hook.remove()
+runs = {
+    "nn.Transformer's forward": fused_layers(
+        lambda: reference_logits(ref, src, tgt_in, **full_masks)
+    ),
+    "the same, a hook on encoder layer 0": with_hook,
+    "layers called one by one": fused_layers(lambda: torch_stages(ref)),
+}
+for label, n in runs.items():
+    print(f"{label:<36} fused encoder layers: {n} of 2")
+assert list(runs.values()) == [2, 1, 2]
+with torch.no_grad():
+    assert torch.equal(torch_stages(ref)[-1], theirs)  # the reference's own logits, bit for bit
+
+# %% [markdown]
+# The faithful copy stays at float32 rounding everywhere. The perturbed one agrees up to the
+# second decoder layer, where the changed weight sits, and differs from there on.
+
+# %%
+ours_stages = []
+hooks = [
+    m.register_forward_hook(lambda mod, a, o: ours_stages.append(o[0] if type(o) is tuple else o))
+    for m in [*model.encoder.layers, model.encoder.ln_final, *model.decoder.layers,
+              model.decoder.ln_final]
+]  # fmt: skip
+with torch.no_grad():
+    ours_stages.append(model(src, tgt_in))
+for h in hooks:
+    h.remove()
+stage_diff = {}
+for label, r in (("faithful copy", ref), ("one weight perturbed", broken)):
+    with torch.no_grad():
+        theirs_stages = torch_stages(r)
+    stage_diff[label] = [(a - b).abs().max().item() for a, b in zip(ours_stages, theirs_stages)]
+    # one digit, and "<1e-5" below the tolerance: float32 rounding differs from CPU to CPU
+    shown = [f"{d:.0e}" if d > 1e-5 else "<1e-5" for d in stage_diff[label]]
+    print(f"{label:<21}", "  ".join(shown))
+assert len(ours_stages) == len(STAGES) + 1 and max(stage_diff["faithful copy"]) < 1e-5
+perturbed = stage_diff["one weight perturbed"]
+assert max(perturbed[:4]) < 1e-5 and min(perturbed[4:]) > 1e-5  # enters at decoder layer 1
+
+# %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
+fig, ax = plt.subplots(figsize=(7.5, 3.4))
+xs = range(len(STAGES) + 1)
+for (label, diffs), color, dx in zip(stage_diff.items(), ("tab:blue", "tab:red"), (-0.2, 0.2)):
+    ax.bar([x + dx for x in xs], [max(d, 1e-9) for d in diffs], width=0.4, color=color, label=label)
+    for x, d in zip(xs, diffs):
+        if d == 0:  # no bar on a log scale: say it
+            ax.text(x + dx, 1.3e-9, "0", ha="center", va="bottom", fontsize=8)
+ax.axhline(1e-5, color="black", lw=0.8, ls="--", label="tolerance 1e-5")
+ax.set_yscale("log")
+ax.set_xticks(list(xs), STAGES + ["logits"], fontsize=8)
+ax.set_ylabel("max |ours - nn.Transformer|")
+ax.set_ylim(1e-9, 1e-1)
+ax.set_title("Figure 15.1: the difference, layer by layer (0: no difference at all)")
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Each of the quiet options matters as well: with a wrong value, the logits move or the call
+# fails.
+#
+# :::{dropdown} Going deeper: each quiet option, wrong
+# Build the reference with one of the first four left at its default and copy the same weights.
+# With `norm_first`, `activation` or `nhead` wrong, the logits move far beyond the tolerance.
+# With `batch_first=False` our `[B, L, d]` tensors are read as `[L, B, d]`. Here the source and
+# target "batch sizes" are then their lengths, 7 and 8, and the call fails. With equal lengths it
+# runs, and attends across the batch instead of along each sequence. The cell changes one
+# sequence of a batch and measures how far another one moves. A wrong size, by contrast, fails
+# at the copy. The fifth, `layer_norm_eps`, comes last: its default against ours, and a wrong
+# value.
+# :::
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+errors = []
+for override in (
+    dict(norm_first=False),
+    dict(activation="relu"),
+    dict(nhead=8),
+    dict(batch_first=False),
+):
+    other, _ = build_reference(**override)
+    copy_into(other, model)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Post-Norm's nested-tensor path warns
+            diff = (reference_logits(other, src, tgt_in, **full_masks) - ours).abs().max().item()
+        print(f"{str(override):<28} max |logit diff| = {diff:.1f}")
+        assert diff > 0.01
+    except RuntimeError as e:
+        errors.append(override)
+        print(f"{str(override):<28} {type(e).__name__}: {str(e).splitlines()[0]}")
+assert errors == [dict(batch_first=False)]  # the only one that fails at the call
+
+# batch_first=False with equal lengths: it runs, and the sequences of a batch see each other
+seq_first, _ = build_reference(batch_first=False)
+copy_into(seq_first, model)
+g = torch.Generator().manual_seed(1)
+emb = torch.randn(3, 7, 128, generator=g)  # [B, L, d], no padding
+emb_changed = emb.clone()
+emb_changed[2] = torch.randn(7, 128, generator=g)  # change sequence 2 only
+moved = {}
+for label, r in (("batch_first=True", ref), ("batch_first=False", seq_first)):
+    with torch.no_grad():
+        moved[label] = (r(emb, emb)[0] - r(emb_changed, emb_changed)[0]).abs().max().item()
+    print(f"{label:<18} changing sequence 2 moves sequence 0's output by {moved[label]:.2f}")
+assert moved["batch_first=True"] < 1e-6 and moved["batch_first=False"] > 0.01
+
+# a wrong size fails at the copy
+wide, _ = build_reference(dim_feedforward=2048)
+try:
+    copy_into(wide, model)
+    raise AssertionError("expected a size mismatch")
+except RuntimeError as e:
+    mismatch = next(ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln)
+    print("dim_feedforward=2048, copy:", type(e).__name__, "|", mismatch)
+
+# layer_norm_eps: PyTorch's default and the eps of our LayerNorms
+eps_default = defaults["layer_norm_eps"]
+our_eps = {m.eps for m in model.modules() if isinstance(m, nn.LayerNorm)}
+print(f"layer_norm_eps: nn.Transformer default {eps_default}, our LayerNorms {our_eps}")
+assert our_eps == {eps_default} and {ref.encoder.layers[0].norm1.eps} == our_eps
+wrong_eps, _ = build_reference(layer_norm_eps=0.1)
+copy_into(wrong_eps, model)
+with torch.no_grad():
+    eps_diff = (reference_logits(wrong_eps, src, tgt_in, **full_masks) - ours).abs().max().item()
+print(f"{'layer_norm_eps=0.1':<28} max |logit diff| = {eps_diff:.1f}")
+assert eps_diff > 1e-3
+
+
+# %% [markdown]
+# ### Only in evaluation mode
+#
+# The two models compute the same function with dropout off. In training mode, from the same
+# seed, they do not. Dropout draws its masks from one random stream, in the order the layers
+# call it. Where do the two streams part? The cell runs both models in training mode from seed 0
+# and compares the first encoder layer's self-attention, the layer's output and the logits.
+
+# %% tags=["nbval-ignore-output"]
+def train_mode_run(run_reference):
+    """Ours, then the reference, in training mode from seed 0: the first encoder layer's
+    self-attention output and layer output, and the logits, of each."""
+    seen = {}
+    watched = {"ours": (model.encoder.layers[0].mha, model.encoder.layers[0]),
+               "theirs": (ref.encoder.layers[0].self_attn, ref.encoder.layers[0])}  # fmt: skip
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, a, o, k=(side, i): seen.update({k: o[0] if isinstance(o, tuple) else o})
+        )
+        for side, mods in watched.items()
+        for i, m in enumerate(mods)
+    ]
+    model.train(), ref.train()
+    try:
+        with torch.no_grad():
+            torch.manual_seed(0)
+            a = model(src, tgt_in)
+            torch.manual_seed(0)
+            b = run_reference()
+    finally:
+        model.eval(), ref.eval()
+        for h in hooks:
+            h.remove()
+    gaps = [(seen["ours", i] - seen["theirs", i]).abs().max().item() for i in (0, 1)]
+    return gaps + [(a - b).abs().max().item()], a
+
+
+def in_our_order():  # the encoder runs before the target is embedded, as in our forward
+    memory = ref.encoder(model.encoder.embed(src), src_key_padding_mask=src_pad)
+    out = ref.decoder(model.decoder.embed(tgt_in), memory, tgt_mask=causal,
+                      tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad)  # fmt: skip
+    return model.out_proj(out)
+
+
+gaps, ours_train = {}, {}
+for label, run in (
+    ("reference_logits", lambda: reference_logits(ref, src, tgt_in, **full_masks)),
+    ("reference in our order", in_our_order),
+):
+    gaps[label], ours_train[label] = train_mode_run(run)
+print("training mode, seed 0, max |ours - nn.Transformer|:")
+print(f"{'':<24} {'self-attention 0':>16} {'encoder layer 0':>16} {'logits':>8}")
+for label, g in gaps.items():
+    print(f"{label:<24} {g[0]:>16.1e} {g[1]:>16.1e} {g[2]:>8.1f}")
+assert gaps["reference_logits"][0] > 0.1  # apart from the first self-attention on
+assert gaps["reference in our order"][0] < 1e-5 < 0.1 < gaps["reference in our order"][1]
+assert torch.equal(*ours_train.values())  # the same seed, the same masks in our model
+assert not model.training and not ref.training
+print(inspect.getsource(nn.TransformerEncoderLayer._ff_block).strip())
+print("ours:", model.encoder.layers[0].ffn.net)
+
+# %% [markdown]
+# As `reference_logits` calls it, the streams part at the first encoder self-attention. That
+# function embeds the target before the reference runs its encoder, so the decoder embedding's
+# dropout draws its mask first. Ours draws it after the encoder. Call the reference in our order,
+# and the first self-attention agrees. The first encoder layer still differs, now in its
+# feed-forward block. Theirs drops out after the activation too (`self.dropout` in `_ff_block`,
+# printed last). Ours drops out only after the second linear layer (`net[3]`, where theirs has
+# `dropout2`). So from that block on, theirs draws one mask more, and no seed can give the two
+# models the same masks.
+
+# %% [markdown]
+# ## 6. What `nn.Transformer` does not give you
 #
 # **Attention weights.** Its layers call `nn.MultiheadAttention` without asking for weights, and
 # `nn.Transformer.forward` has no argument to ask for them. A forward hook on a cross-attention
@@ -651,7 +724,7 @@ assert "reference implementation" in intent and "building blocks" in intent
 # wrong. Libraries such as Hugging Face `transformers` write their own layers too (chapter 16).
 # The value of a handwritten model is that you know exactly what every line computes.
 #
-# ## 6. Parameter count
+# ## 7. Parameter count
 #
 # `nn.Transformer` holds exactly the parameters of our two stacks (layers plus final LayerNorms).
 # Our embeddings and output projection make up the rest of the 931,213.
@@ -674,7 +747,7 @@ print(f"= our model                     {count_parameters(model):>9,}")
 assert n_ref == n_stacks and n_stacks + n_rest == count_parameters(model) == 931_213
 
 # %% [markdown]
-# ## 7. Check against `helpers`
+# ## 8. Check against `helpers`
 #
 # The library packages this chapter's code; it gives exactly the same tensors and logits.
 #
@@ -710,8 +783,9 @@ print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forwa
 #   `activation`, `nhead`, `layer_norm_eps`) move them too; `batch_first=False` fails at the
 #   call here and, with equal lengths, lets the sequences of a batch change each other's
 #   outputs.
-# - The match holds in evaluation mode only: in training mode their feed-forward block drops
-#   out once more than ours, after the activation.
+# - The match holds in evaluation mode only. In training mode the dropout streams part at the
+#   first encoder self-attention (the target was embedded first). Called in our order, they part
+#   in the first feed-forward block, which drops out once more in theirs.
 # - `nn.Transformer` splits each mask by role (`tgt_mask` `[Lt, Lt]`, `*_key_padding_mask`
 #   `[B, L]`) with our polarity (True = blocked); forgetting `memory_key_padding_mask` or
 #   reversing the polarity runs without an error and changes the logits.
