@@ -18,9 +18,9 @@
 #
 # Chapter 10 trains the reversal model, and later chapters use it or variants of it trained by
 # the same code (the first cell lists them). Training takes seconds to minutes on a CPU, and
-# `make test` runs every chapter, so each chapter asks `helpers.load_or_train(cfg)` for its
-# model: the first call trains and stores the weights under
-# `.cache/checkpoints/`, every later call loads them. This page shows the four properties that make
+# the chapters are run again and again, so each chapter asks `helpers.load_or_train(cfg)` for
+# its model: the first call trains and stores the weights under `.cache/checkpoints/`, every
+# later call loads them. This page shows the four properties that make
 # that safe, each with a cell that checks it:
 #
 # 1. **One file per config.** The file name is a hash of every field of the `TrainConfig` (and
@@ -31,8 +31,8 @@
 #    place; a file that does not load anyway (cut short, corrupted) is reported and retrained.
 # 3. **Loading runs no code.** `torch.load(weights_only=True)` accepts tensors, plain containers
 #    and a short list of allowed types, and refuses any other object.
-# 4. **Parallel notebooks train once.** `make test` runs the notebooks on two workers; when both
-#    ask for the same untrained config, one trains and the other waits for its file.
+# 4. **Two callers train once.** When two callers ask for the same untrained config at the
+#    same time, one trains and the other waits for its file.
 #
 # Every cell works on a tiny config (a model of a few thousand parameters, a few training steps)
 # in a temporary folder, so the page trains only tiny models and leaves the real cache alone.
@@ -135,9 +135,8 @@ print("the loaded weights equal the trained ones, tensor for tensor")
 # (`os.fsync`) and renames it with `os.replace`, which replaces the target in one step when both
 # names are in the same folder. A reader therefore sees the old file or the complete new one,
 # never a mixture, and a writer killed mid-write leaves at most a stray temporary file, never a
-# half-written checkpoint under the real name. (`tests/test_training.py` kills a real writer
-# process in the middle of a save and checks exactly that.) After a save, the folder holds the
-# checkpoint and its lock file, and no temporary file:
+# half-written checkpoint under the real name. After a save, the folder holds the checkpoint and
+# its lock file, and no temporary file:
 
 # %%
 save_checkpoint(first, checkpoint_path(tiny, cache))
@@ -211,13 +210,13 @@ unsafe = torch.load(tampered, weights_only=False)  # prints: code from the file 
 assert unsafe["payload"] is None  # what print returned
 
 # %% [markdown]
-# ## Parallel notebooks train once
+# ## Two callers train once
 #
 # `load_or_train` holds an exclusive lock on `<checkpoint>.lock` (`fcntl.flock`) while it looks
 # for the file and, if needed, trains and writes it. A second caller for the same config waits
 # for the lock, then finds the finished file and loads it. (On Windows, which has no `fcntl`,
-# there is no lock, and both callers may train the same model; that case is not tested here.)
-# The cell starts two threads that ask for a config nobody has trained yet, at the same time:
+# there is no lock, and both callers may train the same model.) The cell starts two threads of
+# this one process that ask for a config nobody has trained yet, at the same time:
 
 # %%
 fresh = dataclasses.replace(tiny, seed=2)
