@@ -1,0 +1,81 @@
+"""The DDP timings (appendix/experiment_ddp_timing.py) and chapter 20's citation of them:
+every number their prose quotes agrees with chapters/data/ch20_ddp_timing.json."""
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from helpers.experiments import load_record, mean_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "appendix" / "experiment_ddp_timing.py").read_text()
+CHAPTER = (ROOT / "chapters" / "20_distributed_data_parallel.py").read_text()
+ONE, THREADS, TWO = "1 process x 1 thread", "1 process x 2 threads", "2 processes x 1 thread"
+
+
+def prose(text: str) -> str:
+    """The markdown of a py:percent twin, comment marks removed, lines joined."""
+    lines = [line[2:] if line.startswith("# ") else line for line in text.splitlines()]
+    return " ".join(line.strip() for line in lines)
+
+
+@pytest.fixture(scope="module")
+def rec():
+    return load_record("ch20_ddp_timing")
+
+
+def values(rec, config, key):
+    return [r[key] for r in rec["runs"] if r["config"] == config]
+
+
+def median_range(xs, fmt=".1f"):
+    return f"{statistics.median(xs):{fmt}} ms ({min(xs):{fmt}} to {max(xs):{fmt}})"
+
+
+def test_design_five_seeds_each(rec):
+    seeds = {c: sorted(values(rec, c, "seed")) for c in (ONE, THREADS, TWO)}
+    assert all(s == [0, 1, 2, 3, 4] for s in seeds.values())
+    assert "5 per configuration (0 to 4)" in prose(PAGE)
+
+
+def test_time_per_step(rec):
+    text = prose(PAGE)
+    ms = {c: values(rec, c, "ms_per_step") for c in (ONE, THREADS, TWO)}
+    assert max(ms[THREADS]) < min(ms[TWO]) and max(ms[TWO]) < min(ms[ONE])  # no overlap
+    assert "The ranges do not overlap" in text
+    assert f"of {median_range(ms[THREADS])}" in text
+    assert f"two processes {median_range(ms[TWO])}" in text
+    assert f"one thread {median_range(ms[ONE])}" in text
+    for s in range(5):
+        assert ms[THREADS][s] < ms[TWO][s] < ms[ONE][s]
+    assert "for all 5 seeds" in text
+    chapter = prose(CHAPTER)
+    assert "../appendix/experiment_ddp_timing.ipynb" in chapter
+    for c, words in ((TWO, "two processes"), (ONE, "one process and one thread")):
+        assert f"{words} took a median of {median_range(ms[c])}" in chapter or (
+            f"{words} {median_range(ms[c])}" in chapter
+        ), c
+    assert f"one process and two threads {median_range(ms[THREADS])}" in chapter
+
+
+def test_seconds_and_start_up(rec):
+    text = prose(PAGE)
+    secs = {c: values(rec, c, "seconds") for c in (ONE, THREADS, TWO)}
+    ranges = sorted((min(v), max(v)) for v in secs.values())
+    assert all(lo2 < hi1 for (_, hi1), (lo2, _) in zip(ranges, ranges[1:]))  # they overlap
+    steps = [r["steps"] for r in rec["runs"]]
+    assert f"between {min(steps)} and {max(steps)} over all runs" in text
+    outside = {c: statistics.median(values(rec, c, "outside_training_seconds")) for c in secs}
+    assert f"median of {outside[TWO]:.2f} s outside training, against {outside[ONE]:.2f} s" in text
+
+
+def test_test_exact_match(rec):
+    text = prose(PAGE)
+    lowest = min(r["test_exact_match"] for r in rec["runs"])
+    assert f"at least {lowest:.2%}".replace("%", " %") in text
+    for a, b in ((TWO, ONE), (TWO, THREADS), (THREADS, ONE)):
+        ta, tb = values(rec, a, "test_exact_match"), values(rec, b, "test_exact_match")
+        d = mean_interval([x - y for x, y in zip(ta, tb)])
+        assert d.low < 0 < d.high, (a, b)
+    assert "each interval includes 0" in text
