@@ -14,6 +14,8 @@ from helpers.benchmark import (
     MiB,
     Workload,
     attention_flops,
+    benchmark_times_s,
+    causal_blocks,
     cpu_peak_bytes,
     cpu_peak_memory_supported,
     cpu_times_s,
@@ -189,6 +191,37 @@ def test_cpu_times_keeps_every_run():
     calls = []
     times = cpu_times_s(lambda: calls.append(1), min_runs=7, min_run_time=0.0)
     assert len(times) == len(calls) == 7 and all(t >= 0 for t in times)
+
+
+def test_benchmark_times_are_per_call_and_at_least_min_runs():
+    import time
+
+    times = benchmark_times_s(lambda: time.sleep(0.01), min_runs=3, min_run_time=0.02)
+    assert len(times) >= 3
+    assert all(0.009 < t < 0.05 for t in times)  # seconds per call, not per block
+
+
+def test_measure_with_blocked_autorange():
+    row = measure("sdpa_causal", 32, B=1, d_model=16, heads=2, min_runs=2, min_run_time=0.001,
+                  timer="blocked_autorange")  # fmt: skip
+    assert row["runs"] >= 2 and "blocked_autorange" in row["timer"]
+    with pytest.raises(ValueError, match="timer"):
+        measure("sdpa", 32, B=1, d_model=16, heads=2, timer="wall clock")
+
+
+def test_causal_blocks_counts_the_diagonal_tiles():
+    assert causal_blocks(1024, 128) == (36, 64)  # 8 tiles a side: 8 * 9 / 2
+    assert causal_blocks(1024, 1) == (1024 * 1025 // 2, 1024 * 1024)  # the exact triangle
+    assert causal_blocks(1024, 1024) == (1, 1)  # one tile holds the diagonal
+    assert causal_blocks(1024, 256, 512) == (6, 8)  # query tiles 0, 1 need 1 key tile; 2, 3 two
+    assert causal_blocks(100, 64) == (3, 4)  # a ragged last tile: only the top-right one skipped
+    # a brute force over the entries agrees for a few shapes
+    for L, bq, bk in ((10, 3, 4), (17, 5, 5), (8, 8, 2)):
+        m = torch.ones(L, L, dtype=torch.bool).tril()
+        tiles = [
+            bool(m[i : i + bq, j : j + bk].any()) for i in range(0, L, bq) for j in range(0, L, bk)
+        ]
+        assert causal_blocks(L, bq, bk) == (sum(tiles), len(tiles))
 
 
 def test_attention_flops():

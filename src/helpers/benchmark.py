@@ -96,8 +96,9 @@ def attention_flops(B: int, heads: int, L: int, d_model: int, causal: bool = Tru
     """Used in chapter 19. Floating-point operations of one self-attention call.
 
     Four d_model x d_model projections (2 * B * L * d_model^2 each), plus Q K^T and
-    weights @ V (2 * B * h * L^2 * d_k each); a causal mask lets a fused kernel skip about
-    half of the L^2 work, which is what the count assumes when causal=True.
+    weights @ V (2 * B * h * L^2 * d_k each); causal=True counts exactly half of the L^2
+    work. A kernel that works in tiles computes the tiles on the diagonal whole, so it does a
+    little more than half (causal_blocks counts its tiles).
     """
     d_k = d_model // heads
     proj = 4 * 2 * B * L * d_model * d_model
@@ -279,6 +280,36 @@ def cpu_times_s(fn, min_runs: int = 5, min_run_time: float = 1.0) -> list[float]
     return times
 
 
+def benchmark_times_s(fn, min_runs: int = 2, min_run_time: float = 0.2) -> list[float]:
+    """Used in chapter 19. Per-call seconds of fn() from torch.utils.benchmark.Timer.
+
+    Timer.blocked_autorange (the timer of PyTorch's own SDPA tutorial) times blocks of calls
+    for at least min_run_time seconds and keeps each block's time per call; it is called again
+    until at least min_runs blocks are kept, so that the spread of the blocks can be shown.
+    Each blocked_autorange first makes untimed calls to choose its block size.
+    """
+    from torch.utils import benchmark as tbench
+
+    timer = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    times: list[float] = []
+    while len(times) < min_runs:
+        times += timer.blocked_autorange(min_run_time=min_run_time).times
+    return times
+
+
+def causal_blocks(L: int, block_q: int, block_k: int | None = None) -> tuple[int, int]:
+    """Used in chapter 19. (blocks computed, blocks in all) of an L x L score matrix cut into
+    block_q x block_k tiles, by a kernel that skips only the tiles wholly above the diagonal.
+
+    A tile of queries [i0, i1) and keys [j0, j1) is wholly above the diagonal when its first
+    key comes after its last query, j0 > i1 - 1. The tiles on the diagonal are computed whole.
+    """
+    block_k = block_q if block_k is None else block_k
+    starts_q, starts_k = range(0, L, block_q), range(0, L, block_k)
+    computed = sum(j0 <= min(i0 + block_q, L) - 1 for i0 in starts_q for j0 in starts_k)
+    return computed, len(starts_q) * len(starts_k)
+
+
 def cuda_times_s(fn, repeats: int = 20) -> list[float]:
     """Per-call seconds of fn() on CUDA, each call between two CUDA events."""
     events = [
@@ -445,6 +476,7 @@ def measure(
     cuda_repeats=20,
     warmup=2,
     memory_fraction=0.6,
+    timer="perf_counter",
 ) -> dict:
     """Used in chapter 19. One row of the sweep: time and peak memory of `variant` at length L.
 
@@ -454,7 +486,12 @@ def measure(
     On the CPU, the handwritten path and the math backend (which also builds the [L, L]
     scores) are skipped when their estimated peak exceeds `memory_fraction` of the memory
     available now; on CUDA they are attempted and an out-of-memory error is recorded.
+    timer (CPU only): "perf_counter" times each call on its own (tools/bench_attention.py);
+    "blocked_autorange" uses torch.utils.benchmark (benchmark_times_s: min_runs blocks of at
+    least min_run_time seconds each).
     """
+    if timer not in ("perf_counter", "blocked_autorange"):
+        raise ValueError(f"timer must be 'perf_counter' or 'blocked_autorange', got {timer!r}")
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     device = str(device)
     on_cuda = device.startswith("cuda")
@@ -505,8 +542,13 @@ def measure(
                 row["peak_mib"] = (
                     cpu_peak_bytes(fn) / MiB if cpu_peak_memory_supported() else float("nan")
                 )
-                times = cpu_times_s(fn, min_runs, min_run_time)
-                row["timer"] = f"time.perf_counter per call, {torch.get_num_threads()} threads"
+                threads = torch.get_num_threads()
+                if timer == "blocked_autorange":
+                    times = benchmark_times_s(fn, min_runs, min_run_time)
+                    row["timer"] = f"torch.utils.benchmark blocked_autorange, {threads} threads"
+                else:
+                    times = cpu_times_s(fn, min_runs, min_run_time)
+                    row["timer"] = f"time.perf_counter per call, {threads} threads"
         row.update(spread(times), times_ms=[round(t * 1000, 4) for t in times])
     except Exception as err:  # one row's failure is recorded; the sweep goes on
         key = "oom" if is_out_of_memory(err) else "error"
