@@ -9,7 +9,8 @@ batches; only the place of the LayerNorms differs.
     run.losses, run.val_loss, run.exact_match
 
 tools/record_ch05_norm_sweep.py runs it over several seeds and learning rates and stores the
-result in chapters/data/ch05_norm_sweep.json, which chapter 5 plots.
+result in chapters/data/ch05_norm_sweep.json, which the Experiments page
+appendix/experiment_norm_placement shows (chapter 5 cites it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .embeddings import TokenAndPosition
 from .layers import EncoderLayer
 from .masks import make_padding_mask
 from .model import xavier_init_linears
-from .vocab import PAD_ID, VOCAB_SIZE
+from .vocab import EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE
 
 NORMS = ("pre", "post")
 
@@ -145,3 +146,26 @@ def train_tagger(
         return run
     finally:
         torch.set_num_threads(threads)
+
+
+def running_mean(values, window: int = 20) -> torch.Tensor:
+    """Chapter 5's Experiments page (Pre/Post-Norm). Running mean over the last `window`
+    values (fewer at the start): element i averages values[max(0, i - window + 1) .. i]."""
+    t = torch.as_tensor(values, dtype=torch.float64)
+    c = torch.cat([torch.zeros(1, dtype=torch.float64), t.cumsum(0)])
+    hi = torch.arange(1, len(t) + 1)
+    lo = (hi - window).clamp(min=0)
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+def order_blind_loss(src: torch.Tensor, lab: torch.Tensor) -> float:
+    """Chapter 5's Experiments page (Pre/Post-Norm). Cross-entropy of a guess that knows
+    which digits a source holds, and how often, but not their order: at a digit position it
+    gives each digit its count / the number of digits; at the `<eos>` position (where the
+    source has its `<eos>`) it is certain. Averaged over every non-padding position."""
+    is_digit = src >= NUM_OFFSET
+    counts = torch.zeros(len(src), VOCAB_SIZE).scatter_add_(1, src, is_digit.float())
+    p_digit = counts / is_digit.sum(1, keepdim=True)  # [N, V]: the multiset of the digits
+    p_label = p_digit.gather(1, lab)  # the probability it gives each position's label
+    p_label[lab == EOS_ID] = 1.0
+    return -p_label[lab != PAD_ID].log().mean().item()

@@ -1,0 +1,116 @@
+"""The Pre/Post-Norm Experiments page and chapter 5's citation agree with the record.
+
+The record is chapters/data/ch05_norm_sweep.json (tools/record_ch05_norm_sweep.py); the page
+is appendix/experiment_norm_placement.py. Every number their prose quotes is recomputed here
+with helpers.experiments, so that a re-recorded sweep that changes a number fails this test
+until the prose follows.
+"""
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import make_reversal_dataset
+from helpers.experiments import load_record, mean_interval
+from helpers.norm_experiment import order_blind_loss, running_mean, tagging_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "appendix" / "experiment_norm_placement.py"
+CHAPTER = ROOT / "chapters" / "05_encoder.py"
+LINK = "../appendix/experiment_norm_placement.ipynb"
+
+
+def prose(path: Path) -> str:
+    """The markdown cells of a py:percent twin, as one line of text (line breaks -> spaces)."""
+    text, in_markdown = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("# %%"):
+            in_markdown = "[markdown]" in line
+        elif in_markdown:
+            text.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+    return re.sub(r"\s+", " ", " ".join(text))
+
+
+@pytest.fixture(scope="module")
+def record():
+    return load_record("ch05_norm_sweep")
+
+
+def runs(record):
+    return {(r["norm"], r["lr"], r["seed"]): r for r in record["runs"]}
+
+
+def difference(record, lr):
+    r = runs(record)
+    seeds = record["settings"]["seeds"]
+    return mean_interval(
+        [r["pre", lr, s]["exact_match"] - r["post", lr, s]["exact_match"] for s in seeds]
+    )
+
+
+def test_running_mean_matches_a_loop():
+    values = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]
+    got = running_mean(values, window=3)
+    windows = [values[max(0, i - 2) : i + 1] for i in range(len(values))]
+    want = [sum(w) / len(w) for w in windows]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+
+
+def test_order_blind_loss_by_hand():
+    # digits 7 7 3 (ids 10 10 6), <eos> (2), <pad> (0): the labels (reversed) are 3 7 7 <eos>;
+    # the guess gives 3 one third, 7 two thirds, <eos> certainty; the padding is not scored
+    src = torch.tensor([[10, 10, 6, 2, 0]])
+    lab = torch.tensor([[6, 10, 10, 2, 0]])
+    want = -(math.log(1 / 3) + 2 * math.log(2 / 3) + 0.0) / 4
+    assert order_blind_loss(src, lab) == pytest.approx(want, rel=1e-6)
+
+
+def test_design_five_seeds_equal_budgets(record):
+    cfg = record["settings"]
+    r = runs(record)
+    assert len(cfg["seeds"]) >= 5
+    assert len(r) == 2 * len(cfg["lrs"]) * len(cfg["seeds"])
+    assert {len(run["losses"]) for run in record["runs"]} == {cfg["steps"]} == {400}
+    assert cfg["num_layers"] == 6
+
+
+def test_page_quotes_the_record(record):
+    text = prose(PAGE)
+    r = runs(record)
+    cfg = record["settings"]
+    # "At 2 x 10^-3 the mean difference is 0.952 (0.870 to 1.034)"
+    d = difference(record, 2e-3)
+    assert f"{d.mean:.3f} ({d.low:.3f} to {d.high:.3f})" in text
+    # "The paired 95 % intervals over 5 seeds all lie above 0."
+    assert all(difference(record, lr).low > 0 for lr in cfg["lrs"])
+    assert "over 5 seeds all lie above 0" in text
+    # "Pre-Norm's runs reached 0.846 to 0.999, Post-Norm's at most 0.004."
+    pre = [r["pre", 2e-3, s]["exact_match"] for s in cfg["seeds"]]
+    post = [r["post", 2e-3, s]["exact_match"] for s in cfg["seeds"]]
+    assert f"reached {min(pre):.3f} to {max(pre):.3f}, Post-Norm's at most {max(post):.3f}" in text
+    # "flatten out near a loss of 1.45", "Most Post-Norm runs at the two lower rates ended on
+    # the plateau of the order-blind guess"
+    src, tgt = make_reversal_dataset(1000, seed=1)
+    blind = order_blind_loss(src, tagging_labels(tgt))
+    assert "near a loss of 1.45" in text and round(blind, 2) == 1.45
+    low_rates = [r["post", lr, s]["val_loss"] for lr in cfg["lrs"][:2] for s in cfg["seeds"]]
+    on_plateau = [v for v in low_rates if abs(v - blind) < 0.03]
+    assert len(on_plateau) > len(low_rates) / 2
+    # "At 4 x 10^-3 the Post-Norm runs end higher, near ln 11"
+    top = [r["post", 4e-3, s]["val_loss"] for s in cfg["seeds"]]
+    assert all(abs(v - math.log(11)) < 0.02 for v in top)
+    assert "5 per arm and learning rate" in text and "400 steps of batch 64" in text
+
+
+def test_chapter_5_cites_the_page_with_the_interval(record):
+    text = prose(CHAPTER)
+    assert text.count(LINK) >= 1
+    d = difference(record, 2e-3)
+    quoted = f"by {d.mean:.2f} on average (95 % interval {d.low:.2f} to {d.high:.2f}"
+    assert quoted in text
+    assert "5 seeds each, for 400 steps" in text and "6-layer encoder" in text
+    # the summary's bullet quotes the same interval
+    assert text.count(f"{d.low:.2f} to {d.high:.2f}") == 2
