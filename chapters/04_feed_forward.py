@@ -177,9 +177,9 @@ print(
 # %% [markdown]
 # ## GELU vs ReLU
 #
-# The original Transformer used ReLU, $\max(0, x)$ {cite}`vaswani2017`. GPT-2
-# {cite}`radford2019`, among later models, uses GELU, the Gaussian error linear unit
-# {cite}`hendrycks2016`:
+# The original Transformer used ReLU, $\max(0, x)$ {cite}`vaswani2017`. Later models
+# such as GPT-2 {cite}`radford2019` use GELU, the Gaussian error linear unit
+# {cite}`hendrycks2016`, GPT-2 in a tanh approximation (a dropdown below shows both forms):
 #
 # $$
 # \operatorname{GELU}(x) = x\,\Phi(x) = \frac{x}{2}\left(1 + \operatorname{erf}\frac{x}{\sqrt 2}\right),
@@ -189,10 +189,10 @@ print(
 # standard normal variable falls below it. Large positive inputs pass almost unchanged,
 # large negative ones go to 0, as with ReLU; in between the curve is smooth, and it dips
 # slightly below zero. Its derivative, $\Phi(x) + x\,\varphi(x)$ (with $\varphi$ the
-# normal density), is continuous. Unlike ReLU's it is not zero on the whole negative
-# half-line, but it is not positive there either: it crosses zero where GELU has its
-# minimum and is negative further left. Figure 4.1 shows both functions and their
-# derivatives, computed by autograd rather than by formula.
+# normal density), is continuous. Unlike ReLU's it is not zero on the negative half-line.
+# It stays positive a little way left of 0, crosses zero where GELU has its minimum, and
+# is negative further left. The cell finds that zero by bisection. Figure 4.1 shows both
+# functions and their derivatives, computed by autograd rather than by formula.
 
 # %%
 xs = torch.linspace(-4, 4, 801, requires_grad=True)
@@ -208,6 +208,29 @@ print(
     f" GELU' is 0 at {int((gelu_grad[negative_x] == 0).sum())}"
 )
 assert (relu_grad[negative_x] == 0).all() and (gelu_grad[negative_x] != 0).all()
+
+
+def gelu_grad_at(x0):
+    """GELU'(x0) by autograd, in float64."""
+    t = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(F.gelu(t), t)
+    return g.item()
+
+
+lo, hi = -2.0, 0.0  # GELU'(-2) < 0 < GELU'(0) = 0.5
+assert gelu_grad_at(lo) < 0 < gelu_grad_at(hi)
+for _ in range(60):  # bisection: keep the sign change between lo and hi
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if gelu_grad_at(mid) < 0 else (lo, mid)
+x_zero = (lo + hi) / 2
+grid_x = xs.detach()
+print(f"GELU'(x) = 0 at x = {x_zero:.4f} (bisection in float64)")
+print(
+    f"GELU' on the grid: positive at all {int(((grid_x > x_zero) & negative_x).sum())} points"
+    f" in ({x_zero:.3f}, 0), negative at all {int((grid_x < x_zero).sum())} points left of it"
+)
+assert (gelu_grad[(grid_x > x_zero) & negative_x] > 0).all()
+assert (gelu_grad[grid_x < x_zero] < 0).all()
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -277,7 +300,8 @@ assert dg.max() > 1.1 and dg.min() < -0.1  # steeper than ReLU's 1, and negative
 # default) and `nn.GELU(approximate='tanh')` the approximation. They are close but not
 # equal, so a checkpoint trained with one and run with the other computes slightly
 # different activations. Hugging Face's `transformers` {cite}`wolf2020` keeps separate
-# names for the variants: `gelu` for the exact form, `gelu_new` for the tanh form.
+# names for the variants: `gelu` for the exact form, `gelu_new` for the tanh form. Its
+# GPT-2 configuration sets `activation_function` to `gelu_new`, the tanh form.
 #
 # The model in this book uses the exact form throughout (checked at the end of this
 # chapter). The gap matters when you load weights trained with the other variant and
@@ -301,6 +325,9 @@ for name, form, formula in (("gelu", "exact", exact_formula), ("gelu_new", "tanh
 origin = type(ACT2FN["gelu_new"]).__doc__.split(". ")[0].strip()
 print(f"its docstring: {origin!r}")
 assert "BERT" in origin and "GPT" in origin
+gpt2_act = transformers.GPT2Config().activation_function
+print(f"transformers.GPT2Config().activation_function = {gpt2_act!r}")
+assert gpt2_act == "gelu_new"
 
 gap = (exact_formula - tanh_formula).abs()
 print(
@@ -401,10 +428,7 @@ ratios = {}
 for opt_name, make_opt in optimisers.items():
     for act_name, act in (("ReLU", nn.ReLU()), ("GELU", nn.GELU())):
         r = ratios[opt_name, act_name] = first_step_ratio(act, make_opt)
-        if r == 0:
-            shown = "0 (it did not move)"
-        else:
-            shown = "below 0.01" if r < 0.01 else "between 0.95 and 1.05" if 0.95 < r < 1.05 else r
+        shown = "0 (it did not move)" if r == 0 else f"{r:.3g}"
         print(f"{opt_name:4s} {act_name}: unit 0's step / a typical unit's step = {shown}")
 assert ratios["SGD", "ReLU"] == 0 and ratios["Adam", "ReLU"] == 0
 assert 0 < ratios["SGD", "GELU"] < 0.01
@@ -425,20 +449,21 @@ with torch.no_grad():
     pre_moved = base.lin1(moved)[..., 0]
 active = int((pre_moved > 0).sum())
 revived = unit0_gradient(nn.ReLU(), moved)
+input_norm = tokens.norm(dim=-1).mean().item()
 print(
-    f"input shift: norm {shift.norm().item():.2f} (inputs have norm about "
-    f"{tokens.norm(dim=-1).mean().item():.1f})"
+    f"input shift: norm {shift.norm().item():.2f}; inputs have norm about {input_norm:.1f};"
+    f" shift / input = {shift.norm().item() / input_norm:.2f}"
 )
 print(
     f"unit 0 active at {active} of {n_pos} positions;"
     f" |ReLU gradient of its weights| = {revived.norm().item():.1e}"
 )
 assert active > 0 and revived.norm() > 0
-assert shift.norm() < 0.5 * tokens.norm(dim=-1).mean()  # less than half an input's norm
+assert shift.norm() < input_norm  # a shift smaller than a typical input
 
 # %% [markdown]
-# A shift of less than half an input's norm was enough here. A zero gradient on the
-# unit's own weights does not, by itself, make the unit dead for good.
+# A shift smaller than a typical input, 0.46 of its norm, was enough here. A zero gradient
+# on the unit's own weights does not, by itself, make the unit dead for good.
 #
 # ## The 4x width and what it costs
 #
@@ -640,8 +665,7 @@ with torch.no_grad():
     # 4000 copies in one batch: dropout draws an independent mask for every element
     mean_out = drop_ffn(x_one.expand(4000, 3, d)).mean(dim=0, keepdim=True)
 rel = ((mean_out - eval_out).norm() / eval_out.norm()).item()
-shown = "below 1 %" if rel < 0.01 else f"{rel:.1%}"
-print(f"|mean of 4000 training-mode outputs - eval output| / |eval output|: {shown}")
+print(f"|mean of 4000 training-mode outputs - eval output| / |eval output|: {rel:.1%}")
 assert rel < 0.01
 
 
