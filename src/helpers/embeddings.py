@@ -29,11 +29,24 @@ class TokenAndPosition(nn.Module):
     """Built in chapter 2. ids [B, L] -> embedding * sqrt(d_model) + position [B, L, d_model].
 
     A sequence longer than max_len is a ValueError that names max_len.
+    token_scale (None: sqrt(d_model), the paper's) multiplies the token embeddings and
+    position_scale (1.0) the position codes; chapter 12 changes them to take the loudness of the
+    input apart. The defaults compute what every other chapter shows.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float = 0.1):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        dropout: float = 0.1,
+        token_scale: float | None = None,
+        position_scale: float = 1.0,
+    ):
         super().__init__()
         self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.token_scale = math.sqrt(d_model) if token_scale is None else float(token_scale)
+        self.position_scale = float(position_scale)
         self.emb = nn.Embedding(vocab_size, d_model, padding_idx=PAD_ID)
         # nn.Embedding starts at N(0, 1); times sqrt(d) that is std ~11 and drowns the
         # positions (amplitude <= 1). N(0, d^-1/2) makes the scaled tokens std ~1.
@@ -54,5 +67,8 @@ class TokenAndPosition(nn.Module):
                 f"sequences longer than {self.max_len} tokens need a model built with a "
                 "larger max_len"
             )
-        x = self.emb(ids) * math.sqrt(self.d_model) + self.pe[start_pos:end]
+        pe = self.pe[start_pos:end]
+        if self.position_scale != 1.0:  # the default adds the codes as they are
+            pe = pe * self.position_scale
+        x = self.emb(ids) * self.token_scale + pe
         return self.drop(x)

@@ -6,6 +6,7 @@ chapter").
 """
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,18 @@ class ModelConfig:
     num_layers: int = 2
     max_len: int = 64
     dropout: float = 0.1
+    token_scale: float | None = None  # chapter 12: None multiplies the tokens by sqrt(d_model)
+    position_scale: float = 1.0  # chapter 12: multiplies the position codes
+
+    def __repr__(self) -> str:
+        """The dataclass's repr, with chapter 12's two scales only where they are not the
+        default (so the configs other chapters print read as before)."""
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if f.name not in ("token_scale", "position_scale") or getattr(self, f.name) != f.default
+        ]
+        return f"ModelConfig({', '.join(shown)})"
 
     @property
     def d_k(self) -> int:
@@ -68,14 +81,28 @@ class Transformer(nn.Module):
         num_layers=2,
         max_len=64,
         dropout=0.1,
+        token_scale=None,
+        position_scale=1.0,
     ):
         super().__init__()
         self.config = ModelConfig(
-            src_vocab, tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout
+            src_vocab,
+            tgt_vocab,
+            d_model,
+            num_heads,
+            dff,
+            num_layers,
+            max_len,
+            dropout,
+            token_scale,
+            position_scale,
         )
         self.src_vocab, self.tgt_vocab, self.max_len = src_vocab, tgt_vocab, max_len
         self.encoder = Encoder(src_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
         self.decoder = Decoder(tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
+        for embed in (self.encoder.embed, self.decoder.embed):  # chapter 12's two options
+            embed.token_scale = math.sqrt(d_model) if token_scale is None else float(token_scale)
+            embed.position_scale = float(position_scale)
         self.out_proj = nn.Linear(d_model, tgt_vocab)
         xavier_init_linears(self)
 

@@ -4,7 +4,9 @@ dataclass, and the named recipes the book uses. Built in chapter 10.
 TrainConfig   the settings; the same config always gives the same weights (and checkpoint);
 SEED_RECIPE   the reference chapter's recipe (d_model 128, 10 epochs), for comparison;
 BOOK_RECIPE   the fast CPU recipe the book trains with (chapter 10 measures each change);
-fixed_budget_recipe, default_init_recipe   the fixed-budget twins chapter 12 compares.
+fixed_budget_recipe, default_init_recipe   the fixed-budget twins chapter 12 compares;
+EmbeddingScaleConfig, embedding_scale_recipe   chapter 12's recipes whose model scales its
+              token embeddings and position codes otherwise (TokenAndPosition's options).
 
 "The reference chapter" in this module is the textbook chapter this book reproduces and measures
 itself against; the book's introduction describes it (chapters/intro.md, "The reference
@@ -112,6 +114,25 @@ def default_init_recipe(recipe: TrainConfig = BOOK_RECIPE) -> TrainConfig:
     """Built in chapter 12. PyTorch's default initialisation, otherwise the book's recipe on the
     comparison budget."""
     return fixed_budget_recipe(recipe, init="default")
+
+
+@dataclass(frozen=True)
+class EmbeddingScaleConfig(TrainConfig):
+    """Built in chapter 12. A TrainConfig whose model multiplies its token embeddings by
+    token_scale (None: sqrt(d_model), as every other recipe) and its position codes by
+    position_scale (TokenAndPosition's two options). A subclass, so that the fields, keys and
+    checkpoints of every other recipe stay as they were."""
+
+    token_scale: float | None = None
+    position_scale: float = 1.0
+
+
+def embedding_scale_recipe(
+    recipe: TrainConfig, token_scale: float | None = None, position_scale: float = 1.0
+) -> EmbeddingScaleConfig:
+    """Built in chapter 12. recipe, with the model's token and position scales set."""
+    fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(TrainConfig)}
+    return EmbeddingScaleConfig(**fields, token_scale=token_scale, position_scale=position_scale)
 
 
 # Chapter 18's model, whose cross-attention map comes close to the reference chapter's (seed 0

@@ -56,6 +56,9 @@ def build_model(cfg: TrainConfig) -> Transformer:
         num_layers=cfg.num_layers,
         max_len=cfg.seq_len,
         dropout=cfg.dropout,
+        # chapter 12's EmbeddingScaleConfig; every other recipe has neither field
+        token_scale=getattr(cfg, "token_scale", None),
+        position_scale=getattr(cfg, "position_scale", 1.0),
     )
     if cfg.init == "default":
         apply_default_init(model)
