@@ -83,3 +83,20 @@ def test_row_entropy_solution_passes(capsys):
 def test_row_entropy_rejects_wrong_answers(wrong, hint):
     with pytest.raises(ExerciseError, match=hint):
         check_row_entropy(wrong)
+
+
+# ------------------------------------------------------------------ near misses
+
+
+def test_mirror_weight_refuses_a_near_miss():
+    """0.1 % off on every map (a mean that is almost right) is still refused."""
+    with pytest.raises(ExerciseError, match="expected"):
+        check_mirror_weight(lambda w, n: 1.001 * mirror_weight(w, n))
+
+
+def test_row_entropy_refuses_a_near_miss():
+    """log2 approximated as ln / 0.69 (0.5 % off) is refused; an epsilon inside the log is not
+    a mistake and passes."""
+    with pytest.raises(ExerciseError, match="the entropies"):
+        check_row_entropy(lambda w: -torch.special.xlogy(w, w).sum(-1) / 0.69)
+    check_row_entropy(lambda w: -(w * (w + 1e-9).log2()).sum(-1))

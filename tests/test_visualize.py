@@ -194,7 +194,7 @@ def test_alignment_stats_per_layer_by_hand(model):
     torch.testing.assert_close(stats["mirror"], stats["mirror_heads"].mean(dim=1))
     # eos_peak and digit_peak by hand, one sequence at a time, from the mean-of-heads map
     eos, digit_hits, digit_rows = torch.zeros(2), torch.zeros(2), 0
-    near, all_rows = torch.zeros(2), 0
+    near, all_rows, per_sequence = torch.zeros(2), 0, torch.zeros(2, 8)
     for b in range(8):
         n = int((src[b] != 0).sum()) - 1
         memory, mask = model.encode(src[b : b + 1, : n + 1])
@@ -206,11 +206,13 @@ def test_alignment_stats_per_layer_by_hand(model):
             mean = w[0].detach().mean(dim=0)
             for i, t in enumerate(mirrored_columns(n)):
                 near[layer] += sum(float(mean[i, c]) for c in (t - 1, t + 1) if 0 <= c <= n)
+            per_sequence[layer, b] = mean[torch.arange(n + 1), mirrored_columns(n)].mean()
         digit_rows += n
         all_rows += n + 1
     torch.testing.assert_close(stats["eos_peak"], eos)
     torch.testing.assert_close(stats["digit_peak"], digit_hits / digit_rows)
     torch.testing.assert_close(stats["neighbours"], near / all_rows)
+    torch.testing.assert_close(stats["mirror_per_sequence"], per_sequence)
 
 
 def test_alignment_stats_rejects_mismatched_batches(model):

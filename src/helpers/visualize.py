@@ -210,7 +210,9 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     digit_peak  float [layers]: share of digit rows whose maximum is on the mirrored digit;
     neighbours  float [layers]: mean weight on the two source columns next to the mirrored
                 one (real tokens only: the digits and <eos>);
-    mirror_heads float [layers, heads]: mirror per head.
+    mirror_heads float [layers, heads]: mirror per head;
+    mirror_per_sequence float [layers, B]: each sequence's mean weight on the mirrored
+                position over its n + 1 rows (mean of heads), for an interval over sequences.
     """
     w, target, valid, n = _teacher_forced_cross(model, src, tgt)
     mean = w.mean(dim=2)  # [layers, B, Lt, Ls]: the mean-of-heads maps
@@ -222,6 +224,7 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     on = w.gather(-1, idx).squeeze(-1)  # [layers, B, h, Lt]
     mask = valid[None, :, None, :].to(on.dtype)
     heads = (on * mask).sum(dim=(1, 3)) / mask.sum(dim=(1, 3))
+    per_sequence = (on.mean(dim=2) * valid[None]).sum(dim=-1) / valid.sum(dim=-1)  # [layers, B]
     # the weight on target - 1 and target + 1, where those are real source tokens (0..n)
     near = torch.zeros_like(mean[..., 0])  # [layers, B, Lt]
     for step in (-1, 1):
@@ -238,6 +241,7 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
         "eos_peak": hit[:, b, n].float().mean(dim=1),
         "digit_peak": (hit & digit_rows).sum(dim=(1, 2)).float() / digit_rows.sum(),
         "mirror_heads": heads,
+        "mirror_per_sequence": per_sequence,
     }
 
 
