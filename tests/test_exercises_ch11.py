@@ -7,12 +7,16 @@ import pytest
 import torch
 
 from helpers import BOS_ID, EOS_ID, greedy_decode
+from helpers.decoding import restores_mode
 from helpers.exercises import ExerciseError, check_beam_search, check_wilson_interval
 
 
+@restores_mode
 @torch.no_grad()
-def beam_search(model, src, k, score_last_only=False):
-    """The book's solution to exercise 11.3 (with a switch for a common mistake)."""
+def beam_search(model, src, k, score_last_only=False, eval_inside=True):
+    """The book's solution to exercise 11.3 (with switches for two common mistakes)."""
+    if eval_inside:
+        model.eval()
     memory, src_mask = model.encode(src)
     beams = [([BOS_ID], 0.0)]
     for _ in range(model.max_len - 1):
@@ -36,6 +40,23 @@ def beam_search(model, src, k, score_last_only=False):
 def test_solution_passes(capsys):
     check_beam_search(beam_search)
     assert "check_beam_search: all 36 checks passed" in capsys.readouterr().out
+
+
+def test_mode_not_given_back_is_rejected():
+    def keeps_eval(model, src, k):  # switches dropout off, never switches it back on
+        model.eval()
+        return beam_search(model, src, k)
+
+    with pytest.raises(ExerciseError, match="in eval mode after it"):
+        check_beam_search(keeps_eval)
+
+
+def test_dropout_left_on_is_rejected():
+    def in_callers_mode(model, src, k):  # decodes with dropout on when called in training mode
+        return beam_search(model, src, k, eval_inside=False)
+
+    with pytest.raises(ExerciseError, match="dropout was on while you decoded"):
+        check_beam_search(in_callers_mode)
 
 
 def test_greedy_for_every_k_is_rejected():

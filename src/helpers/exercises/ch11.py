@@ -11,6 +11,9 @@ greedy decoding token for token (helpers.greedy_decode); with k > 1 it must be a
 sequence at least as probable as the book's beam search finds. (Beam search in general does not
 promise to beat greedy decoding, since greedy's prefix can drop out of the beam; on these inputs
 the book's result never falls below greedy's, and a reader's that does gets a specific hint.)
+Every call is made with the model in training mode, as a training loop that scores its model
+mid-run would make it: the answer must switch dropout off itself and give the caller's mode
+back (helpers.restores_mode), as chapter 11's greedy decoding does.
 """
 
 from __future__ import annotations
@@ -125,10 +128,38 @@ def _well_formed(got, model, where: str) -> list[int]:
 
 def check_beam_search(fn) -> None:
     """Exercise 11.3: fn(model, src, k) is beam search of width k: greedy decoding at k = 1,
-    and at k > 1 a sequence at least as probable as the book's beam search finds."""
+    and at k > 1 a sequence at least as probable as the book's beam search finds. Called in
+    training mode, it decodes in eval mode and gives the training mode back."""
     with _one_thread():
         checks = _check_beam_search(fn)
-    passed("check_beam_search", checks, "k=1 equals greedy; k=2, 3 as probable as the book's")
+    passed(
+        "check_beam_search",
+        checks,
+        "k=1 equals greedy; k=2, 3 as probable as the book's; the caller's mode given back",
+    )
+
+
+_RESTORE_HINT = (
+    "call model.eval() inside beam_search, and give the caller's mode back: decorate it with "
+    "helpers.restores_mode (or save model.training and restore it in a finally block)"
+)
+
+
+def _call_in_train_mode(fn, model, src, k: int, where: str):
+    """Call fn as a training loop would (model in training mode); check the mode it leaves;
+    return its result with the model back in eval mode for the checker's own references."""
+    model.train()
+    try:
+        got = call(fn, model, src, k, where=where)
+        if not model.training:
+            fail(
+                "the model was in training mode before your call and is in eval mode after it",
+                where,
+                _RESTORE_HINT,
+            )
+    finally:
+        model.eval()
+    return got
 
 
 def _check_beam_search(fn) -> int:
@@ -140,8 +171,17 @@ def _check_beam_search(fn) -> int:
             greedy = _upto_eos(greedy_decode(model, src)[0])
             greedy_lp = _log_prob(model, src, greedy)
             where = f"random model {m}, source {i} ({len(src[0][src[0] != PAD_ID]) - 1} digits)"
-            got = _well_formed(call(fn, model, src, 1, where=where), model, where + ", k=1")
+            raw = _call_in_train_mode(fn, model, src, 1, where + ", k=1")
+            got = _well_formed(raw, model, where + ", k=1")
             if got != greedy:
+                in_eval = _upto_eos(call(fn, model, src, 1, where=where)[0])
+                if in_eval == greedy:  # right in eval mode, wrong in the caller's training mode
+                    fail(
+                        f"called in training mode you return {got}; in eval mode {in_eval}, "
+                        "greedy decoding's: dropout was on while you decoded",
+                        where + ", k=1",
+                        _RESTORE_HINT,
+                    )
                 fail(
                     f"with k=1 you return {got}, greedy decoding gives {greedy}",
                     where + ", k=1",
@@ -151,13 +191,22 @@ def _check_beam_search(fn) -> int:
             checks += 1
             for k in (2, 3):
                 w = f"{where}, k={k}"
-                got = _well_formed(call(fn, model, src, k, where=w), model, w)
+                got = _well_formed(_call_in_train_mode(fn, model, src, k, w), model, w)
                 lp = _log_prob(model, src, got)
                 book = _book_beam_search(model, src, k)
                 book_lp = _log_prob(model, src, book)
                 if lp >= book_lp - 1e-4:
                     checks += 1
                     continue
+                in_eval = _upto_eos(call(fn, model, src, k, where=w)[0])
+                if _log_prob(model, src, in_eval) >= book_lp - 1e-4:
+                    fail(
+                        f"called in training mode you return {got} (log-probability {lp:.4f}); "
+                        f"in eval mode {in_eval}, as probable as the book's: dropout was on "
+                        "while you decoded",
+                        w,
+                        _RESTORE_HINT,
+                    )
                 if lp < greedy_lp - 1e-4:
                     fail(
                         f"your sequence {got} has log-probability {lp:.4f}, greedy decoding's "
