@@ -241,13 +241,31 @@
     next.focus();
   };
 
+  // The data comes as a script that sets window.ATTENTION_EXPLORER_DATA (written by
+  // tools/export_attention.py): a fetch() of a JSON file is refused when the book is opened
+  // from disk (file://), a <script src> from the same folder is not. data-src names that script;
+  // an older page naming attention_explorer.json gets the script beside it.
+  var DATA_GLOBAL = "ATTENTION_EXPLORER_DATA";
+  var pending = null;
+
+  function loadData(src) {
+    if (window[DATA_GLOBAL]) return Promise.resolve(window[DATA_GLOBAL]);
+    if (pending) return pending;
+    pending = new Promise(function (resolve, reject) {
+      var s = document.createElement("script");
+      s.src = src.replace(/attention_explorer\.json$/, "attention_explorer_data.js");
+      s.onload = function () {
+        if (window[DATA_GLOBAL]) resolve(window[DATA_GLOBAL]);
+        else reject(new Error(s.src + " did not define its data"));
+      };
+      s.onerror = function () { reject(new Error("could not load " + s.src)); };
+      document.head.appendChild(s);
+    });
+    return pending;
+  }
+
   function start(root) {
-    var src = root.getAttribute("data-src");
-    fetch(src)
-      .then(function (r) {
-        if (!r.ok) throw new Error(src + ": HTTP " + r.status);
-        return r.json();
-      })
+    loadData(root.getAttribute("data-src"))
       .then(function (data) { new Explorer(root, data); })
       .catch(function (err) {
         root.setAttribute("data-state", "failed");

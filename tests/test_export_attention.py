@@ -1,5 +1,5 @@
-"""tools/export_attention.py and the file it wrote, book_assets/attention_explorer.json (the
-data of chapter 18's HTML attention explorer)."""
+"""tools/export_attention.py and the file it wrote, book_assets/attention_explorer_data.js (the
+data of chapter 18's HTML attention explorer, as a script that assigns it to a global)."""
 
 import importlib.util
 import json
@@ -11,7 +11,7 @@ import torch
 from helpers import MEAN_OF_HEADS, VOCAB_SIZE, Transformer, cross_attention, mirrored_columns
 
 ROOT = Path(__file__).resolve().parent.parent
-JSON = ROOT / "book_assets" / "attention_explorer.json"
+JSON = ROOT / "book_assets" / "attention_explorer_data.js"
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +25,8 @@ def tool():
 
 
 @pytest.fixture(scope="module")
-def data():
-    return json.loads(JSON.read_text())
+def data(tool):
+    return tool.read_data(JSON)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,8 @@ def test_export_is_deterministic(tool):
     first = tool.dumps(tool.export({"tiny": ("tiny", model)}, [("three", [5, 2, 8])]))
     second = tool.dumps(tool.export({"tiny": ("tiny", model)}, [("three", [5, 2, 8])]))
     assert first == second
-    parsed = json.loads(first)
+    assert first.startswith(tool.SCRIPT_HEAD)  # a script: it loads from file:// too
+    parsed = json.loads(first[len(tool.SCRIPT_HEAD) :].rstrip().rstrip(";"))
     assert list(parsed) == sorted(parsed)  # keys sorted
     layer = parsed["maps"]["tiny"]["528"]["layers"][0]
     assert len(layer) == 3 and len(layer[0]) == 4  # 2 heads + mean; <bos> + 3 digits

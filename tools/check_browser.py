@@ -8,14 +8,16 @@ Usage:
     python tools/check_browser.py --markup-only   # (c) only
     python tools/check_browser.py --screenshots DIR   # keep screenshots of (b) in DIR
 
-(a) The HTML book (_build/html; built first when missing) is served from 127.0.0.1 and
-    every page is opened. For each page: every math element (.math) holds MathJax output
-    (an mjx-container), every <img> has loaded (naturalWidth > 0), every network request
-    went to the local server (or is a data:/blob: URL), and nothing was logged as a
-    JavaScript error (console.error, an uncaught exception, a failed load). On chapter 18's
-    page the HTML attention explorer (book_assets/attention_explorer.js) must draw; switching
-    its layer, then its input, must each redraw a different heatmap; one cell's drawn weight
-    must equal attention_explorer.json's, its fill matplotlib's Blues, and its tooltip (on
+(a) The HTML book (_build/html; built first when missing) is opened twice: served from
+    127.0.0.1, and from disk (file://, as a reader who opens _build/html/index.html does).
+    Each time every page is opened. For each page: every math element (.math) holds MathJax
+    output (an mjx-container), every <img> has loaded (naturalWidth > 0), every network
+    request went to the local server, or stayed on disk under file:// (or is a data:/blob:
+    URL), and nothing was logged as a JavaScript error (console.error, an uncaught exception,
+    a failed load). On chapter 18's page the HTML attention explorer
+    (book_assets/attention_explorer.js) must draw; switching its layer, then its input, must
+    each redraw a different heatmap; one cell's drawn weight
+    must equal attention_explorer_data.js's, its fill matplotlib's Blues, and its tooltip (on
     keyboard focus) must name both tokens and the weight; ArrowRight must move the focus.
 (b) JupyterLab is started on 127.0.0.1 (free port, no token, temporary settings, runtime
     and root folders) on a COPY of chapters/18_cross_attention_heatmaps.ipynb. The check
@@ -396,6 +398,12 @@ def blues_rgb(v: float) -> tuple[int, int, int]:
     return tuple(round(255 * c) for c in colormaps["Blues"](v)[:3])
 
 
+def explorer_data(path: Path) -> dict:
+    """The explorer's data from its script (`window.ATTENTION_EXPLORER_DATA = {...};`)."""
+    text = path.read_text()
+    return json.loads(text[text.index("=") + 1 :].strip().rstrip(";"))
+
+
 def check_html_explorer(page: CDP) -> list[str]:
     """The explorer draws; a new layer and a new input each redraw a different heatmap; one
     cell's drawn weight is the JSON's, its fill matplotlib's Blues, its tooltip says both
@@ -431,7 +439,7 @@ def check_html_explorer(page: CDP) -> list[str]:
         seen.append(new)
     view = seen[-1]["view"]
     input_id, model_id, layer, head = view.split("|")
-    data = json.loads((HTML / "_static" / "attention_explorer.json").read_text())
+    data = explorer_data(HTML / "_static" / "attention_explorer_data.js")
     model = next(m for m in data["models"] if m["id"] == model_id)
     entry = data["maps"][model_id][input_id]
     matrix = entry["layers"][int(layer)][model["heads"] if head == "mean" else int(head)]
@@ -487,9 +495,14 @@ def book_pages() -> list[Path]:
     return sorted(p for p in HTML.rglob("*.html") if not skip & set(p.relative_to(HTML).parts))
 
 
-def check_book(browser: Chromium) -> list[str]:
-    server, port = serve(HTML)
-    prefix = f"http://127.0.0.1:{port}/"
+def check_book(browser: Chromium, via: str = "http") -> list[str]:
+    """Every page of the built book, over HTTP from 127.0.0.1 (via="http") or from disk
+    (via="file"); failures name the way the page was opened."""
+    if via == "file":
+        server, prefix = None, HTML.as_uri() + "/"
+    else:
+        server, port = serve(HTML)
+        prefix = f"http://127.0.0.1:{port}/"
     failures: list[str] = []
     totals = {"pages": 0, "math": 0, "images": 0, "requests": 0, "solutions": 0, "answers": 0}
     toggled = explorer_pages = 0
@@ -505,7 +518,7 @@ def check_book(browser: Chromium) -> list[str]:
                 explorer = check_html_explorer(page) if rel == EXPLORER_PAGE else []
                 page.pump(0.3)  # late console messages
             except Exception as err:
-                failures.append(f"{rel}: {type(err).__name__}: {err}")
+                failures.append(f"{via} {rel}: {type(err).__name__}: {err}")
                 continue
             errors, external, n_req = page_problems(page.events, prefix)
             totals["pages"] += 1
@@ -524,7 +537,8 @@ def check_book(browser: Chromium) -> list[str]:
                     f"{len(info['broken'])} image(s) did not load: {info['broken'][:3]}"
                 )
             if external:
-                problems.append(f"{len(external)} request(s) left localhost: {external[:3]}")
+                where = "the disk" if via == "file" else "localhost"
+                problems.append(f"{len(external)} request(s) left {where}: {external[:3]}")
             if errors:
                 problems.append(f"{len(errors)} JavaScript error(s): {errors[:3]}")
             totals["solutions"] += sols["solutions"]
@@ -547,9 +561,10 @@ def check_book(browser: Chromium) -> list[str]:
                 f"  {status} {rel}: {info['math']} math ({info['rendered']} rendered), "
                 f"{info['images']} images, {n_req} requests"
             )
-            failures += [f"{rel}: {p}" for p in problems]
+            failures += [f"{via} {rel}: {p}" for p in problems]
     finally:
-        server.shutdown()
+        if server is not None:
+            server.shutdown()
     if not totals["pages"]:
         failures.append("no page was checked")
     if not explorer_pages:
@@ -557,7 +572,7 @@ def check_book(browser: Chromium) -> list[str]:
     if not totals["solutions"]:
         failures.append("no exercise solution found behind a toggle on any page")
     log(
-        f"  book: {totals['pages']} pages, {totals['math']} math elements, "
+        f"  book ({via}): {totals['pages']} pages, {totals['math']} math elements, "
         f"{totals['images']} images, {totals['requests']} requests; "
         f"{totals['solutions']} solutions and {totals['answers']} answer dropdowns, all closed "
         f"at load; a solution clicked open on {toggled} pages"
@@ -1106,8 +1121,12 @@ def main(argv) -> int:
         log(f"browser: {browser.version}, headless, new empty profile")
         if not (args.lab_only or args.markup_only):
             log("(a) the HTML book, every page from http://127.0.0.1")
-            results["book: math, images, no external request, no JS error, solutions toggle"] = (
-                check_book(browser)
+            results["book over HTTP: math, images, no external request, no JS error, toggles"] = (
+                check_book(browser, "http")
+            )
+            log("(a) the HTML book again, every page from disk (file://)")
+            results["book from file://: the same, as a reader opening index.html sees it"] = (
+                check_book(browser, "file")
             )
         if not args.book_only and not args.markup_only:
             log("(b) JupyterLab: run the heatmap chapter, solutions, layer change, bad input")

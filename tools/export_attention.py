@@ -4,9 +4,10 @@
 Usage (the book's pinned numerics, as the chapters run):
     env $(.venv/bin/python src/helpers/pin.py pinned) .venv/bin/python tools/export_attention.py
 
-Writes book_assets/attention_explorer.json, which _config.yml ships as
-_static/attention_explorer.json and book_assets/attention_explorer.js draws in chapter 18 of
-the HTML book (no kernel, nothing loaded from outside).
+Writes book_assets/attention_explorer_data.js (a script that assigns the data, as JSON, to
+window.ATTENTION_EXPLORER_DATA, so that it loads from file:// too), which _config.yml ships in
+_static/ and book_assets/attention_explorer.js draws in chapter 18 of the HTML book (no kernel,
+nothing loaded from outside).
 
 The models: chapter 18's sharp model (its stored weights, chapters/data/ch18_sharp_model.pt),
 its default-init twin (SHARP_ATTENTION_RECIPE with init="default", from the checkpoint cache)
@@ -30,7 +31,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "book_assets" / "attention_explorer.json"
+OUT = ROOT / "book_assets" / "attention_explorer_data.js"
+# The page reads its data from a script that sets this global: a `fetch` of a JSON file is
+# refused when the book is opened from disk (file://), a <script src> from the same folder is not.
+DATA_GLOBAL = "ATTENTION_EXPLORER_DATA"
+SCRIPT_HEAD = f"window.{DATA_GLOBAL} = "
 SHARP_WEIGHTS = ROOT / "chapters" / "data" / "ch18_sharp_model.pt"
 DECIMALS = 3
 FORMAT = 1
@@ -115,7 +120,16 @@ def export(models: dict, inputs=INPUTS) -> dict:
 
 
 def dumps(data: dict) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
+    """The data file's text: a script assigning the JSON (sorted keys, deterministic)."""
+    return SCRIPT_HEAD + json.dumps(data, sort_keys=True, separators=(",", ":")) + ";\n"
+
+
+def read_data(path: Path = OUT) -> dict:
+    """The data back from a file `dumps` wrote."""
+    text = Path(path).read_text()
+    if not text.startswith(SCRIPT_HEAD) or not text.rstrip().endswith(";"):
+        raise ValueError(f"{path} is not a data script of export_attention.py")
+    return json.loads(text[len(SCRIPT_HEAD) :].rstrip().rstrip(";"))
 
 
 def sharp_model():
