@@ -17,7 +17,8 @@
 # # 8. Test before you train
 #
 # We test two properties that a correct model has whatever its weights: causality and padding
-# invariance. Then we break the masks on purpose and watch the tests fail.
+# invariance. Then we break the masks on purpose, watch the tests fail, and wrap them in one
+# reusable call.
 # The picture shows causality: which outputs change when later tokens change.
 #
 # ![Largest logit change per position when the tokens after t are rewritten](figures/08_test_before_you_train.png)
@@ -32,13 +33,16 @@
 # padding the batch happened to need. (Chapter 07 trains a model with a wrong mask and measures
 # what it costs.)
 #
-# So before training anything, we test two properties that hold **whatever the weights**. They
-# need no training, only a few forward passes:
+# So before training anything, we test two properties that a correct model has **whatever its
+# weights**. They need no training, only a few forward passes:
 #
 # 1. **Causality.** The decoder output at position $t$ depends on the target tokens at
 #    positions $\le t$ only. Rewrite every token after $t$: the outputs at $0..t$ stay the
-#    same, and the outputs after $t$ change.
+#    same.
 # 2. **Padding invariance.** Appending more `<pad>` to the source changes no output.
+#
+# The causality test also checks the other direction: the outputs after $t$ do change. That
+# half is not a property of every correct model. It depends on the weights, as we will see.
 #
 # Then we break the masks on purpose and watch the tests fail. A test that has never been seen
 # failing proves nothing. Figure 8.1 shows the first property as a picture.
@@ -78,8 +82,9 @@ for i in range(2):
 #
 # `scramble(ids, t)` rewrites every token after position $t$ into a different digit, so every
 # later position really changes. We compare the logits before and after. At positions $\le t$
-# the largest change must be float rounding (below $10^{-5}$). **Each** later position must
-# change by more than $10^{-3}$: its own input token changed, so a working model must notice.
+# the largest change must be float rounding (below $10^{-5}$). **Each** later position should
+# change by more than $10^{-3}$: its own input token changed. That second half shows that the
+# test can see a change at all.
 #
 # One forward pass tests every $t$ at once. The scrambled copies for all $t$ are stacked along
 # the batch dimension. That also checks that a sequence's output does not depend on its batch
@@ -124,6 +129,24 @@ print("  t | largest change at positions <= t | smallest change at a position > 
 for t, (early, late) in enumerate(causality(model, src, tgt_in)):
     print(f"{t:>3} | {small(early):>32} | {late:>34.3f}")
     assert early < 1e-5 and late > 1e-3
+
+# %% [markdown]
+# The two halves are different claims. The first holds for a correct model whatever its weights.
+# The second holds for these random weights, not for all weights. A model whose parameters are
+# all zero is still correctly masked, yet it gives the same logits for every input:
+
+# %%
+zero_model = Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()
+with torch.no_grad():
+    for p in zero_model.parameters():
+        p.zero_()
+zero_rows = causality(zero_model, src, tgt_in)
+zero_early, zero_late = max(e for e, _ in zero_rows), max(v for _, v in zero_rows)
+print(f"all-zero weights: largest change at positions <= t: {zero_early}, after t: {zero_late}")
+assert zero_early == 0 and zero_late == 0  # invariance holds, sensitivity fails
+
+# %% [markdown]
+# So a failure of the second half says "this model ignores its input", not "the mask is wrong".
 
 # %% [markdown]
 # Figure 8.1 draws the same measurement as a grid: one row per $t$, one column per output
@@ -436,24 +459,6 @@ assert (
 # `<pad>` queries), which are safe only with an attention that handles them (chapter 03).
 # Masking keys is what matters: the key decides what information flows into a query.
 #
-# :::{dropdown} Going deeper: the same properties in the book's unit tests
-# `tests/test_properties.py` checks causality (at several positions $t$) and padding
-# invariance on four model configurations, from one layer to the default 931,213-parameter
-# model. It also checks that the causality test fails when the causal mask is removed.
-# `tests/test_masks.py` checks the mask builders and conventions, including
-# `fully_masked_rows`. Run them with
-#
-# ```
-# pytest tests/test_properties.py tests/test_masks.py
-# ```
-#
-# They need no trained weights. The behavioural tests catch the leaks: a missing causal mask,
-# unmasked or wrongly masked padding. `tests/test_masks.py` catches the over-masking
-# `diagonal=0`: it compares `make_causal_mask` with the expected matrix. The third property
-# above (`test_every_decoder_query_sees_a_key`) is checked on the mask the two builders make
-# together. It checks the builders, not the mask a model passes on; the hook above does that.
-# :::
-#
 # ## Check against `helpers`
 #
 # The properties hold on `helpers.Transformer` in the three configurations below. Each gets
@@ -480,12 +485,35 @@ for cfg in configs:
     assert every_query_sees_something(decoder_self_mask(m, helpers.model.make_causal_mask), tgt_in)
 
 # %% [markdown]
+# ## One reusable call: `check_masks`
+#
+# The two tests of this chapter are worth running on every model you build. `helpers.check_masks`
+# runs both in eval mode and reports each. Causality rewrites the tokens after every position
+# $t$; padding invariance appends 1 and 3 `<pad>` columns. It gives the model's mode back. Here
+# it is on the model of this chapter, then on two of its broken variants:
+
+# %%
+from helpers import check_masks
+
+report = check_masks(model, src, tgt_in)
+print(report)
+assert report.ok
+with mock.patch.object(helpers.model, "make_causal_mask", causal_none):
+    no_causal = check_masks(model, src, tgt_in)
+print(no_causal)
+query_masked = check_masks(query_model, src, tgt_in)
+print(query_masked)
+assert no_causal.failed_checks == ["causality"]
+assert query_masked.failed_checks == ["padding invariance"]
+
+# %% [markdown]
 # ## Summary
 #
 # - Two properties hold for a correct model whatever its weights, and need no training.
 #   **Causality**: rewriting the tokens after $t$ leaves the logits at positions $\le t$
 #   within $10^{-5}$ (Figure 8.1). **Padding invariance**: appending `<pad>` to the source
-#   changes no logit by more than $10^{-5}$.
+#   changes no logit by more than $10^{-5}$. That later positions *do* change depends on the
+#   weights: an all-zero model changes nothing.
 # - They are tested in eval mode. In training mode dropout made two forward passes differ by
 #   more than 0.01.
 # - Each test was seen failing. No causal mask fails the causality test. No padding mask, or a
@@ -493,6 +521,7 @@ for cfg in configs:
 # - Over-masking (`diagonal=0`, a missing `triu`) passes the causality test when fully masked
 #   rows return zero, as in `helpers` and SDPA. A third property catches it: every query sees
 #   some key, and real queries see themselves.
+# - `helpers.check_masks(model, src, tgt_in)` runs both tests and reports each.
 # - The one thing to remember: a test you have never seen fail proves nothing.
 #
 # ## Exercises
