@@ -233,8 +233,6 @@ print("teacher-forced decoder input:", [token_name(t) for t in true_in[0]])
 assert torch.equal(true_in, pred[:, :-1])
 
 # %% [markdown]
-# Where the model errs, the greedy map follows its mistake, and the teacher-forced map does not.
-#
 # Figure 18.3 is the widget's initial view, drawn as a static figure:
 
 # %%
@@ -418,9 +416,10 @@ plt.show()
 # `SHARP_ATTENTION_RECIPE` came out of a search: recipes that each change a few fields of
 # `BOOK_RECIPE`, each trained once and measured every 100 steps on the probe set. Each change
 # ran with one seed only, too few to say which change sharpens the map. Three seeds of the
-# final recipe put 0.894 on the mirrored position in the last layer (95 % interval 0.863 to
-# 0.925). [The sharp-attention experiments](../appendix/experiment_sharp_attention.ipynb) show
-# the runs, with what they can and cannot tell.
+# final recipe put 0.894 on the mirrored position in the last layer, on average (95 % interval
+# 0.863 to 0.925).
+# [The sharp-attention experiments](../appendix/experiment_sharp_attention.ipynb) show the
+# runs, with what they can and cannot tell.
 #
 # :::{dropdown} Going deeper: the reference chapter's own recipe
 # The reference chapter's recipe is `SEED_RECIPE`. It is larger, and it trains for ten epochs
@@ -449,10 +448,10 @@ assert work["SEED_RECIPE"] > work["SHARP_ATTENTION_RECIPE"]
 #
 # - A cross-attention map has one row per decoder step and one column per source token. For
 #   reversal, the perfect map is the anti-diagonal, plus `<eos>` on `<eos>`.
-# - `SHARP_ATTENTION_RECIPE` ($d_{model}$ 64, two heads of $d_k$ 32, dropout 0.15, twice the
-#   learning rate, 1000 steps) gives a sharp map: in its last layer each head puts most of
-#   each row's weight on the mirrored position. On fresh sequences its numbers are as high as
-#   on the probe set that chose it, within sampling error.
+# - The stored `SHARP_ATTENTION_RECIPE` model ($d_{model}$ 64, two heads of $d_k$ 32, dropout
+#   0.15, twice the learning rate, 1000 steps, seed 0) has a sharp map: in its last layer
+#   each head puts most of each row's weight on the mirrored position. On fresh sequences its
+#   numbers are as high as on the probe set that chose it, within sampling error.
 # - The widget and the figures decode greedily; the HTML explorer shows teacher-forced maps.
 #   They agree wherever the model reverses correctly.
 # - The book's model of chapter 10 reverses nearly every test sequence with a blurred map:
