@@ -425,8 +425,8 @@ assert times > 1
 # evaluation mode with autograd off, each `nn.TransformerEncoderLayer` runs a fused "fast path",
 # one ATen operator for the whole layer. A forward hook on the layer switches that path off (the
 # check is in `TransformerEncoderLayer.forward`). So we call the reference's layers one by one,
-# with the masks its `forward` passes them, and no hooks. The cell counts the fused operator in
-# three runs, then checks that the layer-by-layer run gives the reference's logits exactly.
+# with the masks its `forward` passes them, and no hooks. The next cell counts the fused operator
+# in three runs. Called one by one, the layers give the reference's logits bit for bit.
 
 # %%
 from helpers.benchmark import record_op_outputs  # every ATen operator a call runs (chapter 19)
