@@ -238,7 +238,7 @@ with torch.no_grad():
         "h = ln1(x)       ",
         tuple(h.shape),
         f"  largest |per-position mean| {'below 1e-5' if h_mean < 1e-5 else f'{h_mean:.0e}'}, "
-        f"per-position std {'within 1e-3 of 1' if abs(h_std - 1) < 1e-3 else f'{h_std:.4f}'}",
+        f"per-position std {h_std:.4f}",
     )
     a, w = pre.mha(h, h, h, attn_mask=pad_mask)
     print("a = MHA(h, h, h) ", tuple(a.shape), "  weights", tuple(w.shape), " [B, h, L, L]")
@@ -366,8 +366,8 @@ assert grad_gap["Pre-Norm"] == 0 and grad_gap["Post-Norm"] > 0.1
 # two LayerNorm Jacobians per layer above it. In a Pre-Norm stack there is always a direct
 # path of plain additions from the top of the stack to every layer. Xiong et al.
 # {cite}`xiong2020` analyse the gradients of the two orders at initialisation. They explain
-# with them why Post-Norm needs a learning-rate warmup and Pre-Norm can do without. An
-# experiment near the end of this chapter reports how the two fare without warmup on our task.
+# with them why Post-Norm needs a learning-rate warmup and Pre-Norm can do without. How the
+# two fare without warmup on our task is an experiment, cited near the end of the chapter.
 # Pre-Norm pays for its clean path elsewhere, as the next section measures.
 #
 # ## Through a deep stack: the residual stream's scale
@@ -722,13 +722,14 @@ assert [name for name, _ in TwoHeads().named_parameters()] == [
 # %% [markdown]
 # ## Does it matter in training?
 #
-# Everything so far was measured at initialisation. Training is a separate question.
+# The Pre-Norm and Post-Norm measurements so far were made at initialisation. Training is
+# a separate question.
 # [The Pre-Norm sweep](../appendix/experiment_norm_placement.ipynb) trained a 6-layer
 # encoder both ways, 5 seeds each, for 400 steps at a constant learning rate without warmup.
 # At $2 \times 10^{-3}$, Pre-Norm's held-out exact match beat Post-Norm's by 0.95 on average
 # (95 % interval 0.87 to 1.03 over the 5 paired seeds). That is one budget without warmup;
 # it says nothing about Post-Norm with the warmup of the original paper.
-#
+
 # %% [markdown]
 # ## Checking against `helpers`
 #
