@@ -412,10 +412,11 @@ assert abs(v_wrong - 1 / h) < 0.02
 # Here $W_i^Q$ is the $i$-th block of $d_k$ columns of $W^Q$, and likewise for $K$ and $V$
 # (the code adds a bias after each projection). It has no more parameters than one wide
 # head. The four projections are still $d \times d$ matrices; the heads are a way of
-# *reading* their outputs. The trick is in the shapes. The head dimension is split off the features and
-# moved next to the batch dimension, so one batched matrix product computes all heads.
-# Figure 3.4 draws the split and the merge for one sequence. The code after it uses $B = 2$
-# sequences of $L = 5$ tokens (the first ends in two `<pad>`), $d = 16$ and $h = 4$.
+# *reading* their outputs. The trick is in the shapes. The head dimension is split off the
+# features and moved next to the batch dimension, so one batched matrix product computes
+# all heads. Figure 3.4 draws the split and the merge for one sequence. The code after it
+# uses $B = 2$ sequences of $L = 5$ tokens (the first ends in two `<pad>`), $d = 16$ and
+# $h = 4$.
 
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
@@ -890,9 +891,9 @@ torch.testing.assert_close(w.sum(-1), torch.ones(B, h, L))
 # %% [markdown]
 # Figure 3.5 shows the four heads' weights for the first sequence. The heads are
 # untrained, so their patterns mean nothing yet. All of them respect the mask. The weights
-# are zero above the diagonal (the future) and in the last two columns (padding). Note the last two *rows*: queries at
-# padding positions still produce outputs. Nothing downstream uses them, since the loss
-# ignores padding targets (chapter 10).
+# are zero above the diagonal (the future) and in the last two columns (padding). Note the
+# last two *rows*: queries at padding positions still produce outputs. Nothing downstream
+# uses them, since the loss ignores padding targets (chapter 10).
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(1, h, figsize=(11, 2.8))
