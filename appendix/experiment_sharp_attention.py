@@ -209,7 +209,7 @@ print(f"d32h1drop, <eos> peak at steps {[p['step'] for p in trail]}: "
 #   1.000, ended at 0.60 on the last layer's mirror weight.
 # - The runs with heads of $d_k = 8$ ended at 0.60 and 0.80; those with one head of 32 or 64
 #   ended between 0.59 and 0.78. Only runs with two heads of 32 at $d_{model} = 64$ ended above
-#   0.8, and they also had more parameters and another budget.
+#   0.8; they also had more parameters than the $d_{model} = 32$ runs, and another budget.
 # - Label smoothing (`d32h1dropls`) and dropout 0.2 (`d32h1drop2`) ended with an `<eos>` peak
 #   of 0, and dropout 0.2 also with a validation exact match under 0.8.
 # - Only one run reached the reference chapter's 0.94 on the last layer: `d64h2droplr2` (1200
@@ -276,7 +276,7 @@ print(f"book's stop step per path: {[r['book']['stop_step'] for r in spread.valu
 # ### 4. The default-init twin (one seed)
 #
 # The twin is the final recipe with `init="default"`: same data, seed, schedule and budget.
-# Chapter 12 shows what PyTorch's default initialisation does to this model.
+# Chapter 12 shows what PyTorch's default initialisation does to the book's model.
 
 # %%
 twin = runs[(TWIN, 0)]

@@ -6,6 +6,8 @@ mistakes that change the answer a little (a wrong epsilon, z = 1.95, a scale off
 rounding): float32 needs no more than about 1e-5 relative slack for these computations.
 """
 
+import math
+
 import pytest
 import test_exercises_ch02 as ch02
 import test_exercises_ch03 as ch03
