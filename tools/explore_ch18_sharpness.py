@@ -13,9 +13,9 @@ plus teacher-forced exact match on the first 1000 validation sequences and the m
 loss since the last measurement. At the end it also records the trained model's exact match on
 the test set (helpers.evaluation, 10,000 sequences, Wilson 95 % interval) and its
 cross-attention maps (every decoder layer, mean of heads) on the chapter's input 7 3 0 9 5 1 8,
-so that chapter 18 can show a run it does not train. Each run is appended to a JSON file (default
-chapters/data/ch18_sharpness.json) under a name; a run with the same name and seed replaces
-the old one. Run it niced and single-threaded:
+so that appendix/experiment_sharp_attention can show a run nobody retrains. Each run is
+appended to a JSON file (default chapters/data/ch18_sharpness.json) under a name; a run with
+the same name and seed replaces the old one. Run it niced and single-threaded:
 
   nice -n 10 .venv/bin/python tools/explore_ch18_sharpness.py NAME --base book \\
       --set d_model=64 dff=256 num_heads=1 max_steps=1200 cooldown=1100 --every 100 --seed 0

@@ -4,13 +4,13 @@
 Usage:
     nice -n 10 .venv/bin/python tools/time_ch18_recipe.py [--repeats N] [--out PATH]
 
-Chapter 18 says how long its sharp recipe takes to train on this machine. The recipe itself
-says one thread (`threads=1`, inherited from BOOK_RECIPE), so that `make test` can run two
-notebooks at once; this tool also times it on two threads (the same recipe with `threads=2`:
-the same steps and data, sums in another order). Each run
-trains from scratch (no checkpoint cache) and is timed from the call to the trained model,
-evaluations included, by tools/bench_training.py's time_to_target (whose test-set score after
-the run is not timed). Writes chapters/data/ch18_training_time.json, which chapter 18 prints.
+The sharp-attention Experiments page says how long chapter 18's recipe takes to train. The
+recipe itself says one thread (`threads=1`, inherited from BOOK_RECIPE), so that `make test`
+can run two notebooks at once; this tool also times it on two threads (the same recipe with
+`threads=2`: the same steps and data, sums in another order). Each run trains from scratch (no
+checkpoint cache) and is timed from the call to the trained model, evaluations included, by
+tools/bench_training.py's time_to_target (whose test-set score after the run is not timed).
+Writes chapters/data/ch18_training_time.json, which appendix/experiment_sharp_attention prints.
 """
 
 from __future__ import annotations
