@@ -114,3 +114,35 @@ def test_chapter_5_cites_the_page_with_the_interval(record):
     assert "5 seeds each, for 400 steps" in text and "6-layer encoder" in text
     # the summary's bullet quotes the same interval
     assert text.count(f"{d.low:.2f} to {d.high:.2f}") == 2
+
+
+def test_recorder_stores_per_sequence_outcomes(tmp_path, monkeypatch):
+    """A tiny sweep through the recorder: its runs carry correct_bits in the layout of
+    helpers.experiments, so that a re-recorded sweep supports McNemar's test."""
+    import importlib.util
+    import sys
+
+    from helpers.experiments import compare_arms, unpack_bits
+
+    spec = importlib.util.spec_from_file_location(
+        "record_ch05_norm_sweep", ROOT / "tools" / "record_ch05_norm_sweep.py"
+    )
+    recorder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recorder)
+    out = tmp_path / "tiny_sweep.json"
+    argv = ["x", "--seeds", "2", "--lrs", "0.001", "--steps", "2", "--layers", "1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
+    threads = torch.get_num_threads()
+    try:
+        assert recorder.main() == 0  # it sets one thread, as a recording should
+    finally:
+        torch.set_num_threads(threads)
+    tiny = load_record("tiny_sweep", data_dir=tmp_path)
+    n = tiny["test_set"]["n"]
+    assert n == 1000 and set(tiny["arms"]) == {"pre@0.001", "post@0.001"}
+    for run in tiny["runs"]:
+        bits = unpack_bits(run["correct_bits"], n)
+        assert int(bits.sum()) == run["test_correct"]
+        assert run["test_correct"] / n == pytest.approx(run["exact_match"], abs=1e-4)
+    comparison = compare_arms(tiny, "pre@0.001", "post@0.001")
+    assert comparison.seeds == (0, 1)

@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Record chapter 5's Pre-Norm vs Post-Norm sweep -> chapters/data/ch05_norm_sweep.json.
+"""Record the Pre-Norm vs Post-Norm sweep -> chapters/data/ch05_norm_sweep.json.
 
-    nice -n 10 python tools/record_ch05_norm_sweep.py            # 5 seeds x 3 lrs x 2 norms
-    nice -n 10 python tools/record_ch05_norm_sweep.py --seeds 2  # a quicker look
+    env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch05_norm_sweep.py
+    ... tools/record_ch05_norm_sweep.py --seeds 2 --out /tmp/x.json   # a quicker look
 
 Every run is helpers.norm_experiment.train_tagger (6-layer encoder-only tagger, d_model 64,
 Adam at a constant learning rate, no warmup, batch 64, one thread): the same seed gives both
 variants identical initial weights and identical batches. The file stores the settings, and per
 run the seed, the learning rate, the training loss of every step (rounded to 4 decimals), and
-the loss and exact match on the 1000 held-out sequences (seed 1). No timings are stored.
+the loss and exact match on the 1000 held-out sequences (seed 1), plus which held-out
+sequences came out right (`correct_bits`, helpers.experiments.pack_bits). The same outcomes
+also appear in the layout of helpers.experiments (`test_set`, and `arms` keyed "pre@0.002"),
+so that `compare_arms(record, "pre@0.002", "post@0.002")` runs McNemar's test on them.
+No timings are stored. The Experiments page appendix/experiment_norm_placement shows the
+record; a full run is 30 runs of 400 steps (about 30 CPU-minutes under the pin).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from helpers.experiments import pack_bits
 from helpers.norm_experiment import tagger_data, train_tagger
 from helpers.numerics import provenance
 
@@ -61,7 +67,9 @@ def main() -> int:
             "held_out": "make_reversal_dataset(1000, seed=1)",
             "threads": 1,
         },
+        "test_set": {"seed": 1, "n": len(data[2])},
         "runs": [],
+        "arms": {},
     }
     for lr in args.lrs:
         for seed in range(args.seeds):
@@ -76,7 +84,16 @@ def main() -> int:
                         "seed": seed,
                         "val_loss": round(run.val_loss, 4),
                         "exact_match": round(run.exact_match, 4),
+                        "test_correct": int(run.correct.sum()),
+                        "correct_bits": pack_bits(run.correct),
                         "losses": [round(v, 4) for v in run.losses],
+                    }
+                )
+                record["arms"].setdefault(f"{norm}@{lr:g}", []).append(
+                    {
+                        "seed": seed,
+                        "test_correct": int(run.correct.sum()),
+                        "correct_bits": pack_bits(run.correct),
                     }
                 )
                 print(

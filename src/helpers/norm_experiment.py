@@ -91,6 +91,7 @@ class TaggerRun:
     losses: list = field(default_factory=list)
     val_loss: float = float("nan")
     exact_match: float = float("nan")
+    correct: torch.Tensor | None = None  # bool [n_held_out]: which sequences came out right
 
 
 def tagger_data(train_size: int = 20_000, val_size: int = 1000):
@@ -111,7 +112,8 @@ def train_tagger(
 ) -> TaggerRun:
     """Used in chapter 5. Train an EncoderTagger with Adam at a constant lr (no warmup), on one
     thread; `seed` fixes the initial weights and the batches. Returns the per-step training
-    losses and the loss and exact match (every label of a sequence right) on the held-out set.
+    losses and the loss and exact match (every label of a sequence right) on the held-out set,
+    and which held-out sequences came out right (`correct`, for a paired test between runs).
 
     Training itself is taught in chapter 10; this loop is the smallest one that runs the
     comparison.
@@ -142,7 +144,8 @@ def train_tagger(
             logits.flatten(0, 1), val_lab.flatten(), ignore_index=PAD_ID
         ).item()
         right = (logits.argmax(-1) == val_lab) | (val_lab == PAD_ID)
-        run.exact_match = right.all(dim=1).float().mean().item()
+        run.correct = right.all(dim=1)
+        run.exact_match = run.correct.float().mean().item()
         return run
     finally:
         torch.set_num_threads(threads)
