@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import make_reversal_dataset
-from .decoding import greedy_decode, sequences_equal
+from .decoding import greedy_decode, restores_mode, sequences_equal
 from .recipes import TrainConfig
 from .train import build_model, lr_factor, sequence_correct
 from .vocab import PAD_ID
@@ -348,13 +348,14 @@ def bucket_timeline(timeline: list) -> list:
     return out
 
 
+@restores_mode
 def sharded_exact_match(model, src, tgt, info: DistInfo, greedy: bool = False) -> float:
     """Exact match on (src, tgt), each rank scoring every world_size-th sequence; the counts are
     summed over the ranks, so every rank gets the same number. greedy=False: teacher-forced
-    (the same number as greedy, in one forward pass; see helpers.teacher_forced_exact_match)."""
+    (the same number as greedy, in one forward pass; see helpers.teacher_forced_exact_match).
+    Scores in eval mode, then gives back the caller's mode."""
     s, t = src[info.rank :: info.world_size], tgt[info.rank :: info.world_size]
     s, t = s.to(info.device), t.to(info.device)
-    was_training = model.training
     model.eval()
     with torch.no_grad():
         if greedy:
@@ -362,7 +363,6 @@ def sharded_exact_match(model, src, tgt, info: DistInfo, greedy: bool = False) -
         else:
             s, t = trimmed(s, t)
             correct = sequence_correct(model(s, t[:, :-1]), t[:, 1:]).sum()
-    model.train(was_training)
     counts = torch.tensor([float(correct), float(s.size(0))], dtype=torch.float64)
     counts = all_reduce_sum(counts.to(info.device))
     return float(counts[0] / counts[1])
