@@ -98,8 +98,8 @@ for key, value in record["numerics"].items():
     print(f"  {key}: {value}")
 
 # %% [markdown]
-# The record predates the book's pinned numerics. A run repeated today gives other low-order
-# bits, and a trajectory near a tipping point can go another way.
+# The record was made before the book pinned its numerics, as its note says: its CPU and
+# kernels were not recorded.
 #
 # ## Results
 #
