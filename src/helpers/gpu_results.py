@@ -12,6 +12,10 @@ device and writes one JSON file per part; copied into chapters/data/ they are
 Every function here reads those files when they are present and otherwise says plainly that
 nothing is recorded yet, with the command that records it. Only the plot needs matplotlib.
 
+Chapter 19 uses only the reference chapter's own numbers (REFERENCE_RTX4090, reference_ratios,
+GPU_SPECS): until a GPU run is recorded, its GPU section is one sentence. The functions that
+read attention_cuda.json wait for that record (an Experiments page once it exists).
+
 "The reference chapter" in this module is the textbook chapter this book reproduces and measures
 itself against; the book's introduction describes it (chapters/intro.md, "The reference
 chapter").
