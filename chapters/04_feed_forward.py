@@ -179,7 +179,8 @@ print(
 #
 # The original Transformer used ReLU, $\max(0, x)$ {cite}`vaswani2017`. Later models
 # such as GPT-2 {cite}`radford2019` use GELU, the Gaussian error linear unit
-# {cite}`hendrycks2016`, GPT-2 in a tanh approximation (a dropdown below shows both forms):
+# {cite}`hendrycks2016`. This is its exact form; GPT-2 uses a tanh approximation of it, shown
+# in a dropdown below:
 #
 # $$
 # \operatorname{GELU}(x) = x\,\Phi(x) = \frac{x}{2}\left(1 + \operatorname{erf}\frac{x}{\sqrt 2}\right),
