@@ -275,12 +275,12 @@ plt.show()
 #
 # ## 5. Loud tokens, or a loud input?
 #
-# Section 2 read the slow start as "the tokens drown the positions". The same numbers fit
-# another reading. Each layer adds an update to its input, the **residual stream**:
+# Section 2 read the slow start as "the tokens drown the positions". The study's numbers fit
+# another reading too. Each layer adds an update to its input, the **residual stream**:
 # $x + f(\operatorname{LN}(x))$. The LayerNorm fixes the scale of what $f$ sees, so the update's
-# size does not grow with $x$ (the next cell shows it). With PyTorch's default embedding the
-# stream starts about
-# $\sqrt{d_\text{model}}$ times louder, so every layer's update is that much smaller next to it.
+# size does not grow with $x$. With PyTorch's default embedding the stream starts about
+# $\sqrt{d_\text{model}}$ times louder, so the update is smaller next to it by about that
+# factor (the next cell measures the first layer's).
 # The embedding fix quietens both at once: tokens against positions, and the input against the
 # updates.
 #
@@ -335,8 +335,8 @@ assert min(update_[twin] for twin in twins) > 4 * update_["default"]
 
 # %% [markdown]
 # In both twins the first layer's update, next to its input, is more than four times the
-# default-init model's, and the two twins are alike in it. (The fix's update is larger still:
-# its Xavier weights are larger.) The twins differ in the token-to-position ratio: the fix's in
+# default-init model's, and the two twins are alike in it. (The fix's update is larger
+# still.) The twins differ in the token-to-position ratio: the fix's in
 # "tokens unscaled", the defaults' in "quiet input". The cell trains both twins for 100 steps
 # (the recipe's warmup; its cooldown starts after it). It compares them with the two models of
 # section 3 at step 100, when they had had the same batches and learning rates: validation
@@ -372,7 +372,7 @@ assert closed["quiet input"] < 0.5 < closed["tokens unscaled"]
 # to the fixed init's (100 %). The run whose positions are audible closed more than half of
 # that gap. The quiet input, whose positions are drowned as with the defaults, closed less than
 # half. So on this seed, at step 100, quietening the input against the layers' updates is not
-# enough; letting the positions be heard is what closes most of the gap. This is one seed and
+# enough; letting the positions be heard closes more than half of the gap. This is one seed and
 # 100 steps. It does not show how the layers use the positions.
 #
 # ## 6. Does training repair the imbalance?
