@@ -85,7 +85,25 @@ class Learned(nn.Module):
 
 def test_learned_accepts_the_book_answer(capsys):
     check_learned_positions(Learned)
-    assert "check_learned_positions: all" in capsys.readouterr().out
+    assert "check_learned_positions: all 5 checks passed" in capsys.readouterr().out
+
+
+def test_learned_accepts_a_zeroed_padding_row():
+    class Padded(Learned):
+        def __init__(self, vocab_size, d_model, max_len):
+            super().__init__(vocab_size, d_model, max_len)
+            with torch.no_grad():
+                self.tok.weight[0].zero_()
+
+    check_learned_positions(Padded)
+
+
+def test_learned_leaves_the_global_random_stream_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check_learned_positions(Learned)
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +136,9 @@ def test_learned_rejects_the_loud_default_token_table():
     "wrong, hint",
     [
         (dict(tok_std=1 / 128), "the token part is too quiet"),  # std 1/d instead of d^-1/2
-        (dict(tok_std=0.12), "the token part is too loud"),  # RMS 1.36: a near miss
+        (dict(tok_std=0.12), "the token part is too loud"),  # RMS 1.36
+        (dict(tok_std=0.1), "the token part is too loud"),  # RMS 1.13: a round-number near miss
+        (dict(tok_std=0.08), "the token part is too quiet"),  # RMS 0.91
         (dict(pos_std=128**-0.5), "the position part should start near 1"),
     ],
 )
