@@ -41,6 +41,7 @@ from helpers import (
     PAD_ID,
     TEST_SIZE,
     VOCAB_SIZE,
+    MiniGPT,
     Transformer,
     count_parameters,
     describe,
@@ -116,10 +117,10 @@ assert len({PAD_ID, BOS_ID, EOS_ID}) == 3  # BOS must differ from PAD (a classic
 
 # %% [markdown]
 # The data set is generated, not downloaded. `make_reversal_dataset(n, seed)` draws `n`
-# digit strings of length 3 to 12. It returns `(src, tgt)` as integer tensors, padded to a
-# common width of 12 + 2 = 14 (room for `<bos>` and `<eos>`). The same seed always gives
-# the same data. Here is one example, as ids and as tokens, and the range of lengths in a
-# larger draw (chapter 09 looks at the data more closely):
+# digit strings of length 3 to 12. It returns `(src, tgt)` as integer tensors, both padded
+# to a common width of 12 + 2 = 14 (the target needs room for `<bos>` and `<eos>`). The same
+# seed always gives the same data. Here is one example, as ids and as tokens, and the range
+# of lengths in a larger draw (chapter 09 looks at the data more closely):
 
 # %%
 src, tgt = make_reversal_dataset(4, seed=0)
@@ -368,7 +369,7 @@ plt.show()
 #   and reuses the same memory (chapters 11 and 13).
 # - **Cross-attention takes only the source padding mask.** Every output position may
 #   look at every real source token. Only the decoder's *self*-attention is causal.
-#   Chapter 07 shows what breaks when cross-attention gets the causal mask.
+#   Chapter 07 shows what goes wrong when cross-attention gets a causal mask instead.
 
 # %% [markdown]
 # ## Shape conventions
@@ -415,8 +416,8 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # LayerNorm {cite}`ba2016`, sinusoidal positions, and embeddings scaled by $\sqrt{d}$. It
 # changes the rows of the table below. The paper's column is from {cite}`vaswani2017`
 # (sections 3 to 6 and Table 3, base model). Later chapters build each row of the book's
-# column, and chapter 07 checks them on the assembled model. The cell after the table prints
-# the training recipe's rows.
+# column, and chapter 07 comes back to the table once the model is assembled. The cell after
+# the table prints the training recipe's rows.
 #
 #
 # | | Vaswani et al. (base model) | this book |
@@ -430,7 +431,7 @@ assert src.shape[1] == 14 and tgt_in.shape[1] == 13  # L_s and L_t of the revers
 # | sizes | $d = 512$, $h = 8$, $d_{ff} = 2048$, $N = 6$ | $d = 128$, $h = 4$, $d_{ff} = 512$, $N = 2$ here; the training recipe uses $d = 32$, $d_{ff} = 128$ |
 # | positions | sinusoidal, for any length | the same sinusoids, stored for `max_len` = 64 positions; longer inputs are refused |
 # | learning rate | warmup for 4,000 steps, then $\propto 1/\sqrt{\text{step}}$ | the same shape with a 100-step warmup, multiplied by a linear cooldown to 0 over the last 400 of at most 500 steps (chapter 10) |
-# | label smoothing | 0.1 {cite}`szegedy2016` | none in the training recipe (chapter 10 measures it) |
+# | label smoothing | 0.1 {cite}`szegedy2016` | none in the training recipe (chapter 10 explains it) |
 # | decoding | beam search, beam size 4 | greedy (chapter 11) |
 
 # %% [markdown]
@@ -487,9 +488,9 @@ assert all(w.shape == (B, h, Lt, Ls) for w in cross_weights)
 # %% [markdown]
 # Three properties of this output can already be checked. Each cross-attention row is a
 # probability distribution over source positions: it sums to 1. Padding positions of the
-# source receive exactly zero weight. And `model(src, tgt_in)` computes the same logits.
-# It takes the attention path that returns no weights (`F.scaled_dot_product_attention`,
-# chapter 03).
+# source receive exactly zero weight. And `model(src, tgt_in)` computes the same logits, to
+# within float rounding. It takes the attention path that returns no weights
+# (`F.scaled_dot_product_attention`, chapter 03).
 
 # %%
 w = cross_weights[0]
@@ -630,9 +631,12 @@ assert (rows[0][1] + rows[3][1]) / total < 0.01 and 1.3 < dec_layer / enc_layer 
 # positions, $d = 768$, 12 layers of one attention and one feed-forward network
 # ($d_{ff} = 4d$, all linear layers with biases, two LayerNorms per layer), a final
 # LayerNorm, and an output projection tied to the token embedding (no parameters of its
-# own). The same formulas count it. About 31 % of GPT-2 small sits in its token
-# embedding, against under 1 % here. The layers still hold most of the parameters, but
-# the vocabulary is no longer negligible.
+# own). The same formulas count it. The cell checks the count on a real model. The book's
+# mini GPT (chapter 14) has layers of the same shapes as GPT-2's, so the cell builds it at
+# GPT-2 small's sizes on the `meta` device (shapes, no data), with a learned position table
+# beside it. About 31 % of
+# GPT-2 small sits in its token embedding, against under 1 % here. The layers still hold
+# most of the parameters, but the vocabulary is no longer negligible.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
@@ -645,8 +649,14 @@ print(
     f"({token_emb / gpt2_total:.1%}), with the position table "
     f"{(token_emb + pos_emb) / gpt2_total:.1%}; 12 layers {N2 * gpt2_layer / gpt2_total:.1%}"
 )
-assert gpt2_total == 124_439_808  # the count usually quoted for GPT-2 small
-assert 0.30 < token_emb / gpt2_total < 0.32
+with torch.device("meta"):  # shapes only: no memory for 124 million numbers
+    gpt = MiniGPT(
+        V2, d_model=d2, num_heads=12, dff=4 * d2, num_layers=N2, max_len=ctx2, tie_weights=True
+    )
+    learned_positions = torch.nn.Embedding(ctx2, d2)  # GPT-2 learns its positions
+counted = count_parameters(gpt) + learned_positions.weight.numel()
+print(f"counted on the mini GPT at these sizes, plus a learned position table: {counted:,}")
+assert counted == gpt2_total and gpt.embed.emb.weight.numel() == token_emb
 
 # %% [markdown]
 # ## What comes next
