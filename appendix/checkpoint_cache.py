@@ -16,9 +16,9 @@
 # %% [markdown]
 # # The checkpoint cache
 #
-# Chapter 10 trains the reversal model, and later chapters use it or variants of it trained by
-# the same code (the first cell lists them). Training takes seconds to minutes on a CPU, and
-# the chapters are run again and again, so each chapter asks `helpers.load_or_train(cfg)` for
+# Chapter 10 trains the reversal model, and later chapters use it or variants of it trained
+# by the same code (the first cell lists those chapters). Training takes seconds to minutes on
+# a CPU, and the chapters are run again and again, so each chapter asks `helpers.load_or_train(cfg)` for
 # its model: the first call trains and stores the weights under `.cache/checkpoints/`, every
 # later call loads them. This page shows the four properties that make
 # that safe, each with a cell that checks it:
