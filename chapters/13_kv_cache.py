@@ -806,9 +806,10 @@ assert views == [(1, cfg.num_heads, 1, cfg.d_model // cfg.num_heads),
                  (1, cfg.num_heads, 6, cfg.d_model // cfg.num_heads)]  # fmt: skip
 
 # %% [markdown]
-# So Hugging Face's cache keeps every shape fixed, which `torch.compile` and `torch.export`
-# need. Ours returns a view that grows by one position per step, so its shapes change at every
-# step, and that purpose is lost. What our preallocated cache removes is the copy, nothing else.
+# So Hugging Face's cache keeps every shape fixed, and its docstrings say it is built for
+# `torch.compile` and `torch.export`. Ours returns a view that grows by one position per step, so
+# its shapes change at every step, and that purpose is lost. What our preallocated cache removes
+# is the copy (and the rebuilt padding mask), nothing else.
 # A fixed-shape version would attend to all `L_max` positions with a mask, as Hugging Face's
 # does; this chapter does not build it.
 
@@ -956,11 +957,13 @@ assert torch.equal(fresh, want) and n_stale < n_fresh / 2
 
 # %% [markdown]
 # The first way raises an error: the mask covers the new batch's positions, the cache holds the
-# old batch's too. The second is silent and wrong: every row attends to another source. A preallocated cache runs into the second. So
-# `helpers.static_cache` gives its caches a `reset()` that zeroes the buffers and drops the
-# cross-attention keys, and `greedy_decode_static` calls it on caches it is handed. The cell
-# decodes both batches with one allocation, checks each against the naive loop, and then
-# empties the caches by hand.
+# old batch's too. The second is silent and wrong: every row attends to another source. A
+# preallocated cache kept between batches overwrites its self-attention part, so it can run into
+# the second. `helpers.static_cache` therefore projects the cross-attention keys at step 0 of
+# every decode, and gives its caches a `reset()` that zeroes the buffers and drops the
+# cross-attention keys; `greedy_decode_static` calls it on caches it is handed. The cell decodes
+# both batches with one allocation, checks each against the naive loop, and then empties the
+# caches by hand.
 
 # %%
 shared = allocate_static_caches(model, 100)
