@@ -504,7 +504,8 @@ with torch.no_grad():
 # %% [markdown]
 # The untrained model is no better than guessing. The next cell runs it on 1,000
 # sequences under teacher forcing. It prints the fraction of output tokens it gets right
-# and its cross-entropy loss. Two guessers that never look at the input set the bar. A
+# and its cross-entropy loss: the mean over tokens of $-\ln q$, where $q$ is the probability
+# the model gives the right token. Two guessers that never look at the input set the bar. A
 # uniform guess is right $1/13 \approx 8\%$ of the time. Always answering the most
 # frequent target token does better. The model does not beat that second guesser. A model
 # that gives each of the 13 tokens probability $1/13$ scores $\ln 13$ on any target. The
