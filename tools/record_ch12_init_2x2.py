@@ -18,7 +18,11 @@ training data, validation set and schedule are the same for every run). For ever
 records the training loss per step, the teacher-forced validation exact match every 20 steps
 (1000 sequences, seed 1), the final greedy exact match on the same validation set, and the
 exact match on the test set (helpers.evaluation.test_set(): 10,000 sequences, a seed that
-neither training nor validation uses) with its Wilson 95 % interval.
+neither training nor validation uses) with its Wilson 95 % interval, and which test sequences
+came out right (test.correct_bits, helpers.experiments.pack_bits), so that the Experiments page
+can pair two arms sequence by sequence with McNemar's test. The record of 2026-11-30 predates
+correct_bits; the appendix asks for at least 5 seeds per arm before a conclusion
+(--seeds 0 1 2 3 4: about 20 runs of 300 steps, some 15 CPU-minutes on one thread).
 
 --budgets adds runs of the default-init cell with longer budgets (the cooldown rescaled as in
 fixed_budget_recipe), to measure how many steps it needs for the fixed init's result.
@@ -40,8 +44,9 @@ from pathlib import Path
 import torch
 
 from helpers import make_reversal_dataset
-from helpers.decoding import exact_match
+from helpers.decoding import exact_match, greedy_decode, sequences_equal
 from helpers.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
+from helpers.experiments import pack_bits
 from helpers.numerics import provenance
 from helpers.recipes import BOOK_RECIPE, COMPARISON_STEPS, fixed_budget_recipe
 from helpers.train import train_reversal
@@ -57,6 +62,14 @@ def one_run(cfg, test_src, test_tgt) -> dict:
     h = res.history
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
     test = exact_match_with_interval(res.model, test_src, test_tgt, greedy=True)
+    # which test sequences came out right, for McNemar's test on the Experiments page
+    right = torch.cat(
+        [
+            sequences_equal(greedy_decode(res.model, s, use_cache=True), t)
+            for s, t in zip(test_src.split(1000), test_tgt.split(1000))
+        ]
+    )
+    assert int(right.sum()) == test.correct
     return {
         "init": cfg.init,
         "seed": cfg.seed,
@@ -73,6 +86,7 @@ def one_run(cfg, test_src, test_tgt) -> dict:
             "n": test.n,
             "low": test.low,
             "high": test.high,
+            "correct_bits": pack_bits(right.numpy()),
         },
     }
 
