@@ -88,7 +88,7 @@ for path in paths:
 # %% [markdown]
 # ## Results
 #
-# Each test score is a count of the 10,000 test sequences reversed exactly. Beside it, the
+# Each test score is the share of the 10,000 test sequences reversed exactly. Beside it, the
 # 95 % Wilson interval of that one model's score: the room left by the finite test set,
 # not by the kernels. A dash marks a model the path did not record.
 
