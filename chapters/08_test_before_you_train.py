@@ -30,8 +30,9 @@
 # A wrong mask does not crash: every broken model in this chapter runs without an error.
 # Without a causal mask the decoder can read the next input token, the very label it must
 # predict. Without a padding mask the encoder reads `<pad>`. Its output then depends on how much
-# padding the batch happened to need. (Chapter 07 trains a model with a wrong mask and measures
-# what it costs.)
+# padding the batch happened to need. (A page of the Experiments part,
+# [the cross-mask experiment](../appendix/experiment_cross_mask.ipynb), trains a model with a
+# wrong cross-attention mask and measures what it costs.)
 #
 # So before training anything, we test two properties that a correct model has **whatever its
 # weights**. They need no training, only a few forward passes:

@@ -1,0 +1,112 @@
+"""The cross-mask Experiments page and chapter 7's citation agree with the record.
+
+The record is chapters/data/ch07_cross_mask.json (tools/record_ch07_cross_mask.py); the page is
+appendix/experiment_cross_mask.py. Every number and comparison their prose states is recomputed
+here with helpers.experiments, so that a re-recorded study that changes one fails this test
+until the prose follows.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import COMPARISON_STEPS, TEST_SEED, TEST_SIZE
+from helpers.experiments import arm_bits, compare_arms, load_record
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "appendix" / "experiment_cross_mask.py"
+CHAPTER = ROOT / "chapters" / "07_masks_and_full_model.py"
+LINK = "../appendix/experiment_cross_mask.ipynb"
+ARMS = ("correct", "triangular_cross")
+
+
+def prose(path: Path) -> str:
+    """The markdown cells of a py:percent twin, as one line of text (line breaks -> spaces)."""
+    text, in_markdown = [], False
+    for line in path.read_text().splitlines():
+        if line.startswith("# %%"):
+            in_markdown = "[markdown]" in line
+        elif in_markdown:
+            text.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+    return re.sub(r"\s+", " ", " ".join(text))
+
+
+@pytest.fixture(scope="module")
+def record():
+    return load_record("ch07_cross_mask")
+
+
+@pytest.fixture(scope="module")
+def comparison(record):
+    return compare_arms(record, *ARMS)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f} %"
+
+
+def test_record_is_the_design_the_page_describes(record):
+    assert record["seeds"] == [0, 1, 2, 3, 4]
+    assert record["steps"] == COMPARISON_STEPS == 300
+    assert record["recipe"] == "fixed_budget_recipe(BOOK_RECIPE, steps=300)"
+    assert record["test_set"] == {"seed": TEST_SEED, "n": TEST_SIZE}
+    assert record["numerics"]["pinned"] is True
+    for arm in ARMS:
+        assert sorted(r["seed"] for r in record["arms"][arm]) == record["seeds"]
+        for run, (seed, bits) in zip(record["arms"][arm], arm_bits(record, arm).items()):
+            assert run["seed"] == seed and int(np.sum(bits)) == run["test_correct"]
+    text = prose(PAGE)
+    for words in (
+        "0 to 4, five per arm",
+        "10,000 sequences, seed 2027",
+        "exactly 300 steps",
+        "14 columns wide and the decoder input 13",
+    ):
+        assert words in text, words
+
+
+def test_chapter_cites_the_page_with_the_record_interval(comparison):
+    text = prose(CHAPTER)
+    assert LINK in text
+    d = comparison.difference
+    quoted = f"{pct(d.mean)} (95 % interval {pct(d.low)} to {pct(d.high)})"
+    assert quoted in text, quoted
+    assert f"{len(comparison.seeds)} seeds" in text
+
+
+def test_conclusions_are_the_verdict(comparison):
+    verdict = comparison.verdict
+    page, chapter = prose(PAGE), prose(CHAPTER)
+    d, pooled = comparison.difference, comparison.pooled
+    assert f"{pct(d.mean)} (95 % interval {pct(d.low)} to {pct(d.high)})" in page
+    assert f"p = {pooled.p_value:.2g}" in page
+    assert f"{pooled.only_a} sequences" in page and f"{pooled.only_b} " in page
+    if verdict.startswith("A is better"):
+        claim = "the correct mask is better"
+    elif verdict.startswith("B is better"):
+        claim = "the triangular mask is better"
+    else:
+        claim = f"not distinguishable with {len(comparison.seeds)} seeds"
+    assert claim in page.lower() and claim in chapter.lower(), (verdict, claim)
+
+
+def test_page_details_follow_the_record(record, comparison):
+    page = prose(PAGE)
+    bits = {arm: arm_bits(record, arm) for arm in ARMS}
+    ahead = [
+        s
+        for s in comparison.seeds
+        if bits["triangular_cross"][s].mean() > bits["correct"][s].mean()
+    ]
+    assert ahead == [0, 3, 4] and "the triangular mask is ahead in seeds 0, 3 and 4" in page
+    seed2 = comparison.per_seed[comparison.seeds.index(2)]
+    gap, pooled_gap = (
+        seed2.only_a - seed2.only_b,
+        comparison.pooled.only_a - comparison.pooled.only_b,
+    )
+    assert 2 * gap > pooled_gap > 0 and f"seed 2 ({seed2.only_a} against {seed2.only_b})" in page
+    runs = [r for arm in ARMS for r in record["arms"][arm]]
+    assert min(r["test_token_accuracy_by_position"][0] for r in runs) >= 0.999
+    assert "at least 99.9 % of the test sequences in every run" in page
