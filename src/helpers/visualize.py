@@ -208,8 +208,9 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     eos_peak    float [layers]: share of sequences whose final row (the one that predicts
                 <eos>) has its maximum on the source's <eos>;
     digit_peak  float [layers]: share of digit rows whose maximum is on the mirrored digit;
-    neighbours  float [layers]: mean weight on the two source columns next to the mirrored
-                one (real tokens only: the digits and <eos>);
+    neighbours  float [layers]: the weight on the two source columns next to the mirrored
+                one, added up (real tokens only: the digits and <eos>), then averaged over
+                the real rows of every sequence;
     mirror_heads float [layers, heads]: mirror per head;
     mirror_per_sequence float [layers, B]: each sequence's mean weight on the mirrored
                 position over its n + 1 rows (mean of heads), for an interval over sequences.
