@@ -14,12 +14,14 @@
 # ---
 
 # %% [markdown]
-# # 10. Training: from random weights to 98.9 % on the test set
+# # 10. Training: from random weights to a model that reverses digits
 #
 # This chapter trains the Transformer of chapters 01-07 on the reversal data of chapter 09.
 # You write the training loop by hand: teacher forcing, the loss, Adam and the warmup schedule.
-# Then `helpers.train_reversal` takes exactly the same steps, and trains the book's model.
-# Last, the model is scored once on 10,000 test sequences that the stopping rule never saw.
+# Then a check shows that `helpers.train_reversal` takes the same first 40 steps, bit for bit.
+# That helper trains the book's model to the end. It adds what the 40 steps do not cover: new
+# passes over the data, scores on the validation set, and a rule for when to stop. Last, the
+# model is scored on 10,000 test sequences that the stopping rule never saw.
 #
 # ![Loss and accuracy of the book's recipe over one training run](figures/10_training.png)
 
@@ -29,11 +31,8 @@
 # %%
 import dataclasses
 import inspect
-import json
 import math
-import textwrap
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -62,7 +61,7 @@ from helpers import (
     wilson_interval,
 )
 from helpers import train as train_module
-from helpers.numerics import kernel_spread, path_label, pin_problems
+from helpers.numerics import assert_within_measured_spread
 from helpers.train import build_model, lr_factor, train_reversal
 
 _ = torch.manual_seed(0)
@@ -261,7 +260,7 @@ assert SEED_RECIPE.label_smoothing == BOOK_RECIPE.label_smoothing == 0
 # factor, so the base lr is 1.0 (or `lr_scale`). `LambdaLR` counts from 0, so the function adds
 # 1, and the peak comes at index `warmup - 1`.
 #
-# The book's recipe changes the schedule in two ways (the notes at the end measure each change).
+# The book's recipe changes the schedule in two ways.
 # Its peak is higher: its model is smaller, hence a larger $d_\text{model}^{-0.5}$, and its
 # warmup is shorter. And it adds a **linear cooldown**: over the last `cooldown` steps before
 # `max_steps`, the Noam factor is multiplied by a ramp that falls to 0. The cell prints both
@@ -314,20 +313,23 @@ plt.show()
 # :::{dropdown} Going deeper: why warm up at all
 # One explanation offered for the warmup, which this chapter does not test: early on the
 # weights are random, and Adam's estimate of the gradients' variance rests on a few steps, so
-# large steps are risky. The note "How high the learning rate can go" below measures what the
-# book's high peak does right after the warmup.
+# large steps are risky. The Experiments page
+# [the learning rate](../appendix/experiment_learning_rate.ipynb) measures what a peak three
+# times the book's does.
 # :::
 #
 # ## Adam with betas (0.9, 0.98)
 #
-# Adam {cite}`kingma2015` keeps, for every weight, a running average of its squared gradient.
-# `beta2` is the weight on the old value. Each step is divided by the square root of that
-# average. PyTorch's default `beta2 = 0.999` averages over roughly the last
-# $1/(1-0.999) = 1000$ steps; `0.98` averages over about 50. So the average follows changes in
-# the gradient's size twenty times sooner. `eps = 1e-9` is the constant added to the
-# denominator (PyTorch's default is `1e-8`). All three values come from {cite}`vaswani2017`,
-# and this chapter does not measure their effect. The cell prints PyTorch's defaults and the
-# line of `helpers.train` that builds the optimiser.
+# Adam {cite}`kingma2015` keeps two running averages for every weight. The first is the
+# average of the gradient: it sets the direction of the step. `beta1` is the weight on its old
+# value; with 0.9 it reaches back over roughly $1/(1-0.9) = 10$ steps. The second is the
+# average of the squared gradient, and each step is divided by its square root. `beta2` is the
+# weight on its old value. PyTorch's default `beta2 = 0.999` averages over roughly the last
+# 1000 steps; `0.98` averages over about 50. So the step size follows changes in the
+# gradient's size sooner. `eps = 1e-9` is the constant added to the denominator (PyTorch's
+# default is `1e-8`). All three values come from {cite}`vaswani2017`, and this chapter does
+# not measure their effect. The cell prints PyTorch's defaults and the line of
+# `helpers.train` that builds the optimiser.
 
 # %%
 adam_defaults = inspect.signature(torch.optim.Adam).parameters
@@ -339,10 +341,10 @@ adam_line = next(
     line.strip() for line in inspect.getsource(train_module).splitlines() if "optim.Adam(" in line
 )
 print("helpers.train builds Adam with", adam_line[adam_line.index("betas") :].rstrip(")"))
-windows = [1 / (1 - b2) for b2 in (0.999, 0.98)]
-print(f"averaging windows 1/(1 - beta2): {windows[0]:.0f} and {windows[1]:.0f} steps")
+for name, beta in (("beta1", 0.9), ("beta2, default", 0.999), ("beta2, book", 0.98)):
+    print(f"{name:>14} {beta}: averages over about 1/(1 - beta) = {1 / (1 - beta):.0f} steps")
 assert adam_defaults["betas"].default == (0.9, 0.999) and adam_defaults["eps"].default == 1e-8
-assert "betas=(0.9, 0.98), eps=1e-9" in adam_line and round(windows[0] / windows[1]) == 20
+assert "betas=(0.9, 0.98), eps=1e-9" in adam_line
 
 # %% [markdown]
 # :::{dropdown} Going deeper: mixed precision (bf16 autocast)
@@ -365,13 +367,9 @@ assert "betas=(0.9, 0.98), eps=1e-9" in adam_line and round(windows[0] / windows
 # does so for the reference model (`d_model` 128, batch 64) and the book's (`d_model` 32,
 # batch 128). The ratio in brackets is the float32 time over the bf16 time, so below 1 means
 # bf16 is slower. In the book's pinned kernel, bf16 products may use only AVX2 instructions,
-# not a CPU's bfloat16 ones. In the run shown, bf16 was slower at both sizes. Timings change
-# from run to run, so the cell asserts only that both precisions compute the same first loss
-# up to bf16's rounding.
-#
-# Over whole training runs, the recorded ablation below answers the question for the book's
-# recipe. With bf16 autocast every step took longer, for each of three seeds, so bf16 is not
-# part of the recipe.
+# not a CPU's bfloat16 ones. Timings change from run to run, so read the printed times as one
+# measurement. The cell checks only that both precisions compute the same first loss up to
+# bf16's rounding.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
@@ -514,16 +512,19 @@ print(f"ln 13 = {math.log(VOCAB_SIZE):.3f}")
 assert hand_losses[0] > math.log(VOCAB_SIZE) and hand_losses[-1] < 0.7 * hand_losses[0]
 
 # %% [markdown]
-# ## The helper takes exactly these steps
+# ## The helper takes the same first steps
 #
-# `helpers.train_reversal(cfg)` runs this loop. With `stop_after=40` it ends after 40 steps,
+# `helpers.train_reversal(cfg)` contains this loop. With `stop_after=40` it ends after 40 steps,
 # still on the schedule of the full `cfg.max_steps`. The same operations in the same order, on
 # the same number of threads, give the same bits. So the weights must be equal, not just close,
 # and `torch.equal` compares them exactly. The helper also scored the validation set at its last
 # step, and the weights still agree: scoring does not touch them.
 #
-# The 40 steps end long before the cooldown, which starts after step 100. So the cell also
-# compares the hand-written schedule with the helper's `lr_factor` at all 500 steps.
+# The check covers these 40 steps and no more. They stay inside the first pass over the
+# training data (the cell prints how many batches one pass holds), so the reshuffle at the
+# start of the next pass is not compared. Nor is the rule that stops training. The 40 steps
+# also end long before the cooldown, which starts after step 100. So the cell compares the
+# hand-written schedule with the helper's `lr_factor` at all 500 steps.
 
 # %%
 helper_run = train_reversal(cfg, progress=False, stop_after=HAND_STEPS)
@@ -532,6 +533,7 @@ hand_state, helper_state = hand_model.state_dict(), helper_run.model.state_dict(
 same = [torch.equal(hand_state[k], helper_state[k]) for k in hand_state]
 same_loss = sum(a == b for a, b in zip(hand_losses, helper_run.history["loss"]))
 print(f"helper: {helper_run.steps} steps, evaluated at steps {helper_run.history['eval_step']}")
+print(f"one pass over the training data: {len(src_train) // cfg.batch_size} batches of {B}")
 print(f"{sum(same)} of {len(same)} weight tensors equal, bit for bit")
 print(f"{same_loss} of {HAND_STEPS} losses equal")
 assert hand_state.keys() == helper_state.keys() and all(same)
@@ -671,102 +673,31 @@ test_all = exact_match_with_interval(model, src_test, tgt_test)
 test_unseen = exact_match_with_interval(model, src_test[~seen], tgt_test[~seen])
 print(f"test exact match, all sequences   : {test_all}")
 print(f"test exact match, unseen sequences: {test_unseen}")
-paths = kernel_spread(Path("data/kernel_spread.json"))["results"]
-for r in paths.values():
-    b = r["book"]
-    print(f"{path_label(r['numerics'])}: step {b['stop_step']}, {b['test_correct']:,} of 10,000")
-FLOOR = 0.98  # the four paths span 98.91 % to 99.77 %
-assert all(r["book"]["test_correct"] >= FLOOR * 10_000 for r in paths.values())
-assert test_all.n == 10_000 and test_all.exact_match >= FLOOR
-assert test_unseen.n == 10_000 - int(seen.sum()) and test_unseen.exact_match >= FLOOR
+assert test_all.n == 10_000 and test_unseen.n == 10_000 - int(seen.sum())
+_ = assert_within_measured_spread("book.test_correct", test_all.exact_match, scale=1e-4)
 
 # %% [markdown]
-# The last four lines are recorded runs of the same recipe on four kernel paths (the note
-# below). The first is the book's pinned kernel. Each scored above 98 %, and so does this
-# chapter's model.
+# Trained on other CPU kernels, the same recipe and seed give another model, not only other
+# last digits. On four kernel paths it stopped between steps 270 and 390 and scored
+# 98.91 % to 99.77 % on the test set
+# ([the kernel paths](../appendix/experiment_kernel_paths.ipynb)). Your model's score may
+# differ from the book's by that much.
 #
-# :::{dropdown} Going deeper: the same recipe on other kernels
-# Trained on other kernels, the recipe gives another model, and not only in the last digit.
-# `tools/measure_kernel_spread.py` trained it three times on an AMD EPYC: in the book's pinned
-# kernel, with ATen's plain kernels and MKL's default path, and with the CPU's own kernels. A
-# fourth run, on an Intel Xeon with its AVX-512 kernels, was recorded before the pin. The cell
-# above prints where each stopped and what it scored, and asserts a floor that all of them
-# clear.
-# :::
-#
-# :::{dropdown} Going deeper: how far rounding alone moves the step count
-# The four kernel paths above train the same recipe from the same seed. They differ only in how
-# the floats are rounded, yet they stopped at different steps. Two rows of the ablation recorded
-# below do the same for seeds 0, 1 and 2:
-#
-# - **a fused Adam step** (`torch.optim.Adam(fused=True)`) computes the same update in one
-#   kernel. The first cell shows it: from the same gradients, one step of each gives weights
-#   that differ by at most 8 float32 rounding steps.
-# - **two threads** instead of one split the same sums across two cores, so they add in
-#   another order.
-#
-# The second cell takes, for each of these, the largest change in one seed's step count. The
-# largest of them is the *rounding band*. A difference in median steps no larger than the band
-# is called "not distinguishable with these seeds" below: rounding alone has moved a run that
-# far. A conclusion drawn from three seeds needs a larger difference than that.
-# :::
+# Why can the test score be lower than the 99.5 % that stopped training? Training stops at the
+# first validation check that crosses 99.5 %. That is a selection on a noisy estimate: among
+# several scores on a small validation set, the first high one wins. The cell prints the size
+# of the validation set and the 95 % interval of the score that stopped training.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-_ = torch.manual_seed(0)
-fused_model = Transformer(
-    VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=128, max_len=14, dropout=0.0
+# %% tags=["nbval-ignore-output"]
+val_n = BOOK_RECIPE.eval_size
+val_right = round(hist["exact_match"][-1] * val_n)
+val_low, val_high = wilson_interval(val_right, val_n)
+print(
+    f"stopping score: {val_right} of {val_n:,} validation sequences = {val_right / val_n:.1%}, "
+    f"95 % interval {val_low:.2%} to {val_high:.2%}"
 )
-batch_loss = F.cross_entropy(
-    fused_model(src_b, tgt_in_b).reshape(-1, VOCAB_SIZE),
-    tgt_out_b.reshape(-1),
-    ignore_index=PAD_ID,
-)
-grads = torch.autograd.grad(batch_loss, list(fused_model.parameters()))
-before = [p.detach().clone() for p in fused_model.parameters()]
-after = {}
-for fused in (False, True):
-    with torch.no_grad():
-        for p, b in zip(fused_model.parameters(), before):
-            p.copy_(b)
-    for p, g in zip(fused_model.parameters(), grads):
-        p.grad = g.clone()
-    opt = torch.optim.Adam(
-        fused_model.parameters(), lr=1e-2, betas=(0.9, 0.98), eps=1e-9, fused=fused
-    )
-    opt.step()
-    after[fused] = torch.cat([p.detach().flatten() for p in fused_model.parameters()])
-flat_before = torch.cat([b.flatten() for b in before])
-moved = (after[False] - flat_before).abs().max().item()
-size = torch.maximum(flat_before.abs(), after[False].abs()) * torch.finfo(torch.float32).eps
-rounding_steps = ((after[True] - after[False]).abs() / size.clamp_min(1e-30)).max().item()
-print(f"one Adam step (lr 0.01): weights move by up to {moved:.3f}")
-print("fused and plain Adam: every weight agrees within 8 float32 rounding steps of its size")
-assert moved > 1e-3 and rounding_steps < 8
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-ablation = json.loads(Path("data/training_ablation.json").read_text())
-row = {r["lever"]: r for r in ablation["rows"]}
-book = row["evaluate at every 10th step whose training batch is 98 % right (the book's recipe)"]
-fused_row = row["+ fused Adam step (torch.optim.Adam(fused=True), one kernel for all parameters)"]
-idle2 = row["2 threads (torch's default here) instead of 1"]
-moves = {}
-for name, r in (("fused Adam step", fused_row), ("2 threads", idle2)):
-    moves[name] = max(abs(a - b) for a, b in zip(r["all_steps"], book["all_steps"]))
-    print(f"{name:>17}: steps {r['all_steps']}, book recipe {book['all_steps']} (seeds 0-2)")
-stops = [r["book"]["stop_step"] for r in paths.values()]
-moves["four kernel paths"] = max(stops) - min(stops)
-print(f"four kernel paths: steps {stops} (seed 0)")
-for name, m in moves.items():
-    print(f"  {name}: one seed moved by up to {m} steps")
-BAND = max(moves.values())
-print(f"rounding band: {BAND} steps")
-assert all(r["reached"] for r in (fused_row, idle2, book)) and BAND > 0
-
-
-def verdict(diff):
-    """How a difference in median steps compares with the rounding band."""
-    return "not distinguishable with these seeds" if abs(diff) <= BAND else "beyond the band"
-
+print(f"test score    : {test_all.exact_match:.2%} of {test_all.n:,}")
+assert val_n == len(src_val) and hist["exact_match"][-1] >= BOOK_RECIPE.target_exact_match
 
 # %% [markdown]
 # ## The curves
@@ -811,7 +742,7 @@ plt.show()
 # Token accuracy rises first. Exact match, which needs every token of a sequence right, lags
 # behind. Say a 10-digit answer has 97 % of its tokens right, and its errors are independent.
 # Counting `<eos>`, it is then wrong more than a quarter of the time ($0.97^{11} \approx 0.72$).
-# The cell prints the step at which each curve of this run first reaches 0.9, and that product.
+# The cell prints the step at which each curve of this run first reaches 0.9.
 
 # %% tags=["nbval-ignore-output"]
 def first_step(curve, level=0.9):
@@ -821,579 +752,53 @@ def first_step(curve, level=0.9):
 
 tok_90, exact_90 = first_step(hist["token_acc"]), first_step(hist["batch_exact"])
 print(f"first 10-step mean >= 0.9: token accuracy at step {tok_90}, exact match at step {exact_90}")
-print(f"eleven tokens right at 97 % each, if independent: 0.97^11 = {0.97**11:.2f}")
-assert tok_90 < exact_90 and 0.7 < 0.97**11 < 0.75
+assert tok_90 < exact_90
+
 # %% [markdown]
-# ## Recorded experiments
+# ## What more runs show
 #
-# The notes below answer two questions, mostly from recorded data: how high the learning rate
-# can go, and which changes make the book's recipe faster than the reference chapter's. Each note
-# collapses, with its cells.
-
-# %% [markdown]
-# :::{dropdown} Going deeper: how high the learning rate can go
-# The book's recipe reaches its peak learning rate after a short warmup, and that peak is several
-# times the reference recipe's (Figure 10.2). Right after the warmup, where the
-# learning rate is highest, the training batch's exact match does not only climb: it can fall
-# back steeply before it recovers. The cell measures the largest fall in this run: the 5-step
-# mean of the batch exact match, from its highest value after the warmup to the lowest value
-# after that. (A model trained on other kernels draws another curve.)
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-def largest_fall(curve, start, k=5):
-    """(fall, index of the high, index of the low) of the k-step mean of curve after index start."""
-    mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
-    best, peak_i = (0.0, start, start), start
-    for j in range(start, len(mean)):
-        peak_i = j if mean[j] > mean[peak_i] else peak_i
-        if mean[peak_i] - mean[j] > best[0]:
-            best = (mean[peak_i] - mean[j], peak_i, j)
-    return best, mean
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
-warm = BOOK_RECIPE.warmup
-(fall, p_i, t_i), be_mean = largest_fall(hist["batch_exact"], warm - 1)
-print(
-    f"this run: the 5-step mean of the batch exact match falls from {be_mean[p_i]:.2f} at step "
-    f"{hist['step'][p_i]} to {be_mean[t_i]:.2f} at step {hist['step'][t_i]} (warmup: {warm} steps)"
-)
-assert fall > 0.2  # a fifth of the batch, measured on 5-step means
-
-# %% [markdown]
-# :::{dropdown} Going deeper: the learning-rate sweep, three seeds
-# One run shows that it can happen, not how much higher the learning rate could go. The script
-# `tools/record_ch10_stability.py` trained the book's recipe with its whole learning-rate schedule
-# scaled by a factor `lr_scale` from 0.5 to 4, for the seeds 0, 1 and 2 each (the seed sets the
-# initial weights and the batch order), and stored every run's per-step curves in
-# `chapters/data/ch10_stability.json`. The cell prints, per run, the peak learning rate as a
-# multiple of the reference recipe's, the steps to the target, the largest fall measured as
-# above, and the highest training loss after the warmup. Below the table it compares each
-# setting's median step count with that of `lr_scale` 1 and with the rounding band. Figure 10.4
-# draws this run and the sweep.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-sweep = json.loads(Path("data/ch10_stability.json").read_text())
-assert sweep["recipe"] == dataclasses.asdict(BOOK_RECIPE), "recorded for another recipe"
-falls, spikes, medians = {}, {}, {}
-sweep_torch = sweep["torch"].split("+")[0]
-print(f"recorded {sweep['date'][:10]} with torch {sweep_torch}: {sweep['command']}")
-print(f"CPU: {sweep['numerics']['cpu']}; numerics: {sweep['numerics']['note']}")
-print(f"seeds {sweep['seeds']}; steps: to 99.5 % on validation (- : not within 500 steps)")
-header = f"{'lr_scale':>8} {'x ref':>5} | {'steps':>15} {'median':>6} | {'largest fall':>16}"
-print(header + " | highest loss")
-for scale in sweep["lr_scales"]:
-    runs_s = [r for r in sweep["runs"] if r["lr_scale"] == scale]
-    steps = [r["steps"] if r["reached"] else None for r in runs_s]
-    medians[scale] = sorted(r["steps"] if r["reached"] else math.inf for r in runs_s)[1]
-    falls[scale] = [largest_fall(r["batch_exact"], warm - 1)[0][0] for r in runs_s]
-    spikes[scale] = [max(r["loss"][warm:]) for r in runs_s]  # after the warmup
-    cfg = dataclasses.replace(BOOK_RECIPE, lr_scale=scale)
-    print(
-        f"{scale:8.1f} {peak(cfg) / peak(SEED_RECIPE):5.1f} | "
-        f"{' '.join(f'{x:>4}' if x else '   -' for x in steps):>15} {medians[scale]:6} | "
-        f"{' '.join(f'{f:.2f}' for f in falls[scale]):>16} | "
-        + " ".join(f"{x:.2f}" for x in spikes[scale])
-    )
-print(f"(the loss of a uniform guess over the 13 tokens: ln 13 = {math.log(VOCAB_SIZE):.2f})")
-for scale in sweep["lr_scales"]:
-    if scale != 1.0:
-        diff = medians[scale] - medians[1.0]
-        print(f"lr_scale {scale}: median {diff:+} steps against lr_scale 1, band {BAND}: ", end="")
-        print(verdict(diff))
-book_runs = [r for r in sweep["runs"] if r["lr_scale"] == 1.0]
-print("validation exact match at each evaluation, the book's recipe (lr_scale 1):")
-for r in book_runs:
-    print(f"  seed {r['seed']}: {r['exact_match']}")
-assert any(any(b < a for a, b in zip(r["exact_match"], r["exact_match"][1:])) for r in book_runs)
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["figure", "hide-input", "hide-cell"]
-fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.6), width_ratios=[1.4, 1, 1])
-ax1.plot(hist["step"], hist["batch_exact"], color="tab:blue", alpha=0.3, lw=0.8, label="per step")
-ax1.plot(hist["step"], be_mean, color="tab:blue", label="5-step mean")
-ax1.axvline(warm, color="0.5", ls=":", lw=1)
-ax1.text(warm, 1.03, " end of warmup", fontsize=8, color="0.4")
-ax1.annotate(
-    "largest fall",
-    (hist["step"][t_i], be_mean[t_i]),
-    (hist["step"][t_i] - 90, be_mean[t_i] + 0.35),
-    arrowprops=dict(arrowstyle="->"),
-    fontsize=8,
-)
-ax1.set_ylim(-0.05, 1.1)
-ax1.set_xlabel("step")
-ax1.set_ylabel("exact match of the training batch")
-ax1.set_title("This run", fontsize=9)
-ax1.legend(fontsize=8, loc="upper left")
-lr_ax = ax1.twinx()
-lr_ax.plot(hist["step"], hist["lr"], color="tab:orange", lw=1)
-lr_ax.set_ylabel("learning rate", color="tab:orange")
-scales = sweep["lr_scales"]
-for i, seed in enumerate(sweep["seeds"]):
-    runs_seed = [
-        next(r for r in sweep["runs"] if r["lr_scale"] == s and r["seed"] == seed) for s in scales
-    ]
-    ax2.plot(scales, [spikes[s][i] for s in scales], "o-", ms=4, lw=0.8, label=f"seed {seed}")
-    steps = [r["steps"] if r["reached"] else float("nan") for r in runs_seed]
-    ax3.plot(scales, steps, "o-", ms=4, lw=0.8, label=f"seed {seed}")
-    missed = [s for s, r in zip(scales, runs_seed) if not r["reached"]]
-    ax3.plot(missed, [BOOK_RECIPE.max_steps] * len(missed), "x", color="tab:red", ms=8)
-ax2.axhline(math.log(VOCAB_SIZE), color="0.4", ls="--", lw=1)
-ax2.text(scales[0], math.log(VOCAB_SIZE) + 0.08, "ln 13: a uniform guess", fontsize=8, color="0.4")
-ax2.set_ylabel("highest training loss after the warmup")
-ax2.set_ylim(0, 3.6)
-ax3.set_ylabel("steps to 99.5 % (x: not reached)")
-ax3.set_ylim(0, BOOK_RECIPE.max_steps * 1.1)
-for ax in (ax2, ax3):
-    ax.set_xlabel("lr_scale (1 = the book's recipe)")
-    ax.set_xticks(scales)
-    ax.legend(fontsize=8)
-ax2.set_title("Loss spikes after the warmup", fontsize=9)
-ax3.set_title("Steps to the target", fontsize=9)
-fig.suptitle("Figure 10.4: this run after the warmup (left); the learning-rate sweep, 3 seeds")
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# :::{dropdown} Going deeper: what the sweep shows
-# What the sweep shows, with three seeds per setting:
+# One run shows one trajectory. Three questions need many runs, or runs of another recipe.
+# Each is answered on a page of the Experiments appendix, from a record made once:
 #
-# - **Every run falls back after the warmup**, at every setting, even at half the book's
-#   learning rate. The 5-step mean of the batch exact match drops by at least a quarter. Every
-#   run recovers: its last 5-step mean is above 0.95. So the fall does not come from the book's
-#   peak alone.
-# - **From 0.5 to 2 times the book's learning rate, the step counts are not distinguishable with
-#   these seeds.** Each median differs from the book's by no more than the rounding band.
-# - **At 3 and 4 times, training is slower by more than the band**, and it becomes unreliable.
-#   There, one or more runs' training loss climbs after the warmup above ln 13, the loss of a
-#   uniform guess over the 13 tokens. No run at 2 or below does (the closest, at 1.5, comes
-#   within 0.1 of it). At 4, one of the three seeds does not reach the target within the
-#   recipe's 500 steps.
-#
-# The book's peak is 6.3 times the reference recipe's. At three times the book's
-# peak, training is slower by more than rounding moved any recorded run, and the loss of one
-# or more runs climbs above that of a uniform guess.
-# :::
+# - **How high can the learning rate go?**
+#   [The learning-rate experiment](../appendix/experiment_learning_rate.ipynb) trains the
+#   book's recipe at its own learning rate and at three times it, 5 seeds each, with equal
+#   budgets. At three times it, every seed reached 99.5 % later: 62 more steps on average
+#   (95 % interval 31 to 93 steps, 5 seeds). The test scores of the stopped models are not
+#   distinguishable with 5 seeds.
+# - **Where does the speed come from?**
+#   [The training ablation](../appendix/experiment_training_ablation.ipynb) starts from the
+#   reference recipe and applies the book's changes one at a time, with three seeds per row.
+#   Three seeds support no conclusion about a single change. The page lists what each change
+#   did in those runs. There, the book's recipe reached 99.5 % after 293 steps on
+#   average (95 % interval 213 to 373 steps, 3 seeds).
+# - **How long does the reference recipe take?**
+#   [One recorded run](../appendix/experiment_reference_recipe.ipynb) of the reference
+#   chapter's recipe first scored at least 99.5 % on the validation set after 2,132 steps of 64
+#   sequences: 136,448 training sequences. One run is a measurement, not a comparison of the
+#   two recipes. The cell prints how many sequences this chapter's run used.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-scales = sweep["lr_scales"]
-ln_v = math.log(VOCAB_SIZE)
-assert min(min(f) for f in falls.values()) >= 0.25  # a fall in every run
-last_means = [largest_fall(r["batch_exact"], warm - 1)[1][-1] for r in sweep["runs"]]
-print(f"lowest last 5-step mean of the batch exact match over all runs: {min(last_means):.2f}")
-assert min(last_means) > 0.95  # and every run recovers
-assert all(abs(medians[s] - medians[1.0]) <= BAND for s in (0.5, 1.5, 2.0))
-assert all(medians[s] - medians[1.0] > BAND for s in (3.0, 4.0))
-assert sum(not r["reached"] for r in sweep["runs"] if r["lr_scale"] == 4.0) == 1
-assert all(r["reached"] for r in sweep["runs"] if r["lr_scale"] <= 3.0)
-highest_low = max(max(spikes[s]) for s in scales if s <= 2.0)
-print(f"highest loss after the warmup at lr_scale <= 2: {highest_low:.2f} (ln 13 = {ln_v:.2f})")
-assert highest_low < ln_v < min(max(spikes[s]) for s in (3.0, 4.0)) and ln_v - highest_low < 0.1
-assert max(spikes[1.5]) == highest_low
-print(f"peak learning rate, book / reference: {peak_ratio:.1f}x")
-
-# %% [markdown]
-# :::{dropdown} Going deeper: why it is fast: the measured ablation
-# `tools/bench_training.py --ablation` starts from the reference recipe and applies one change at a
-# time, training each variant from scratch until it reaches 99.5 % on the validation set, once
-# for each of three seeds (it takes too long to run inside this notebook, so the results are
-# stored in `chapters/data/training_ablation.json`). Rows marked *kept* are in the book's recipe,
-# in the order applied; rows marked *rejected* and *option* were measured on top of the book's
-# recipe and left out; the two *busy* rows repeat the thread comparison while another program
-# keeps one of the two cores busy. The first two rows (`~`) are extrapolated from the reference
-# recipe's one recorded run: its step count to the target times its step time, measured in the
-# same session. The other rows' seconds and steps are medians over the seeds, and the machine was
-# shared while they were measured: compare rows, not absolute times. Figure 10.5 draws the
-# seconds column.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-hw = ablation["hardware"]
-print(
-    f"measured {ablation['date'][:10]} on {hw['cpu']} ({hw['cores']} cores, "
-    f"torch {hw['torch'].split('+')[0]})"
-    f", load average {ablation['load_average_before']}, {ablation['repeats']} seeds per row"
-)
-print(f"numerics: {ablation['numerics']['note']}")
-print(f"{'':>9} {'seconds':>8} {'steps':>6}  change")
-for r in ablation["rows"]:
-    mark = "~" if r.get("extrapolated") else " "
-    missed = "" if r.get("reached", True) else "  (did not reach 99.5 %)"
-    print(f"{r['status']:>9} {mark}{r['seconds']:7.1f} {r['steps']:6d}  {r['lever']}{missed}")
-kept = [r for r in ablation["rows"] if r["status"] == "kept"]
-assert ablation["repeats"] == 3  # the prose below says three seeds
-assert kept[-1]["seconds"] < ablation["rows"][0]["seconds"] / 5
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["figure", "hide-input", "hide-cell"]
-rows = ablation["rows"]
-colors = {
-    "baseline": "tab:gray",
-    "kept": "tab:blue",
-    "rejected": "tab:red",
-    "option": "tab:green",
-    "busy": "tab:purple",
-}
-fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1))
-ax.barh(range(len(rows)), [r["seconds"] for r in rows], color=[colors[r["status"]] for r in rows])
-ax.set_yticks(range(len(rows)), [textwrap.fill(r["lever"], 58) for r in rows], fontsize=7)
-for i, r in enumerate(rows):
-    if not r.get("reached", True):
-        ax.text(r["seconds"] * 1.05, i, "did not reach 99.5 %", va="center", fontsize=7)
-ax.invert_yaxis()
-ax.set_xscale("log")
-ax.set_xlabel("seconds to 99.5 % exact match (log scale, median of 3 seeds)")
-ax.set_title(
-    "Figure 10.5: seconds to 99.5 %: reference (gray), kept (blue), rejected (red),\n"
-    "option (green), a busy CPU (purple)",
-    fontsize=9,
-)
-plt.show()
-
-# %% [markdown]
-# :::{dropdown} Going deeper: the reference recipe's curve
-# The reference recipe was trained once for its full 10 epochs and recorded
-# (`chapters/data/seed_recipe_run.json`, with the date and the machine). Figure 10.6 plots it
-# against the number of training sequences seen and against wall-clock seconds, next to the run
-# of this chapter. The two runs used different kernels, and perhaps different CPUs. The legend
-# says where each ran: the reference run by the CPU its record names and the thread count of
-# its recorded config, this chapter's run by the kernel of this session. So the time axis
-# compares kernels and perhaps machines, not only recipes.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-seed_run = json.loads(Path("data/seed_recipe_run.json").read_text())
-# the threads it trained with: its config's, which train_reversal applies (the record's
-# "numerics" block gives torch's default thread count in that process instead)
-seed_threads = seed_run["config"]["threads"]
-print(
-    f"recorded {seed_run['date'][:10]} on {seed_run['hardware']['cpu']} "
-    f"({seed_run['hardware']['cores']} cores, trained with {seed_threads} thread): "
-    f"{seed_run['ms_per_step']:.0f} ms per step, {seed_run['seconds_total']:.0f} s for 10 epochs"
-    f"\n({seed_run['numerics']['note']})"
-)
-first = next(s for s, e in zip(seed_run["eval_step"], seed_run["exact_match"]) if e >= 0.995)
-print(f"reference recipe: first at >= 99.5 % after {first} steps = {first * 64:,} sequences")
+# %% tags=["nbval-ignore-output"]
 book_sequences = hist["step"][-1] * BOOK_RECIPE.batch_size
-assert first * 64 > 2 * book_sequences  # the book needs far fewer sequences
-assert seed_threads == 1  # the labels say "1 thread"
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["figure", "hide-input", "hide-cell"]
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-batch = BOOK_RECIPE.batch_size
-seed_where = f"{seed_run['hardware']['cpu']}, {seed_threads} thread" + (
-    ", pinned kernel" if seed_run["numerics"]["pinned"] else ", its own kernels"
-)
-book_where = ("pinned kernel" if not pin_problems() else "this CPU's own kernels") + (
-    f", {BOOK_RECIPE.threads} thread"
-)
-ax1.plot(
-    [s * 64 for s in seed_run["eval_step"]],
-    seed_run["exact_match"],
-    color="tab:gray",
-    label=f"reference recipe (recorded: {seed_where})",
-)
-ax1.plot(
-    [s * batch for s in hist["eval_step"]],
-    hist["exact_match"],
-    "o-",
-    color="tab:blue",
-    ms=3,
-    label=f"book recipe (validation; {book_where})",
-)
-ax1.plot(
-    [s * batch for s in hist["step"]],
-    smooth(hist["batch_exact"]),
-    color="tab:blue",
-    alpha=0.4,
-    label=f"book recipe (batch; {book_where})",
-)
-ax1.set_xlabel("training sequences seen")
-ax1.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
-ax1.set_title("Exact match vs data")
-pace = result.seconds / hist["step"][-1]  # the run's average seconds per step
-ax2.plot(
-    seed_run["seconds"],
-    seed_run["exact_match"],
-    color="tab:gray",
-    label=f"reference recipe (recorded: {seed_where})",
-)
-ax2.plot(
-    [s * pace for s in hist["step"]],
-    smooth(hist["batch_exact"]),
-    color="tab:blue",
-    alpha=0.4,
-    label=f"book recipe (batch, at its average pace; {book_where})",
-)
-ax2.plot(
-    hist["seconds"],
-    hist["exact_match"],
-    "o-",
-    color="tab:blue",
-    ms=3,
-    label=f"book recipe (validation; {book_where})",
-)
-ax2.set_xscale("log")
-ax2.set_xlim(1, None)
-ax2.set_xlabel("seconds (log scale)")
-ax2.set_title("Exact match vs time")
-for ax in (ax1, ax2):
-    ax.axhline(0.995, color="tab:red", lw=1, ls="--")
-    ax.set_ylabel("exact match")
-    ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8, loc="lower right")
-fig.suptitle(
-    "Figure 10.6: the reference recipe (recorded) and the book's recipe (this chapter's run),"
-    " each labelled with where it ran"
-)
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# :::{dropdown} Going deeper: the reference recipe's last evaluations
-# The reference recipe's validation score also moves up and down between its evaluations on the
-# way to 99.5 %; the cell below prints the last ones before it first gets there.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-i_first = seed_run["eval_step"].index(first)
-last_evals = seed_run["exact_match"][max(0, i_first - 6) : i_first + 1]
-print("reference recipe, last evaluations up to the first >= 99.5 %:", last_evals)
-assert any(b < a for a, b in zip(last_evals, last_evals[1:]))  # not a monotone climb
-
-# %% [markdown]
-# :::{dropdown} Going deeper: where the speed comes from
-# The cell pulls the rows that the following paragraphs discuss out of the recorded table, with
-# the spread over the three seeds. For each kept row it prints the change in median steps from
-# the row before, beside the rounding band. One line puts the ablation's row for the book's
-# recipe next to the sweep's runs at `lr_scale` 1. They have the same recipe and seeds and were
-# recorded in two separate runs on the same day (both dates are printed). Their step counts are
-# the same. The ablation's record names its CPU, an Intel Xeon; the sweep's record names none.
-# Both records predate the pin. This chapter's model was trained in the pinned kernel; the
-# training cell prints where it stopped.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-def runs(r):
-    seconds = ", ".join(f"{s:.1f}" for s in r["all_seconds"])
-    return f"{r['seconds']:5.1f} s [{seconds}], {r['steps']:4d} steps {r['all_steps']}"
-
-
-base, cheap = ablation["rows"][0], ablation["rows"][1]
-small = row["smaller model: d_model 32, dff 128 (61k parameters)"]
-batch_row = row["batch 128, warmup 100"]
-no_dropout = row["dropout 0"]
-cooldown = row["linear cooldown: lr down to 0 at step 500"]
-for r in (small, batch_row, no_dropout, cooldown, book):
-    print(f"{runs(r)}  {r['lever']}")
 print(
-    f"book recipe: {base['seconds'] / book['seconds']:.0f}x faster than the reference recipe, "
-    f"{cheap['seconds'] / book['seconds']:.0f}x faster than it with cheap evaluation"
+    f"this chapter's run: {hist['step'][-1]} steps of {BOOK_RECIPE.batch_size} sequences"
+    f" = {book_sequences:,} training sequences"
 )
-ratio_small = noam_lambda(32, 1000)(999) / noam_lambda(128, 1000)(999)
-ratio_warmup = noam_lambda(32, 100)(99) / noam_lambda(32, 1000)(999)
-print(f"smaller model: same 1000-step warmup, peak learning rate x{ratio_small:.1f}")
-ms_cheap, ms_small = (1000 * r["seconds"] / r["steps"] for r in (cheap, small))
-print(f"per step (medians): {ms_cheap:.0f} ms with d_model 128, {ms_small:.0f} ms with d_model 32")
-print(f"warmup 100 instead of 1000: peak learning rate x{ratio_warmup:.1f}")
-print(
-    f"training sequences (medians): {small['steps'] * 64:,} at batch 64, "
-    f"{batch_row['steps'] * 128:,} at batch 128"
-)
-sweep_book = sorted((r["seed"], r["steps"]) for r in book_runs)
-print(f"the book's recipe, steps for seeds 0-2: ablation {book['all_steps']}, ", end="")
-print(f"sweep {[steps for _, steps in sweep_book]}")
-assert small["steps"] < cheap["steps"] and math.isclose(ratio_small, 2.0) and ms_small < ms_cheap
-assert math.isclose(ratio_warmup, 10**0.5)
-assert batch_row["steps"] * 128 <= small["steps"] * 64  # no more sequences, in fewer steps
-assert all(n < d for n, d in zip(no_dropout["all_steps"], batch_row["all_steps"]))
-print(f"each kept row against the row before (median steps; rounding band {BAND}):")
-kept_diffs = [r["steps"] - prev["steps"] for prev, r in zip(kept, kept[1:])]
-for r, diff in zip(kept[1:], kept_diffs):
-    print(f"  {diff:+5d}: {verdict(diff)} ({r['lever']})")
-assert [abs(d) > BAND for d in kept_diffs] == [True, True, True, False, False]
-assert kept[-1] is book and kept[-2] is cooldown and kept[-3] is no_dropout
-assert book["all_steps"] == [steps for _, steps in sweep_book]
-assert book["seconds"] < 14  # the reference chapter's GPU time to 99.6 % (after epoch 8)
-
-# %% [markdown]
-# :::{dropdown} Going deeper: reading the kept rows
-# Reading the kept rows from the top:
-#
-# - **Cheap evaluation.** The reference recipe checks the validation set once per epoch, with
-#   greedy decoding, so it stops up to an epoch after it got there. A teacher-forced forward pass
-#   (the same number, see above) is cheap enough to run every few dozen steps.
-# - **A smaller model** (61k parameters instead of 931k) makes each step cheaper. In these runs
-#   it also needed fewer steps, by more than the band. It warms up for the same 1,000 steps as
-#   the wide model, but its Noam peak is twice as high, because the schedule scales with
-#   $d_\text{model}^{-0.5}$; the ablation does not separate the width from the learning rate.
-# - **Batch 128 with a 100-step warmup**: fewer, larger steps, and, in the medians, no more
-#   training sequences in all. The peak learning rate comes after 100 steps instead
-#   of 1,000, and is $\sqrt{10} \approx 3.2$ times higher, because the peak scales with
-#   $\text{warmup}^{-0.5}$.
-# - **No dropout.** Without dropout, every seed needed fewer steps, and the median by more than
-#   the band.
-# - **The cooldown** lowers the learning rate to 0 over the last 400 steps. Its change in median
-#   steps is within the band: with these seeds its effect is not distinguishable. The book keeps
-#   it. It does not turn the last stretch into a steady climb: in the recorded runs of the book's
-#   recipe (listed below the sweep's table), the validation score still falls between some
-#   evaluations before it reaches the target.
-# - **Evaluating at every 10th step whose training batch is 98 % right** replaces an evaluation
-#   every 52 steps. It took less time in the median, with no change in median steps. It skips
-#   the evaluations at steps whose batch is below 98 %, even after the first evaluation (the
-#   training cell prints the steps this chapter's run skipped).
-#
-# The last kept row, recorded before the pin with the CPU's own kernels, reached 99.5 % on the
-# 2-core Intel Xeon in less time than the reference chapter's GPU run needed for its 99.6 %
-# after epoch 8 (14 s). The times are from different machines and targets, so read that as "the
-# same order", not as a race. This chapter's run, in the book's pinned kernel, prints its own
-# time in the training cell; it was not timed beside the ablation, so the two times do not
-# compare kernels.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-bf16_row = row["+ bf16 autocast"]
-checks_row = row["- the token-id checks in every forward pass"]
-smoothing = row["+ label smoothing 0.1"]
-one_layer = row["1 layer instead of 2 in each stack"]
-busy1 = row["1 thread, another program busy on one core (the book's recipe)"]
-busy2 = row["2 threads, another program busy on one core"]
-wide = row["d_model 64, dff 256 instead of 32, 128"]
-for r in (book, bf16_row, checks_row, smoothing, fused_row, wide, one_layer, idle2):
-    print(f"{runs(r)}  {r['lever']}")
-print(f"against the book's recipe (median steps; rounding band {BAND}):")
-for r in (bf16_row, checks_row, smoothing, fused_row, wide, one_layer, idle2):
-    diff = r["steps"] - book["steps"]
-    # these two rows built the band, so they lie inside it by construction
-    judged = "part of the band" if r in (fused_row, idle2) else verdict(diff)
-    print(f"  {diff:+4d}: {judged} ({r['lever']})")
-print(f"idle CPU:      1 thread {book['seconds']:.1f} s, 2 threads {idle2['seconds']:.1f} s")
-print(f"one core busy: 1 thread {busy1['seconds']:.1f} s, 2 threads {busy2['seconds']:.1f} s")
-
-
-def ms_per_step(r):
-    return [1000 * t / n for t, n in zip(r["all_seconds"], r["all_steps"])]
-
-
-print("ms per step, seeds 0-2:")
-for name, r in (("book", book), ("bf16", bf16_row), ("d_model 64", wide), ("fused", fused_row)):
-    print(f"  {name:>10}: {[round(m) for m in ms_per_step(r)]}")
-
-
-def overlap(a, b):
-    """The seeds' time ranges of two rows overlap: no difference measurable."""
-    return min(a["all_seconds"]) <= max(b["all_seconds"]) and min(b["all_seconds"]) <= max(
-        a["all_seconds"]
-    )
-
-
-assert min(ms_per_step(bf16_row)) > max(ms_per_step(book)) and overlap(checks_row, book)
-assert idle2["seconds"] < book["seconds"] and busy2["seconds"] > 2 * busy1["seconds"]
-bucketing = row["+ length bucketing (batches sorted by length, padding cut)"]
-assert not bucketing["reached"] and min(bucketing["all_steps"]) == BOOK_RECIPE.max_steps
-assert row["+ torch.compile (compile time included)"]["seconds"] > 2 * book["seconds"]
-assert min(ms_per_step(wide)) > max(ms_per_step(book))
-assert overlap(busy1, book)  # one thread barely notices the busy core
-for r in (bf16_row, checks_row, smoothing, wide, one_layer):
-    assert abs(r["steps"] - book["steps"]) <= BAND
-assert one_layer["seconds"] < 2 / 3 * book["seconds"]
-
-# the calls that the row "- the token-id checks" switched off, counted in one forward pass
-import helpers.embeddings
-import helpers.model
-
-check_calls, saved_checks = [], (helpers.model.check_token_ids, helpers.embeddings.check_token_ids)
-
-
-def counted_check(name, ids, *args, **kwargs):
-    check_calls.append(name)
-    return saved_checks[0](name, ids, *args, **kwargs)
-
-
-helpers.model.check_token_ids = helpers.embeddings.check_token_ids = counted_check
-try:
-    with torch.no_grad():
-        model(src_b, tgt_in_b)
-finally:
-    helpers.model.check_token_ids, helpers.embeddings.check_token_ids = saved_checks
-print(f"token-id checks in one forward pass: {len(check_calls)} ({', '.join(check_calls)})")
-assert len(check_calls) == 4
-
-# %% [markdown]
-# :::{dropdown} Going deeper: the rejected rows and the options
-# The fused Adam and two-thread rows built the rounding band, so they lie inside it by
-# construction. None of the other changes printed above moved the median step count by more
-# than the band. Each difference in steps is therefore not distinguishable with these seeds.
-# What is left to compare is the time per step.
-#
-# The rejected rows:
-#
-# - **bf16 autocast** made every step slower, for each seed, on the ablation's CPU
-#   (see the milliseconds per step).
-# - **The token-id checks** run four times per forward pass (counted above): the model checks
-#   `src` and `tgt_in`, and each embedding checks its ids again. Each check takes a `.min()` and
-#   a `.max()`. Without them, the range of the seeds' times overlaps that of the book's recipe,
-#   so they make no measurable difference at this size.
-# - **Sorting batches by length** removes padding, but each batch then holds sequences of about
-#   the same length. The model did not reach the target within 500 steps for any seed.
-# - **`d_model` 64** made every step slower, for each seed (see the milliseconds per step).
-# - **`torch.compile`**, its compile time included, took more than twice as long as the book's
-#   recipe.
-#
-# Two of the *options* are faster and still left out, each for a reason worth knowing:
-#
-# - **Two threads** (torch's default on this 2-core machine) are faster on an idle CPU. But with
-#   another program keeping one core busy, the runs with two threads took more than twice as long
-#   as those with one thread (medians), whose times overlapped those of the idle runs. A
-#   notebook that should finish in seconds on a shared machine is better off predictable.
-# - **One layer per stack** took less than two thirds of the time. The book keeps the reference
-#   architecture's two layers, because chapter 18 compares what the layers' attention does.
-#
-# Two more options show no gain with these seeds. **Label smoothing 0.1** changed the median
-# step count by less than the band. A **fused Adam step** (one kernel updates every parameter)
-# computes the same update. It took slightly less time per step. Its step counts
-# moved, and those moves are part of the rounding band, so with these seeds its total time
-# shows no gain.
-#
-# `tools/bench_training.py` uses the two-thread option for the book's fastest figure: with
-# `--book-threads 2` (its default) it trains the book's recipe on both cores of an idle machine.
-#
-# Chapter 11 decodes with this model step by step; chapter 12 retrains it with PyTorch's default
-# initialisation to show what the initialisation costs.
-# :::
-
-# %% [markdown]
-# :::{dropdown} Going deeper: on a GPU
-# The live cells above run in the book's pinned kernel, on whatever CPU runs the notebook. The
-# records name where they were made, as printed with each: the reference recipe's run on an AMD
-# EPYC, the ablation on an Intel Xeon, both with 2 cores and before the pin, and the four kernel
-# paths on both. The learning-rate sweep's record names no CPU. What the same two recipes take
-# on a GPU is recorded data, never computed while you read: `tools/record_gpu.py` trains them on
-# the GPU in one prepared run and stores the result in `chapters/data/training_cuda.json`. The cell
-# prints that record, or, until a GPU run has been recorded, says so and gives the command.
-# :::
-
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-from helpers.gpu_results import gpu_training_summary
-
-print(gpu_training_summary("data"))
 
 # %% [markdown]
 # ## Summary
 #
 # - Built: the training loop by hand (teacher forcing, cross-entropy with `ignore_index`, Adam
-#   with the Noam schedule and a linear cooldown). `helpers.train_reversal` takes exactly its
-#   steps: after 40 steps, every weight is equal bit for bit.
-# - Trained: the book's recipe, until the validation set is 99.5 % exactly right.
+#   with the Noam schedule and a linear cooldown). `helpers.train_reversal` takes the same first
+#   40 steps: every weight is equal bit for bit.
+# - Trained: the book's recipe, until a validation check reaches 99.5 %.
 # - Measured: the model's exact match on the 10,000 test sequences, which stopping never looked
 #   at, with a 95 % Wilson interval. It is reported on all of them and on the unseen ones.
-# - From recorded data (in the notes): rounding alone moved one seed's step count by up to 120
-#   steps, the rounding band. A smaller model, larger batches with a short warmup and no
-#   dropout each cut the median step count by more than the band. bf16, length bucketing and
-#   `torch.compile` did not help. From 0.5 to 2 times the book's peak learning rate, the step
-#   counts are not distinguishable with three seeds. At 3 and 4 times, training is slower by
-#   more than the band.
-# - The one thing to remember: the number that decides when to stop is not the number to report.
+# - The score that stopped training was selected for being high, on only 1,000 sequences. The
+#   one thing to remember: the number that decides when to stop is not the number to report.
+# - From the Experiments pages: three times the book's learning rate needed more steps to reach
+#   99.5 % (5 seeds). The changes from the reference recipe to the book's were run with three
+#   seeds each: a record of those runs, not a conclusion about each change.
 #
 # ## Exercises
 #
@@ -1468,3 +873,4 @@ def smoothed_cross_entropy(logits, labels, eps, ignore_index):
 
 
 check_smoothed_cross_entropy(smoothed_cross_entropy)
+
