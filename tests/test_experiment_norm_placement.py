@@ -103,6 +103,43 @@ def test_page_quotes_the_record(record):
     top = [r["post", 4e-3, s]["val_loss"] for s in cfg["seeds"]]
     assert all(abs(v - math.log(11)) < 0.02 for v in top)
     assert "5 per arm and learning rate" in text and "400 steps of batch 64" in text
+    # "Pre-Norm ended with a higher held-out exact match than Post-Norm on every seed at each
+    # of the three learning rates: 15 of 15 pairs."
+    pairs = [
+        (r["pre", lr, s]["exact_match"], r["post", lr, s]["exact_match"])
+        for lr in cfg["lrs"]
+        for s in cfg["seeds"]
+    ]
+    assert f"{len(pairs)} of {len(pairs)} pairs" in text and all(a > b for a, b in pairs)
+    # "at 4 x 10^-3 its mean exact match was 0.333 (0.049 to 0.617)"
+    top_pre = mean_interval([r["pre", 4e-3, s]["exact_match"] for s in cfg["seeds"]])
+    assert (
+        f"mean exact match was {top_pre.mean:.3f} ({top_pre.low:.3f} to {top_pre.high:.3f})" in text
+    )
+    # "four lie above 0.9 and one at 0.523" (the differences at 10^-3)
+    low_lr = sorted(
+        r["pre", 1e-3, s]["exact_match"] - r["post", 1e-3, s]["exact_match"] for s in cfg["seeds"]
+    )
+    assert "four lie above 0.9 and one at 0.523" in text
+    assert f"{low_lr[0]:.3f}" == "0.523" and all(v > 0.9 for v in low_lr[1:])
+    # the sign test's smallest two-sided p with 5 seeds: "2/2^5 = 0.0625", "p = 0.0625"
+    n = len(cfg["seeds"])
+    assert n == 5 and text.count(f"{2 / 2**n:.4f}") == 2
+
+
+def test_seeded_arms_start_from_the_same_weights():
+    """The design's pairing: the same seed gives both arms identical initial weights; only
+    Pre-Norm's final LayerNorm is extra, and it starts as the identity."""
+    from helpers.norm_experiment import EncoderTagger
+
+    torch.manual_seed(3)
+    pre = EncoderTagger("pre", num_layers=2).state_dict()
+    torch.manual_seed(3)
+    post = EncoderTagger("post", num_layers=2).state_dict()
+    assert set(pre) - set(post) == {"ln_final.weight", "ln_final.bias"} and set(post) <= set(pre)
+    for name, value in post.items():
+        assert torch.equal(pre[name], value), name
+    assert torch.equal(pre["ln_final.weight"], torch.ones(64)) and not pre["ln_final.bias"].any()
 
 
 def test_chapter_5_cites_the_page_with_the_interval(record):
