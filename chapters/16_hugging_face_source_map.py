@@ -19,7 +19,8 @@
 # Every piece of our Transformer has a counterpart in Hugging Face `transformers` {cite}`wolf2020`.
 # We map our classes to **BART** {cite}`lewis2020` and **Marian** {cite}`junczysdowmunt2018`.
 # We check every name, and run their layers on our weights.
-# The picture puts one encoder's names side by side.
+# The picture is Figure 16.1: our encoder and output head beside BART's, name by name.
+# The chapter draws it again where it checks those names.
 #
 # ![Our encoder's names beside BART's, with how each pair relates](figures/16_hugging_face_source_map.png)
 
@@ -30,7 +31,7 @@
 # Knowing where each piece lives turns `transformers` from a black box into code you can read.
 # BART is an encoder-decoder family, and Marian is its sibling, the translation models. We name
 # the release the map refers to. We also point out the differences worth knowing before you read
-# the real thing (Figure 16.1).
+# the real thing.
 #
 # A source map goes stale: `transformers` moves fast, and names in blog posts can be a few
 # releases old. So the map is **checked, not claimed**.
@@ -42,33 +43,9 @@
 # Then we go beyond names: we copy our weights into BART's attention and encoder layer and check
 # that they compute what the map says they compute, and we convert our masks into the ones
 # `transformers` builds, with its own mask functions.
-
-# %% tags=["nbval-ignore-output"]
-import time
-
-t0 = time.perf_counter()
-import torch
-
-t_torch = time.perf_counter() - t0
-import transformers
-from transformers import cache_utils, masking_utils, modeling_utils
-from transformers.generation import utils as generation_utils
-from transformers.models.bart import modeling_bart
-from transformers.models.bart.configuration_bart import BartConfig
-from transformers.models.marian import modeling_marian
-from transformers.models.marian.configuration_marian import MarianConfig
-
-t_hf = time.perf_counter() - t0 - t_torch
-print(
-    f"import torch: {t_torch:.1f} s, then transformers (BART, Marian, masks, cache, generation):"
-    f" {t_hf:.1f} s"
-)
-
-# %% [markdown]
-# Importing `transformers` takes noticeably longer than importing `torch` alone. The times depend
-# on your computer and its load. The version the whole chapter refers to is the one
-# `requirements.txt` pins. The next cell checks that the
-# installed package is that one:
+#
+# The version the whole chapter refers to is the one `requirements.txt` pins. The next cell checks
+# that the installed package is that one:
 
 # %%
 import importlib
@@ -76,11 +53,21 @@ import importlib.util
 import inspect
 import math
 import re
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import torch
 import torch.nn as nn
+import torch.nn.functional as F
+import transformers
 from torch.nn.attention.flex_attention import create_block_mask
+from transformers import cache_utils, masking_utils, modeling_utils
+from transformers.generation import utils as generation_utils
+from transformers.models.bart import modeling_bart
+from transformers.models.bart.configuration_bart import BartConfig
+from transformers.models.marian import modeling_marian
+from transformers.models.marian.configuration_marian import MarianConfig
 
 from helpers import (
     BOS_ID,
@@ -214,7 +201,8 @@ print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__vers
 #   `AttentionMaskConverter`). In the pinned release BART's masks come from `masking_utils.py`, and
 #   `modeling_attn_mask_utils.py` does not exist.
 # - The cache argument of BART's attention and decoder is `cache` here; the name those posts use,
-#   `past_key_values`, is still accepted, through a deprecation decorator.
+#   `past_key_values`, is still accepted, through a deprecation decorator. Passing it warns, and
+#   the warning names the release that will drop it.
 #
 # The next cell checks them too. The generation and mask names are gone from this release.
 # Code copied from an older tutorial that uses them stops with an `ImportError` or an
@@ -246,6 +234,14 @@ renamed = len(re.findall(r'deprecate_kwarg\("past_key_values", [^)]*new_name="ca
                          inspect.getsource(modeling_bart)))  # fmt: skip
 print(f'deprecate_kwarg("past_key_values", ..., new_name="cache") in modeling_bart.py: {renamed}x')
 assert "cache" in attn_args and "cache" in decoder_args and renamed > 0
+old_config = BartConfig(d_model=8, encoder_attention_heads=2)
+old_config._attn_implementation = "eager"
+old_style = modeling_bart.BartAttention(8, 2, config=old_config)
+with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+    warnings.simplefilter("always")
+    old_style(torch.zeros(1, 3, 8), past_key_values=None)  # the old name, as old posts pass it
+print("BartAttention(..., past_key_values=None) warns:", caught[0].message)
+assert len(caught) == 1 and "past_key_values" in str(caught[0].message)
 
 # greedy decoding and sampling share one loop: the generation mode maps to the method name
 mapping = generation_utils.GENERATION_MODES_MAPPING
@@ -520,7 +516,7 @@ assert sorted(bart_norms) == [
 # this. A Pre-Norm layer leaves the residual stream alone and only normalises what each sublayer
 # reads.
 #
-# Figure 16.1 puts the names of a whole encoder side by side, ours (`helpers.Transformer`) and
+# Figure 16.1 puts the names of our encoder and output head side by side, ours (`helpers.Transformer`) and
 # BART's (`BartForConditionalGeneration`). The cell checks every pair: both names exist, and the
 # weights have the same shape.
 
@@ -608,9 +604,22 @@ print(f"tie_word_embeddings=False: {n_tensors} separate [V, d] tensors, as in ou
 assert n_tensors == 3
 
 # %% [markdown]
-# To port our model, build BART with `tie_word_embeddings=False`: the three matrices are then
-# separate, as ours are. Copy `out_proj.bias` into `final_logits_bias`. To port a tied BART
-# checkpoint into our model, copy its one matrix into all three of ours.
+# So a port name by name fails even before the layers. Tying is not what stops a port, though:
+# `tie_word_embeddings=False` separates the three matrices. The wiring stops it. BART normalises
+# after each sublayer (Post-Norm, shown above), normalises its input (`layernorm_embedding`), and
+# has no final LayerNorm. A LayerNorm is not the identity for any weights: it gives the same
+# output for $x$ and $2x$, up to its small $\epsilon$. So no copy of weights makes a BART compute our model, or ours compute
+# BART's. The names map one to one; the functions do not. Moving weights between the two needs a
+# model with the same wiring. The next cell shows the LayerNorm's blind spot.
+
+# %%
+ln_embedding = bart_lm.model.encoder.layernorm_embedding
+with torch.no_grad():
+    ln_embedding.weight.normal_(), ln_embedding.bias.normal_()  # any weights at all
+    x_any = torch.randn(2, 3, d_model)
+    gap = (ln_embedding(x_any) - ln_embedding(2 * x_any)).abs().max().item()
+print(f"layernorm_embedding with random weights: max |LN(x) - LN(2x)| = {gap:.1e}")
+assert gap < 1e-3  # a map that cannot tell x from 2x is not the identity
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def draw_name_map():
@@ -649,7 +658,10 @@ def draw_name_map():
     ax.plot([], [], color="tab:orange", ls="--", label="counterparts with another role or shape")
     ax.plot([], [], color="tab:purple", ls=":", label="BART: one tied tensor, model.shared")
     ax.legend(loc="lower center", ncol=3, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.1))
-    ax.set_title("Figure 16.1: one encoder, name by name (prefix model. omitted on BART's side)")
+    ax.set_title(
+        "Figure 16.1: our encoder and output head beside BART's\n"
+        "(BART's names without their prefix model.)"
+    )
     fig.tight_layout()
 
 
@@ -756,15 +768,8 @@ assert pos_rms / tok_rms > 30
 # $\sqrt{1/2}$, and the tokens start with standard deviation 0.02 (the ratio of 36 uses the
 # measured RMS, 0.020 when rounded).
 #
-# Exercise 16.1 measures what the scale changes. When you read or port such a model, check the
-# two scales the way this cell does.
-#
-# :::{dropdown} Going deeper: converted OPUS-MT checkpoints turn the scale on
-# No converted OPUS-MT checkpoint runs this way. Hugging Face's converter builds every OPUS-MT
-# config with `scale_embedding=True` {cite}`hf_marian_converter`. (The converter is in the
-# repository, not in the installed package.) The 36x describes only a Marian you train yourself
-# from the default config.
-# :::
+# Exercise 16.1 measures what the scale changes. When you read such a model, check the two
+# scales the way this cell does: a config can turn the scale on.
 
 # %% [markdown]
 # ### 4. The decoder's first token, and the shift
@@ -787,6 +792,20 @@ assert torch.equal(decoder_input_ids, tgt_in)
 assert nn.CrossEntropyLoss().ignore_index == -100  # PyTorch's default, which HF's labels rely on
 
 # %% [markdown]
+# The loss row of the map, run. Given `labels`, `BartForConditionalGeneration` builds its decoder
+# input with `shift_tokens_right` and returns the loss over the positions that are not -100. Our
+# loss on the same logits, with `ignore_index=PAD_ID` on our targets, is the same number:
+
+# %%
+torch.manual_seed(0)
+loss_lm = modeling_bart.BartForConditionalGeneration(tiny_bart_config()).eval()
+with torch.no_grad():
+    hf_out = loss_lm(input_ids=src, attention_mask=to_hf_attention_mask(src), labels=labels)
+ours_loss = F.cross_entropy(hf_out.logits.flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=PAD_ID)
+print(f"BART's loss from labels: {hf_out.loss:.4f}; ours on its logits: {ours_loss:.4f}")
+torch.testing.assert_close(hf_out.loss, ours_loss)
+
+# %% [markdown]
 # The start symbol itself differs between models, and one choice looks like a bug from our side:
 
 # %%
@@ -806,11 +825,9 @@ assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 # (chapter 17 shows the damage). Marian works for two reasons. First, its decoder does not derive
 # the padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
 # ones when not given. Second, its first input is not zero. The start token's embedding row is
-# the padding row, which is zero: at initialisation, and in converted checkpoints, where the
-# converter appends the PAD row as zeros {cite}`hf_marian_converter`. But position 0 still gets
-# its sinusoidal encoding, so the first decoder input is that encoding: a fixed vector, not
-# zero. A tiny Marian, with our PAD id as its PAD and its start
-# symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first
+# the padding row, which is zero at initialisation. But position 0 still gets its sinusoidal
+# encoding, so the first decoder input is that encoding: a fixed vector, not zero. A tiny
+# Marian, with our PAD id as its PAD and its start symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first
 # input equals position 0's encoding.
 
 # %%
@@ -962,16 +979,19 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 #
 # - A map from every piece of `helpers` to its counterpart in `transformers` (BART, and Marian's
 #   positions), each name imported from the pinned release and located by file and line; the
-#   names older tutorials use are checked to be gone. Figure 16.1 maps one encoder name by name.
+#   names older tutorials use are checked to be gone. Figure 16.1 maps our encoder and
+#   output head name by name.
 # - Our attention weights loaded into `BartAttention` give our outputs, in its eager and its SDPA
 #   implementation; our masks converted to its conventions equal the masks `masking_utils` builds.
 # - A `BartEncoderLayer` holding our weights computes the Post-Norm function of our modules, not
 #   our Pre-Norm one.
 # - BART ties its two embeddings and `lm_head` into one tensor by default, and adds a
 #   `final_logits_bias` buffer where we have `out_proj.bias`: a port name by name overwrites.
+#   No weight copy makes BART compute our model: it is Post-Norm, with a LayerNorm on its input
+#   and none at the end.
 # - BART's tokens and learned positions start at the same scale. A Marian built from the default
-#   config starts with positions about 36 times louder than its tokens; Hugging Face's converted
-#   OPUS-MT checkpoints turn `scale_embedding` on.
+#   config starts with positions about 36 times louder than its tokens; `scale_embedding=True`
+#   changes that (exercise 16.1).
 # - `generate` with its cache gives the tokens of a plain argmax loop without one.
 # - The one thing to remember: check a source map against the installed code, because the names
 #   move from release to release.
