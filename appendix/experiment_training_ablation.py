@@ -36,7 +36,8 @@
 # - **Budgets are not equal.** Every run stops at the first validation check that reaches
 #   99.5 %. But the step budget changes along the kept rows: 3,120 steps for the first three
 #   (the reference recipe's 10 epochs), 500 from the cooldown row on. The check itself changes
-#   too (every 20 steps in the smaller-model row, every 10th step with a gate in the book's).
+#   too: every 52 steps in the extrapolated row, every 20 steps in the measured kept rows up to
+#   the cooldown, every 10th step with a gate in the book's recipe.
 # - **Two rows are not runs.** The first two rows (marked `~`) are extrapolated from one
 #   recorded run of the reference recipe (see
 #   [the reference recipe's run](experiment_reference_recipe.ipynb)), made on another CPU: its
