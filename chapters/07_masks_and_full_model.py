@@ -385,12 +385,11 @@ assert (w_tri[:, :, 0, 1:] == 0).all() and (w_tri[:, :, 12, :13] > 0).all()
 
 # %% [markdown]
 # [The cross-mask experiment](../appendix/experiment_cross_mask.ipynb) trains a model with each
-# mask for 300 steps, with the same 5 seeds, and scores both on the test set of chapter 09. The
-# correct mask's test exact match is higher by 0.07 % on average (95 % interval -0.11 % to
-# 0.24 %): not distinguishable with 5 seeds. A wrong mask can train about as well as the right
-# one, so accuracy will not reveal it. The check at the end of this chapter looks at the mask
-# itself: it captures what cross-attention receives and compares it with the source padding
-# mask.
+# mask for 300 steps, with the same 5 seeds, and scores both on the test set of chapter 09. On
+# average over the seeds, the correct mask's test exact match is higher by 0.07 % (95 % interval
+# -0.11 % to 0.24 %): not distinguishable with 5 seeds. On this task, then, test accuracy does
+# not reveal the wrong mask. The check at the end of this chapter looks at the mask itself: it
+# captures what cross-attention receives and compares it with the source padding mask.
 #
 # ## Three conventions for the same mask
 #
@@ -910,8 +909,11 @@ assert drops == [0.1] and enc_layer.mha.attn_drop.p == 0.1
 #   distinguishable with 5 seeds: 0.07 % (95 % interval -0.11 % to 0.24 %).
 # - Three conventions (Figure 7.2): ours True = blocked, SDPA True = may attend, Hugging Face
 #   1 = keep. Convert once, to `bool`, at the boundary; `~` on an integer mask is a bitwise NOT.
-# - The one thing to remember: **a mask bug can run without an error**; only a measurement or
-#   a test shows it.
+# - The model differs from the paper's base model in Pre-Norm, GELU, three separate embedding
+#   and output matrices, biases, Xavier initialisation, dropout on the attention weights and
+#   its sizes; the cells read each from the code.
+# - The one thing to remember: **a mask bug can run without an error**, and accuracy may not
+#   give it away; check the mask itself.
 #
 # ## Exercises
 #

@@ -134,7 +134,7 @@ for t, (early, late) in enumerate(causality(model, src, tgt_in)):
 # %% [markdown]
 # The two halves are different claims. The first holds for a correct model whatever its weights.
 # The second holds for these random weights, not for all weights. A model whose parameters are
-# all zero is still correctly masked, yet it gives the same logits for every input:
+# all zero is still correctly masked, yet its logits do not move when its input does:
 
 # %%
 zero_model = Transformer(VOCAB_SIZE, VOCAB_SIZE).eval()
@@ -147,7 +147,8 @@ print(f"all-zero weights: largest change at positions <= t: {zero_early}, after 
 assert zero_early == 0 and zero_late == 0  # invariance holds, sensitivity fails
 
 # %% [markdown]
-# So a failure of the second half says "this model ignores its input", not "the mask is wrong".
+# So a failure of the second half says "this model does not react to its input", not "the mask
+# is wrong".
 
 # %% [markdown]
 # Figure 8.1 draws the same measurement as a grid: one row per $t$, one column per output
@@ -490,8 +491,8 @@ for cfg in configs:
 #
 # The two tests of this chapter are worth running on every model you build. `helpers.check_masks`
 # runs both in eval mode and reports each. Causality rewrites the tokens after every position
-# $t$; padding invariance appends 1 and 3 `<pad>` columns. It gives the model's mode back. Here
-# it is on the model of this chapter, then on two of its broken variants:
+# $t$; padding invariance appends 1 and 3 `<pad>` columns. Here it is on the model of this
+# chapter, then on two of its broken variants:
 
 # %%
 from helpers import check_masks
