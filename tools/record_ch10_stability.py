@@ -3,7 +3,7 @@
 "The learning rate" (appendix/experiment_learning_rate).
 
     env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py
-        # ~10 CPU-minutes -> chapters/data/ch10_stability.json
+        # ~6 CPU-minutes -> chapters/data/ch10_stability.json
     python tools/record_ch10_stability.py --keep  # train only the runs the file lacks
 
 Trains helpers.BOOK_RECIPE from scratch with its whole learning-rate schedule multiplied by
