@@ -356,7 +356,6 @@ def test_the_log_matches_a_hand_loop_over_epochs_and_the_cooldown():
     h = run.history
     assert cfg.train_size // cfg.batch_size < cfg.max_steps // 3  # several epochs are crossed
 
-    torch.set_num_threads(torch.get_num_threads())
     model = build_model(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
