@@ -18,8 +18,10 @@
 #
 # You will train the book's model with `DistributedDataParallel` (DDP), in two processes started by
 # `torchrun`. Each process holds a replica of the model and trains on half of every batch.
-# DDP averages their gradients. So one DDP step matches, to within float rounding, one step of
-# a single process on the whole batch.
+# DDP averages their gradients. So one DDP step computes the gradient one process computes on the
+# whole batch, to within float32 rounding. After the step, the weights of the two runs differ by
+# less than a thousandth of the learning rate, except the key biases. Their gradient is rounding
+# noise, which Adam's first step scales up, so they differ by more; the proof prints how much.
 #
 # ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/20_distributed_data_parallel.png)
 
@@ -42,12 +44,13 @@
 # 5. the commands for several GPUs and several machines.
 
 # %%
+import ast
 import contextlib
 import dataclasses
+import inspect
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,7 +84,6 @@ from helpers.train import build_model, lr_factor, sequence_correct
 
 ROOT = Path.cwd().parent  # the notebook runs in chapters/
 SCRIPT = ROOT / "tools" / "train_ddp.py"
-DATA = Path("data")
 print(
     f"torch {torch.__version__.split('+')[0]}; "
     f"the book's recipe trains with {BOOK_RECIPE.threads} thread"
@@ -285,8 +287,9 @@ assert bad.returncode == 2 and "start this script with torchrun" in bad.stderr
 
 # %% [markdown]
 # The first real run is the proof. It takes one step on a fixed batch of 64 sequences, 32 per
-# rank, from the book's initial weights (`--one-step`). Its buckets are small, 0.05 MiB, for a
-# later section:
+# rank, from the book's initial weights (`--one-step`). One step needs only one batch, and a fixed
+# one lets a single process take the very same step below. Training, later, keeps the recipe's
+# global batch of 128: 64 per rank. The proof's buckets are small, 0.05 MiB, for a later section:
 
 # %% tags=["nbval-ignore-output"]
 proof_dir = Path(tempfile.mkdtemp())
@@ -407,9 +410,60 @@ assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == 
 # ## Training to the target on two processes
 #
 # Without `--one-step`, the same script trains the book's recipe (`helpers.BOOK_RECIPE`) from
-# seed 0. The global batch is 128, so 64 per rank. Training stops when the validation exact match
-# reaches 99.5 %. Rank 0 logs every 100 steps, with each rank's
-# own mean loss on its half of the batch:
+# seed 0. It joins the process group and calls `helpers.train_reversal_ddp`, on every rank. Here
+# is that function's code, as `inspect.getsource` reads it, up to the end of its training loop.
+# The cell leaves out the docstring and the lines that only keep the log. After the loop,
+# rank 0 writes the checkpoint (`save_on_rank0`):
+
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+def trimmed_source(fn, drop=("hist", "train_s", "t_step", "t0", "log_every")):
+    """fn's source up to the end of its while loop, without its docstring and the statements
+    that only keep a record (an assignment to, a call on, or a test of a name in `drop`)."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    node = ast.parse(src).body[0]
+    gone = set(range(node.body[0].lineno, node.body[0].end_lineno + 1))  # the docstring
+
+    def names(tree):
+        return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+    def dropped(stmt) -> bool:
+        if isinstance(stmt, (ast.Assign, ast.AugAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            out = set().union(*(names(t) for t in targets)) <= set(drop)
+        elif isinstance(stmt, ast.Expr):
+            out = bool(names(stmt) & set(drop))
+        elif isinstance(stmt, ast.If) and names(stmt.test) & set(drop):
+            out = True
+        elif hasattr(stmt, "body"):
+            kept = [s for s in stmt.body + getattr(stmt, "orelse", []) if not dropped(s)]
+            out = isinstance(stmt, ast.If) and not kept
+        else:
+            out = False
+        if out:
+            gone.update(range(stmt.lineno, stmt.end_lineno + 1))
+        return out
+
+    for stmt in node.body[1:]:
+        dropped(stmt)
+    end = next(s.end_lineno for s in node.body if isinstance(s, ast.While))
+    lines = src.splitlines()[:end]
+    return "\n".join(line for i, line in enumerate(lines, 1) if i not in gone)
+
+
+loop = trimmed_source(train_reversal_ddp)
+print(loop)
+for line in ("rank_batches(", "all_reduce_sum(stats)", "loss.backward()", "opt.step()"):
+    assert line in loop, line
+assert len(loop.splitlines()) < 60
+
+# %% [markdown]
+# Every rank draws its share of each global batch (`rank_batches`), then computes its summed
+# loss. One small all-reduce (`all_reduce_sum(stats)`) adds up the token counts, the losses and
+# the exactly-right sequences. Backward all-reduces the gradients. So every rank takes the same
+# Adam step, evaluates on its shard, and stops at the same step. Training stops when the
+# validation exact match reaches 99.5 %. Rank 0 logs every 100 steps, with each rank's own mean
+# loss on its half of the batch:
 
 # %% tags=["nbval-ignore-output"]
 train_dir = Path(tempfile.mkdtemp())
@@ -442,138 +496,19 @@ assert ddp_test.exact_match >= 0.98  # chapter 10's floor (its kernel paths: 98.
 # %% [markdown]
 # ## What two processes buy here
 #
-# `tools/bench_ch20_ddp.py` trains the recipe to the target in three configurations of two cores,
-# for several seeds. Each run is a fresh command, timed from its start to its exit. So start-up
-# counts: Python, torch, and for DDP `torchrun` and the process group. Data, training and
-# evaluations count too. All three run the same loop (`helpers.train_reversal_ddp`) on the same
-# global batches; one process runs it without a process group. So for one seed they differ only in
-# the rounding of the sums. It recorded:
-
-# %%
-rec = json.loads((DATA / "ch20_ddp_timing.json").read_text())
-configs = list(dict.fromkeys(r["config"] for r in rec["runs"]))
-seeds = sorted({r["seed"] for r in rec["runs"]})
-loads = [r["load_average"] for r in rec["runs"]]
-print(
-    f"recorded {rec['date'][:10]} by `{rec['command']}`, torch {rec['torch'].split('+')[0]}, "
-    f"{rec['cpu_count']} cores; load average {rec['load_average_before'][0]:.1f} before, "
-    f"{min(loads):.1f} to {max(loads):.1f} at the end of the runs"
-)
-print(f"numerics: {rec['numerics']['note']}")
-print(
-    f"{'':24s} {'seconds':>8s} {'ms per':>7s} {'outside':>8s} {'steps':>11s} "
-    f"{'test exact match':>17s}"
-)
-print(f"{'configuration':24s} {'(median)':>8s} {'step':>7s} {'training':>8s}")
-summary = {}
-for c in configs:
-    rows = [r for r in rec["runs"] if r["config"] == c]
-    steps = [r["steps"] for r in rows]
-    tests = [r["test_exact_match"] for r in rows]
-    summary[c] = {
-        k: statistics.median(r[k] for r in rows)
-        for k in ("seconds", "ms_per_step", "outside_training_seconds")
-    }
-    summary[c]["rows"] = rows
-    print(
-        f"{c:24s} {summary[c]['seconds']:8.1f} {summary[c]['ms_per_step']:7.1f} "
-        f"{summary[c]['outside_training_seconds']:8.1f} {min(steps):4d} to {max(steps):3d} "
-        f"{min(tests):8.2%} to {max(tests):.2%}"
-    )
-by_seed = {s: {r["config"]: r for r in rec["runs"] if r["seed"] == s} for s in seeds}
-same_steps = sum(
-    len(v) == len(configs) and len({r["steps"] for r in v.values()}) == 1 for v in by_seed.values()
-)
-print(
-    f"seeds {seeds}: the three configurations stopped at the same step for {same_steps} "
-    f"of {len(seeds)} seeds"
-)
-print("ms per step, seed by seed:")
-for s in seeds:
-    print(f"  seed {s}: " + ", ".join(f"{c} {by_seed[s][c]['ms_per_step']:.0f}" for c in configs))
-ONE, TWO = "1 process x 1 thread", "2 processes x 1 thread"
-fewer = sum(by_seed[s][TWO]["ms_per_step"] < by_seed[s][ONE]["ms_per_step"] for s in seeds)
-print(f"{TWO} took less time per step than {ONE} for {fewer} of {len(seeds)} seeds")
-fastest = [min(configs, key=lambda c, s=s: by_seed[s][c]["ms_per_step"]) for s in seeds]
-for c in configs:
-    print(f"fastest per step: {c} for {fastest.count(c)} of {len(seeds)} seeds")
-print("test exact match, seed by seed:")
-for s in seeds:
-    print(
-        f"  seed {s}: " + ", ".join(f"{c} {by_seed[s][c]['test_exact_match']:.2%}" for c in configs)
-    )
-gap = [by_seed[s][TWO]["test_exact_match"] - by_seed[s][ONE]["test_exact_match"] for s in seeds]
-higher = sum(g > 0 for g in gap)
-print(
-    f"{TWO} minus {ONE}: {min(gap):+.2%} to {max(gap):+.2%} "
-    f"(higher for {higher} of {len(seeds)} seeds)"
-)
-spread = {
-    c: max(r["test_exact_match"] for r in summary[c]["rows"])
-    - min(r["test_exact_match"] for r in summary[c]["rows"])
-    for c in configs
-}
-print(
-    "spread over the seeds (best - worst): " + ", ".join(f"{c} {v:.2%}" for c, v in spread.items())
-)
-target = BOOK_RECIPE.target_exact_match
-assert all(r["validation_exact_match"] >= target for r in rec["runs"])
-assert all(r["test_exact_match"] >= 0.98 for r in rec["runs"])
-assert summary[TWO]["ms_per_step"] < summary[ONE]["ms_per_step"] and fewer == len(seeds)
-assert fastest == ["1 process x 2 threads"] * len(seeds)
-assert 0 < higher < len(seeds) and max(abs(g) for g in gap) <= spread[TWO]
-
-# %% [markdown]
-# Figure 20.2 shows the medians as blue marks, and each seed's run as a dot.
-
-# %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-for ax, key, label in (
-    (axes[0], "seconds", f"seconds to {BOOK_RECIPE.target_exact_match:.1%} (start-up included)"),
-    (axes[1], "ms_per_step", "milliseconds per training step"),
-):
-    for i, c in enumerate(configs):
-        vals = [r[key] for r in summary[c]["rows"]]
-        # a mark, not a bar: a bar's length means nothing on a log axis
-        ax.plot(statistics.median(vals), i, "|", color="#3182bd", markersize=24, mew=3)
-        ax.plot(vals, [i] * len(vals), "k.", alpha=0.6)
-    ax.set_yticks(range(len(configs)), configs)
-    ax.set_xscale("log")
-    ax.set_xlabel(label + " (log scale)")
-    ax.set_ylim(len(configs) - 0.5, -0.5)  # first configuration on top
-fig.suptitle(f"Figure 20.2: the book's recipe on {rec['cpu_count']} cores, seeds {seeds}")
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Per step, two processes beat one process with one thread, for every seed. Each process does half
-# of the arithmetic, plus the all-reduces of the gradients (0.24 MB) and of the step's statistics.
-# But one process with two threads was fastest per step, for every seed. Threads share one copy of
-# the model and pay no all-reduce.
+# The last lines of the training log give each rank's mean time per training step and the
+# seconds it took to start, on this machine, in this book's kernel. Such times depend on the
+# machine, its kernels and its load; one run gives no spread. [The DDP timings
+# page](../appendix/experiment_ddp_timing.ipynb) compares configurations of two cores on one
+# machine, over five seeds, with PyTorch's default kernels. There, two processes took a median
+# of 31.5 ms (28.5 to 36.0) per step, one process and one thread 39.2 ms (38.1 to 39.8), and
+# one process and two threads 27.0 ms (25.5 to 27.3). Those runs used other kernels, so their
+# times say nothing about the run above.
 #
-# The "outside training" column is the rest of each command's time. It holds the interpreter and
-# the imports, and for two processes also `torchrun`'s own process and the rendezvous. The
-# "seconds" column includes it.
-#
-# :::{dropdown} Going deeper: rounding, load, and how the runs were recorded
-# The three configurations add the gradients' terms in different orders. Their weights differ in
-# the low bits. So a seed need not stop at the same step in all three; the first line under the
-# table counts how often it did. Every run reached the target, and every model scored at least
-# 98 % on the test set.
-#
-# These runs were recorded with PyTorch's default kernels, before the book pinned its numerics
-# (the header line says so). So the seed-0 two-process row is not the run above.
-#
-# A load average above the number of cores means other jobs ran during the recording; both are
-# printed above the table. A difference between two configurations smaller than the spread of
-# their own runs (the dots in Figure 20.2) is then not a result.
-# `python tools/bench_ch20_ddp.py --seeds 0,1,2,3,4` records them again.
-# :::
-#
-# **Is the two-process model as good?** The seed-by-seed lines show different test scores. But
-# two scores on the same 10,000 test sequences are not independent samples. So comparing their
-# separate intervals is not a test; a paired test is. The cell trains the same loop in this one
-# process (seed 0) and pairs it with the two-process model above, using McNemar's exact test.
+# **Is the two-process model as good?** Two scores on the same 10,000 test sequences are not
+# independent samples. So comparing their separate intervals is not a test; a paired test is.
+# The cell trains the same loop in this one process (seed 0) and pairs it with the two-process
+# model above, using McNemar's exact test.
 #
 # :::{dropdown} Going deeper: McNemar's exact test
 # A paired test looks at the sequences on which the two models disagree. McNemar's exact test
@@ -620,9 +555,8 @@ assert int(two_ok.sum()) == ddp_test.correct  # the count exact_match_with_inter
 # %% [markdown]
 # A small $p$ says that these two *models* differ. It says nothing about the two *ways of
 # training*. A run that stops a few steps earlier or later ends with other weights, whatever the
-# number of processes. That question needs many seeds, and the five recorded seeds do not settle
-# it. Neither configuration scored higher on every seed (the "higher for" line). And the largest
-# gap is no larger than the spread between seeds of the two-process row.
+# number of processes. That question needs many seeds. On the DDP timings page, with five seeds
+# per configuration, no difference in test exact match between them is distinguishable from zero.
 #
 # ## Gradient accumulation with `no_sync`
 #
@@ -785,7 +719,8 @@ assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 #   It needs `set_epoch` each epoch and the same seed on every rank.
 # - With sequences of different lengths, the per-rank loss must be normalised by the global token
 #   count. Then two processes with 32 rows each computed the gradient of one process with 64 rows,
-#   to within float32 rounding.
+#   to within float32 rounding. The weights after the step agreed to within a thousandth of the
+#   learning rate, except the key biases, whose gradient is rounding noise.
 # - Every rank builds the same weights. Every rank but rank 0 then reseeds torch's generator, so
 #   each rank draws its own dropout masks.
 # - Two scores on one test set are compared with a paired test (McNemar's). Whether two ways of
@@ -794,9 +729,8 @@ assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 #   `OMP_NUM_THREADS=1` when it is unset and it starts several processes.
 # - `tools/train_ddp.py`, started by `torchrun`, trained the book's recipe to the target on two
 #   processes. Rank 0 alone logged and wrote the checkpoint.
-# - Two processes split each step's arithmetic but pay a fixed start-up: two interpreters,
-#   `torchrun` and the rendezvous. `tools/bench_ch20_ddp.py` measures both against one process
-#   with one or two threads, start-up included.
+# - On two cores, the DDP timings page found two processes faster per step than one process
+#   with one thread, and slower than one process with two threads, for all five seeds.
 #
 # ## Exercises
 #
