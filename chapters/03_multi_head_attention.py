@@ -568,10 +568,11 @@ assert not t.is_contiguous() and "view size is not compatible" in str(caught)
 # :::{dropdown} Going deeper: the bug hides when a swapped dimension has size 1
 # The stride of a size-1 dimension is never used. So when either of the two neighbouring
 # dimensions that `transpose(1, 2)` swaps has size 1, the result still counts as
-# contiguous, and the same `view` works. Two common cases: a decoder that generates one token at a time can run
-# attention on a single query (with the cache of chapter 13), so $L = 1$; and a model with
-# one head, $h = 1$. Code tried only in such a case runs fine; the first longer sequence,
-# or the second head, fails as in the cell above. The cell shows both cases.
+# contiguous, and the same `view` works. Two common cases: a decoder that generates one
+# token at a time can run attention on a single query (with the cache of chapter 13), so
+# $L = 1$; and a model with one head, $h = 1$. Code tried only in such a case runs fine;
+# the first longer sequence, or the second head, fails as in the cell above. The cell
+# shows both cases.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
