@@ -104,6 +104,7 @@ diff = {
     if getattr(SHARP_ATTENTION_RECIPE, f.name) != getattr(BOOK_RECIPE, f.name)
 }
 book_params = count_parameters(build_model(BOOK_RECIPE))
+# the learning rate at the end of the warmup (LambdaLR counts steps from 0), its peak
 peak = {r: r.lr_scale * lr_factor(r)(r.warmup - 1) for r in (SHARP_ATTENTION_RECIPE, BOOK_RECIPE)}
 print("changes from BOOK_RECIPE:", diff)
 print(f"parameters: {count_parameters(model):,} (book model: {book_params:,})")
