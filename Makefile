@@ -78,11 +78,12 @@ test: lint test-pairing test-conventions test-pytest test-book
 
 # ruff (lint + format check, settings in pyproject.toml) over the package, tests, tools and
 # the chapter notebooks (their .py twins are generated from them); codespell over code and prose.
-LINT_PATHS := src tests tools chapters/*.ipynb conftest.py
+LINT_PATHS := src tests tools chapters/*.ipynb appendix/*.ipynb conftest.py
 lint: $(SETUP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/codespell src tests tools chapters/*.py chapters/*.md README.md _config.yml _toc.yml
+	$(BIN)/codespell src tests tools chapters/*.py chapters/*.md appendix/*.py appendix/*.md \
+	  README.md _config.yml _toc.yml
 
 # Apply ruff's formatting and safe fixes to the package, tests and tools. Chapters are
 # formatted by tools/execute_notebooks.py when they are executed.
