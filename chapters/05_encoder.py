@@ -667,8 +667,9 @@ print(
 )
 with torch.no_grad():
     e1, e2 = buggy(batch_src, batch_mask), buggy(batch_src, batch_mask)
-print(f"   two 'eval' calls on the same input differ by up to {(e1 - e2).abs().max().item():.2f}")
-assert buggy.layers[0].training and not torch.equal(e1, e2)
+differ = (e1 != e2).float().mean().item()
+print(f"   two 'eval' calls on the same input differ at {differ:.0%} of the output entries")
+assert buggy.layers[0].training and differ > 0.5
 
 # %% [markdown]
 # The fix is the one already in `EncoderByHand`: `nn.ModuleList` (or `nn.Sequential` when
@@ -726,8 +727,9 @@ assert [name for name, _ in TwoHeads().named_parameters()] == [
 # a separate question.
 # [The Pre-Norm sweep](../appendix/experiment_norm_placement.ipynb) trained a 6-layer
 # encoder both ways, 5 seeds each, for 400 steps at a constant learning rate without warmup.
-# At $2 \times 10^{-3}$, Pre-Norm's held-out exact match beat Post-Norm's by 0.95 on average
-# (95 % interval 0.87 to 1.03 over the 5 paired seeds). That is one budget without warmup;
+# Pre-Norm ended ahead on every seed at each of three learning rates; at $2 \times 10^{-3}$
+# its held-out exact match beat Post-Norm's by 0.95 on average (95 % interval 0.87 to 1.03
+# over the 5 paired seeds). That is one budget without warmup;
 # it says nothing about Post-Norm with the warmup of the original paper.
 
 # %% [markdown]

@@ -149,6 +149,14 @@ def test_chapter_5_cites_the_page_with_the_interval(record):
     quoted = f"by {d.mean:.2f} on average (95 % interval {d.low:.2f} to {d.high:.2f}"
     assert quoted in text
     assert "5 seeds each, for 400 steps" in text and "6-layer encoder" in text
+    r = runs(record)
+    cfg = record["settings"]
+    assert len(cfg["lrs"]) == 3 and "ahead on every seed at each of three learning rates" in text
+    assert all(
+        r["pre", lr, s]["exact_match"] > r["post", lr, s]["exact_match"]
+        for lr in cfg["lrs"]
+        for s in cfg["seeds"]
+    )
     # the summary's bullet quotes the same interval
     assert text.count(f"{d.low:.2f} to {d.high:.2f}") == 2
 
