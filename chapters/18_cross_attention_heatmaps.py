@@ -88,8 +88,8 @@ _ = torch.manual_seed(0)
 # It has about four times the book model's parameters. On one thread of the CPU it was timed
 # on, training it took a median of 75.1 s
 # ([the sharp-attention experiments](../appendix/experiment_sharp_attention.ipynb)). So the
-# chapter loads its stored weights (seed 0, in `chapters/data/`). To train it yourself, call
-# `load_or_train(SHARP_ATTENTION_RECIPE)`.
+# chapter loads its stored weights (seed 0, in `chapters/data/`). To train it yourself, take
+# `load_or_train(SHARP_ATTENTION_RECIPE).model` (chapter 10's helper).
 
 # %%
 SHOWN = -1  # the layer this chapter shows, as the reference chapter does: the last one
@@ -157,6 +157,7 @@ print("weight on the mirrored column, row by row:", [round(v, 2) for v in on_mir
 print("mirrored columns:       ", mirrored_columns(n).tolist())
 print("each row's top column:  ", w.argmax(dim=-1).tolist())
 assert (w.argmax(dim=-1).numpy() == mirrored_columns(n)).all()
+assert on_mirror.argmin().item() == n  # the <eos> row puts the least on its column
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(5.6, 4.6))
@@ -167,8 +168,8 @@ plt.show()
 
 # %% [markdown]
 # Figure 18.1 draws the whole map. Every row peaks on its mirrored column, the anti-diagonal,
-# and the last row on `<eos>`. The reference chapter's map had at least 0.94 in every row;
-# the row weights printed above show how close this one comes.
+# and the last row on `<eos>`. The reference chapter's map had at least 0.94 in every row.
+# This one's rows, printed above, are a little lower, and the `<eos>` row is the lowest.
 #
 # :::{dropdown} Going deeper: the packaged helper
 # `helpers.cross_attention` packages this computation. The cell below checks that it gives the
