@@ -210,7 +210,7 @@ print(f"d32h1drop, <eos> peak at steps {[p['step'] for p in trail]}: "
 # runs during training. A few observations, each one run with seed 0, so no conclusion:
 #
 # - The book's architecture (`d32h4`), trained for 1500 steps to a validation exact match of
-#   1.000, ended at 0.60 on the last layer's mirror weight.
+#   1.000, ended at 0.599 on the last layer's mirror weight.
 # - The runs with heads of $d_k = 8$ ended at 0.599 and 0.796; those with one head of 32 or
 #   64 ended between 0.589 and 0.780. Only runs with two heads of 32 at $d_{model} = 64$ ended
 #   above 0.8; they also had more parameters than the $d_{model} = 32$ runs, and another
