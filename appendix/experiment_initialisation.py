@@ -67,8 +67,8 @@ print(f"test set: {n_test:,} sequences, seed {record['test_seed']}")
 # ```
 #
 # It trains every run on one thread and writes `chapters/data/ch12_init_2x2.json`. The record
-# keeps every run's training loss, its validation curve and its test count. It does not keep
-# which test sequences each run got right.
+# on file keeps every run's training loss, its validation curve and its test count. It was made
+# before the recorder stored which test sequences each run got right, so it does not hold them.
 #
 # ## Provenance
 
@@ -78,8 +78,8 @@ for key, value in record["numerics"].items():
     print(f"  {key}: {value}")
 
 # %% [markdown]
-# The record predates the book's pinned numerics. A run repeated today gives other low-order
-# bits, and so other test counts.
+# The record predates the book's pinned numerics. A run repeated today, under the pin, can give
+# other low-order bits, and so other test counts.
 #
 # ## Results
 #
