@@ -39,7 +39,8 @@
 # - **Equal across arms.** 400 steps of batch 64 for every run. A seed fixes the initial
 #   weights and the order of the batches, and both arms use the same seeds, so each seed
 #   gives a pair of runs that differ only in their LayerNorms: where they sit, and
-#   Pre-Norm's final one (which starts as the identity: scale 1, shift 0).
+#   Pre-Norm's final one. That one starts at scale 1 and shift 0 and draws no random
+#   numbers, so every other weight starts the same in both arms.
 # - **Seeds.** 5 per arm and learning rate (0 to 4): 30 runs.
 # - **Scored on.** 1,000 held-out sequences (seed 1), the same for every run. Nothing
 #   decides when to stop: every run trains its 400 steps. Exact match means every label of

@@ -129,7 +129,7 @@ def test_page_quotes_the_record(record):
 
 def test_seeded_arms_start_from_the_same_weights():
     """The design's pairing: the same seed gives both arms identical initial weights; only
-    Pre-Norm's final LayerNorm is extra, and it starts as the identity."""
+    Pre-Norm's final LayerNorm is extra, and it starts at scale 1 and shift 0."""
     from helpers.norm_experiment import EncoderTagger
 
     torch.manual_seed(3)
