@@ -3,7 +3,7 @@
 The decoder does not exist yet in chapter 5, so the experiment tags every source position with
 the token the reversed sequence has there (the reversed digit, then `<eos>`), using only an
 encoder and a linear read-out. Both variants start from identical weights and see identical
-batches; only the place of the LayerNorms differs.
+batches; only the LayerNorms differ: their place, and Pre-Norm's final one.
 
     run = train_tagger("post", seed=0, steps=300, lr=2e-3)
     run.losses, run.val_loss, run.exact_match
