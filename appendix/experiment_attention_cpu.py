@@ -34,9 +34,11 @@
 #   protocol. Each row builds a fresh layer and input, makes two warm-up calls and one call that
 #   measures the peak memory. Then it times at least 5 calls, each on its own, for at least one
 #   second, and keeps every time.
-# - **Repeats.** One recording on one machine. A time is the median of a row's runs, shown with
-#   the interquartile range and the range from fastest to slowest run. Peak memory is one
-#   measurement per row. There is no test set and no seed: nothing here is scored.
+# - **Repeats.** One recording per dtype, float32 then bfloat16, on one machine. A time is the
+#   median of a row's runs, shown with the interquartile range and the range from fastest to
+#   slowest run. A row's runs come back to back, and the rows run one after the other, so a
+#   change of load between two rows would look like a difference between them. Peak memory is
+#   one measurement per row. There is no test set and no seed: nothing here is scored.
 
 # %%
 import matplotlib.pyplot as plt
@@ -94,8 +96,9 @@ for name, rec in (("float32", f32), ("bfloat16", bf16)):
 
 # %% [markdown]
 # The records were made with PyTorch's default kernels, before the book pinned its numerics.
-# A load average near the number of cores means other work shared the machine; it widens the
-# spread of the runs.
+# The load average counts the recording's own two threads too. Before the float32 recording
+# started, with none of them running, it was already 1.25 on 2 cores: other work shared the
+# machine.
 #
 # ## Results
 #
@@ -186,7 +189,8 @@ for L in cfg["lengths"]:
 #
 # The same sweep with the layer and input in bfloat16. A row whose peak is below one activation
 # shows that the counter missed pages there: the call must hold the output it returns. The cell
-# lists such rows. The memory and time ratios to float32 are printed from $L = 1024$ on.
+# lists such rows. From $L = 1024$ on, it prints the memory and time ratios to float32, and
+# whether the two recordings' runs overlap in time.
 
 # %%
 print(results_table(bf16["rows"], VARIANTS))
@@ -202,21 +206,26 @@ print("\nrows whose peak is below their own output:", ", ".join(missed) or "none
 for r in bf16["rows"]:
     ref = by.get((r["variant"], r["L"]))
     if "ms" in r and ref is not None and r["L"] >= 1024:
+        apart = r["max_ms"] < ref["min_ms"] or r["min_ms"] > ref["max_ms"]
         print(
             f"L={r['L']:5d} {r['variant']:<12}: bfloat16 / float32 memory "
-            f"{r['peak_mib'] / ref['peak_mib']:.2f}, time {r['ms'] / ref['ms']:.2f}"
+            f"{r['peak_mib'] / ref['peak_mib']:.2f}, time {r['ms'] / ref['ms']:.2f}; runs "
+            f"{r['min_ms'] / 1e3:.2f} to {r['max_ms'] / 1e3:.2f} s against "
+            f"{ref['min_ms'] / 1e3:.2f} to {ref['max_ms'] / 1e3:.2f} s: "
+            + ("apart" if apart else "overlap")
         )
 
 # %% [markdown]
 # ## Conclusion
 #
-# One recording on one machine, so these are statements about that run, not about CPUs.
+# One recording per dtype on one machine, so these are statements about those runs, not about
+# CPUs.
 #
 # - **Memory.** From $L = 512$ on, the handwritten path's peak matched three score matrices
 #   plus $Q$, $K$ and $V$ to two decimals, with a log-log slope of 1.95. SDPA with
-#   `is_causal=True` matched five activations to two decimals, with a slope of 1.00. With our mask
-#   it did too, except at $L = 4096$, 6 % above. At $L = 4096$ the handwritten path needed
-#   12,480 MiB, SDPA with `is_causal=True` 320 MiB.
+#   `is_causal=True` matched five activations to two decimals, with a slope of 1.00. With our
+#   mask it did too, except at $L = 4096$, 6 % above (slope 1.02). At $L = 4096$ the handwritten
+#   path needed 12,480 MiB, SDPA with `is_causal=True` 320 MiB.
 # - **Handwritten against SDPA.** From $L = 256$ on, every SDPA run, in either form, was faster
 #   than every handwritten run. At $L = 128$ the ranges overlap. At $L = 4096$ the handwritten
 #   median was 12.4 times that of `is_causal` (11.6 to 13.1 over the runs).
@@ -226,5 +235,7 @@ for r in bf16["rows"]:
 #   say how much of the gap the skipped tiles account for: the kernel's tile sizes are not in it,
 #   and the masked call also builds and reads a float32 copy of the mask (chapter 19, section 2).
 # - **bfloat16.** From $L = 1024$ on, every row needed half the float32 memory (0.53 for SDPA with
-#   our mask at $L = 4096$). On that CPU bfloat16 made the handwritten path faster and both SDPA
-#   calls slower than float32.
+#   our mask at $L = 4096$). On that CPU, from $L = 1024$ on, the bfloat16 medians of the
+#   handwritten path were lower than float32's, and those of both SDPA calls higher. The runs'
+#   ranges are apart in every row but one: SDPA with our mask at $L = 4096$, where the float32
+#   runs spread from 1.77 to 3.44 s.
