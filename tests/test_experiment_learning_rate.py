@@ -6,9 +6,10 @@ import dataclasses
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from helpers.experiments import compare_arms, load_record, mean_interval
+from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact, mean_interval
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def test_step_difference_as_quoted(record):
 
 def test_test_set_comparison_as_quoted(record):
     c = compare_arms(record, "lr_scale_1", "lr_scale_3")
-    assert f"McNemar p = {c.pooled.p_value:.2g}" in PAGE
+    assert f"McNemar gives p = {c.pooled.p_value:.2g}" in PAGE
     d = c.difference
     quoted = (
         f"{100 * d.mean:+.2f} points of exact match (95 % interval {100 * d.low:+.2f} to "
@@ -85,6 +86,33 @@ def test_test_set_comparison_as_quoted(record):
     favours_1 = [s for s, t in zip(c.seeds, c.per_seed) if t.only_a > t.only_b]
     assert (favours_3, favours_1) == ([0, 2], [1, 3, 4])
     assert "seeds 0 and 2 favour `lr_scale` 3, seeds 1, 3 and 4 favour `lr_scale` 1" in PAGE
+    assert f"`lr_scale` 1 scores {-100 * d.mean:.2f} points below `lr_scale` 3" in PAGE
+    significant = [t for t in c.per_seed if t.p_value < 0.05]
+    assert len({t.only_a > t.only_b for t in significant}) == 2  # the winner changes
+    assert (
+        f"For {['no', 'one', 'two', 'three', 'four', 'five'][len(significant)]} seeds p < 0.05"
+        in PAGE
+    )
+
+
+def test_pooled_test_rests_on_one_seed_as_stated(record):
+    c = compare_arms(record, "lr_scale_1", "lr_scale_3")
+    seed0 = c.per_seed[c.seeds.index(0)]
+    assert (
+        f"seed 0 alone has {seed0.only_a} sequences only `lr_scale` 1 got right against "
+        f"{seed0.only_b} only `lr_scale` 3 got right"
+    ) in PAGE
+    a, b = arm_bits(record, "lr_scale_1"), arm_bits(record, "lr_scale_3")
+    rest = [s for s in c.seeds if s != 0]
+    without = mcnemar_exact(
+        np.concatenate([a[s] for s in rest]), np.concatenate([b[s] for s in rest])
+    )
+    assert without.only_a > without.only_b  # the other way round from the pooled test
+    assert c.pooled.only_b > c.pooled.only_a
+    assert (
+        f"Without seed 0, the pooled counts are {without.only_a} against {without.only_b}, in "
+        f"favour of `lr_scale` 1 (p = {without.p_value:.2f})"
+    ) in PAGE
 
 
 def test_every_seed_needed_more_steps_and_all_reached(record):
@@ -101,17 +129,21 @@ def test_the_fall_and_the_loss_as_stated(record):
 
     def largest_fall(curve, start, k=5):
         mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
-        best, high = 0.0, mean[start]
-        for v in mean[start:]:
-            high = max(high, v)
-            best = max(best, high - v)
-        return best
+        best, high, low_step = 0.0, mean[start], start + 1
+        for i in range(start, len(mean)):
+            high = max(high, mean[i])
+            if high - mean[i] > best:
+                best, low_step = high - mean[i], i + 1
+        return best, low_step
 
     warm = BOOK_RECIPE.warmup
-    falls = {
+    found = {
         arm: [largest_fall(r["batch_exact"], warm - 1) for r in runs]
         for arm, runs in record["arms"].items()
     }
+    falls = {arm: [f for f, _ in v] for arm, v in found.items()}
+    ends = [step for v in found.values() for _, step in v]
+    assert f"largest falls end between steps {min(ends)} and {max(ends)}" in PAGE
     f = mean_interval([b - a for a, b in zip(falls["lr_scale_1"], falls["lr_scale_3"])])
     assert f.low < 0 < f.high and "interval includes 0" in PAGE
     assert min(min(v) for v in falls.values()) > 0  # every run falls back
