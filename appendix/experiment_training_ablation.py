@@ -34,10 +34,11 @@
 #   sets the initial weights and the batch order). The data, the validation set and the test
 #   set are the same for all rows.
 # - **Budgets are not equal.** Every run stops at the first validation check that reaches
-#   99.5 %. But the step budget changes along the kept rows: 3,120 steps for the first three
-#   (the reference recipe's 10 epochs), 500 from the cooldown row on. The check itself changes
-#   too: every 52 steps in the extrapolated row, every 20 steps in the measured kept rows up to
-#   the cooldown, every 10th step with a gate in the book's recipe.
+#   99.5 %. But the step budget changes along the kept rows: 3,120 steps (the reference
+#   recipe's 10 epochs of 64) up to the dropout row, 500 from the cooldown row on. The check
+#   itself changes too: at the end of each epoch (312 steps) in the first extrapolated row,
+#   every 52 steps in the second, every 20 steps in the measured kept rows through the cooldown,
+#   every 10th step with a gate in the book's recipe.
 # - **Two rows are not runs.** The first two rows (marked `~`) are extrapolated from one
 #   recorded run of the reference recipe (see
 #   [the reference recipe's run](experiment_reference_recipe.ipynb)), made on another CPU: its
@@ -70,6 +71,8 @@ print(f"recorded {record['date'][:10]}; numerics:")
 for key, value in record["numerics"].items():
     print(f"  {key}: {value}")
 print(f"load average before {record['load_average_before']}, after {record['load_average_after']}")
+starts = [float(r["load_average_at_start"].split()[0]) for r in record["rows"] if "all_steps" in r]
+print(f"1-minute load average at the start of each measured row: {min(starts)} to {max(starts)}")
 print(f"seeds per row: {record['repeats']}")
 
 # %% [markdown]
@@ -178,11 +181,13 @@ plt.show()
 # - In these runs the book's recipe reached 99.5 % after 270, 330 and 280 steps. The one
 #   reference run, checked every 52 steps, first got there after 2,132 steps. That is one run
 #   of the reference recipe, on another CPU.
-# - Each of the three first kept changes (smaller model, batch 128 with a 100-step warmup, no
-#   dropout) lowered every seed's step count against the row above. With three seeds, that is
-#   a record, not a finding.
-# - Changes that only alter rounding (the fused Adam step, two threads) moved one seed's step
+# - Two kept changes, batch 128 with a 100-step warmup and then no dropout, lowered every
+#   seed's step count against the row above. With three seeds, that is a record, not a
+#   finding. The smaller model's three seeds all took fewer steps than the one reference run,
+#   but that run was made on another CPU and checked every 52 steps, not every 20.
+# - Changes that only alter rounding (the fused Adam step, two threads) moved a seed's step
 #   count by up to 60 steps. Differences of that size between rows say nothing.
 # - With bucketing by length, no seed reached the target within 500 steps.
-# - The seconds come from a shared 2-core machine, before the pin: compare rows of this
-#   record with each other, not with times measured elsewhere.
+# - The seconds come from a shared 2-core machine, before the pin, and the load changed from
+#   row to row (printed above). They say nothing about times measured elsewhere, and a
+#   difference between two rows may come from the load.

@@ -2,6 +2,7 @@
 (appendix/experiment_training_ablation.py, chapters/10_training.py;
 chapters/data/training_ablation.json)."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,16 @@ def record():
     return load_record("training_ablation")
 
 
+def ablation_configs() -> dict:
+    """{lever: TrainConfig} of the measured rows, from the recorder (tools/bench_training.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_training", ROOT / "tools" / "bench_training.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {lever: cfg for _, lever, cfg in module.ablation_rows()}
+
+
 def row(record, start):
     (found,) = [r for r in record["rows"] if r["lever"].startswith(start)]
     return found
@@ -35,9 +46,32 @@ def test_design_as_stated(record):
     assert "seeds 0, 1 and 2" in prose(PAGE)
     extrapolated = [r for r in record["rows"] if r.get("extrapolated")]
     assert extrapolated == record["rows"][:2]
-    budgets = f"{SEED_RECIPE.max_steps:,} steps for the first three"
-    assert budgets in prose(PAGE) and f"{BOOK_RECIPE.max_steps} from the cooldown" in prose(PAGE)
     assert not any("correct_bits" in r for r in record["rows"])  # no per-sequence record
+
+
+def test_budgets_and_checks_as_stated(record):
+    """The recorder's configs give the budgets and check intervals the Design quotes."""
+    configs = ablation_configs()
+    kept = [r["lever"] for r in record["rows"] if r["status"] == "kept" and "all_steps" in r]
+    cfgs = [configs[lever] for lever in kept]
+    assert kept[2] == "dropout 0" and kept[3].startswith("linear cooldown")
+    assert {c.max_steps for c in cfgs[:3]} == {SEED_RECIPE.max_steps}
+    assert {c.max_steps for c in cfgs[3:]} == {BOOK_RECIPE.max_steps}
+    assert {c.eval_every for c in cfgs[:4]} == {20} and cfgs[4] == BOOK_RECIPE
+    seed_run = load_record("seed_recipe_run")
+    assert record["rows"][0]["steps"] % seed_run["steps_per_epoch"] == 0
+    text = prose(PAGE)
+    assert (
+        f"{SEED_RECIPE.max_steps:,} steps (the reference recipe's 10 epochs of "
+        f"{SEED_RECIPE.batch_size}) up to the dropout row, {BOOK_RECIPE.max_steps} from the "
+        "cooldown row on"
+    ) in text
+    assert (
+        f"at the end of each epoch ({seed_run['steps_per_epoch']} steps) in the first "
+        f"extrapolated row, every {seed_run['config']['eval_every']} steps in the second, every "
+        f"20 steps in the measured kept rows through the cooldown, every "
+        f"{BOOK_RECIPE.eval_every}th step with a gate"
+    ) in text
 
 
 def test_page_numbers(record):
@@ -60,14 +94,26 @@ def test_page_numbers(record):
     assert "no seed reached the target within 500 steps" in text
 
 
-def test_first_kept_changes_lowered_every_seed(record):
-    """'Each of the three first kept changes ... lowered every seed's step count'."""
+def test_kept_changes_lowered_every_seed(record):
+    """'Two kept changes, batch 128 ... and then no dropout, lowered every seed's step count';
+    the smaller model's seeds all below the one reference run."""
     kept = [r for r in record["rows"] if r["status"] == "kept"]
     cheap, small, batch, nodrop = kept[:4]
+    assert batch["lever"].startswith("batch 128") and nodrop["lever"] == "dropout 0"
     assert all(s < cheap["steps"] for s in small["all_steps"])
     for before, after in ((small, batch), (batch, nodrop)):
         assert all(a < b for a, b in zip(after["all_steps"], before["all_steps"]))
-    assert "lowered every seed's step count" in prose(PAGE)
+    text = prose(PAGE)
+    assert "then no dropout, lowered every seed's step count" in text
+    assert "smaller model's three seeds all took fewer steps than the one reference run" in text
+
+
+def test_load_changed_from_row_to_row(record):
+    starts = [
+        float(r["load_average_at_start"].split()[0]) for r in record["rows"] if "all_steps" in r
+    ]
+    assert max(starts) - min(starts) > 1  # "the load changed from row to row"
+    assert "the load changed from row to row" in prose(PAGE)
 
 
 def test_chapter_citation(record):
