@@ -117,6 +117,6 @@ plt.show()
 #
 # One run, so a measurement of that run. It first scored at least 99.5 % on the validation
 # set at step 2,132, after 136,448 training sequences, in its seventh epoch. Its score then
-# fell below 99.5 % again at some later checks: a single crossing is a noisy event. The record
-# says nothing about other seeds, and it is no comparison with the book's recipe: that would
-# need several seeds of both, recorded on the same machine.
+# fell below 99.5 % again at 6 of the 19 later checks: a single crossing is a noisy event.
+# The record says nothing about other seeds, and it is no comparison with the book's recipe:
+# that would need several seeds of both, recorded on the same machine.
