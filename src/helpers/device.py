@@ -1,5 +1,8 @@
-"""Which device the chapters that train or benchmark run on. Introduced in chapter 1.
+"""Which device the book trains on. Described in the appendix "How the book checks itself".
 
+`load_or_train` (chapter 10 on) and `gpt.train_gpt` (chapter 14) train on it when no device
+is passed, `init_distributed` (chapter 20) picks a GPU or the CPU with it, and chapter 10's
+bfloat16 example reads it.
 The book's stored outputs are made on the CPU, so cpu is the default. A reader with a GPU
 or Apple silicon opts in with an environment variable:
 
@@ -16,7 +19,8 @@ ENV_VAR = "TRANSFORMER_BOOK_DEVICE"
 
 
 def device(name: str | None = None) -> torch.device:
-    """Built in chapter 1. The device named by `name`, else by $TRANSFORMER_BOOK_DEVICE, else cpu.
+    """Used from chapter 10 on. The device named by `name`, else by $TRANSFORMER_BOOK_DEVICE,
+    else cpu.
 
     Raises ValueError for an unknown name and RuntimeError for a device this machine lacks.
     """
