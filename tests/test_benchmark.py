@@ -193,12 +193,28 @@ def test_cpu_times_keeps_every_run():
     assert len(times) == len(calls) == 7 and all(t >= 0 for t in times)
 
 
-def test_benchmark_times_are_per_call_and_at_least_min_runs():
-    import time
+def test_benchmark_times_are_per_call_and_at_least_min_runs(monkeypatch):
+    """A fake clock: each call of fn costs exactly 1 us, each clock read 1 ns. The Timer then
+    runs blocks of 1,000 calls (1 ms each), so a time per block would read 1e-3, not 1e-6; no
+    wall clock is involved, so a loaded machine cannot make it fail."""
+    import functools
 
-    times = benchmark_times_s(lambda: time.sleep(0.01), min_runs=3, min_run_time=0.02)
+    from torch.utils import benchmark as tbench
+
+    state = {"calls": 0, "reads": 0}
+
+    def clock():
+        state["reads"] += 1
+        return state["calls"] * 1e-6 + state["reads"] * 1e-9
+
+    def fn():
+        state["calls"] += 1
+
+    monkeypatch.setattr(tbench, "Timer", functools.partial(tbench.Timer, timer=clock))
+    times = benchmark_times_s(fn, min_runs=3, min_run_time=0.2)
     assert len(times) >= 3
-    assert all(0.009 < t < 0.05 for t in times)  # seconds per call, not per block
+    assert state["calls"] > 100 * len(times)  # several calls per block
+    assert all(abs(t - 1e-6) < 1e-8 for t in times)  # seconds per call, not per block
 
 
 def test_measure_with_blocked_autorange():
