@@ -165,8 +165,9 @@ assert logits.shape == (*tgt_out_b.shape, VOCAB_SIZE)
 #
 # Why it matters: a model that only learned "after `<eos>` comes `<pad>`" would be right on
 # every padded position. Counted in, those free points inflate the accuracy. They also dilute
-# the gradient of the positions that matter. The cell compares both losses of an untrained
-# model, and the accuracy of a "model" that always answers `<pad>`.
+# the gradient of the positions that matter: the mean runs over more positions, so each real
+# one weighs less. The cell compares both losses of an untrained model and their gradients on
+# the real positions. Last, it scores a "model" that always answers `<pad>`.
 
 # %%
 flat_logits, flat_labels = logits.reshape(-1, VOCAB_SIZE), tgt_out_b.reshape(-1)
@@ -179,6 +180,11 @@ print(f"loss with ignore_index   : {loss_ignore.item():.3f}")
 print(f"loss without ignore_index: {loss_all.item():.3f}")
 torch.testing.assert_close(loss_ignore, loss_real_only)  # ignore_index = mean over real labels
 assert not torch.isclose(loss_ignore, loss_all)
+(grad_ignore,) = torch.autograd.grad(loss_ignore, flat_logits, retain_graph=True)
+(grad_all,) = torch.autograd.grad(loss_all, flat_logits, retain_graph=True)
+weight = real.sum().item() / real.numel()
+print(f"gradient on a real position without ignore_index: {weight:.2f} times the one with it")
+torch.testing.assert_close(grad_all[real], weight * grad_ignore[real])
 
 always_pad = torch.full_like(flat_labels, PAD_ID)
 acc_counted = (always_pad == flat_labels).float().mean().item()
@@ -186,7 +192,6 @@ acc_real = (always_pad[real] == flat_labels[real]).float().mean().item()
 print(
     f"'always <pad>' token accuracy: {acc_counted:.0%} with padding counted, {acc_real:.0%} without"
 )
-assert acc_counted > 0.25 and acc_real == 0
 
 # %% [markdown]
 # ## Label smoothing, and how it meets `ignore_index`
@@ -279,7 +284,6 @@ for name, cfg in (("reference recipe", SEED_RECIPE), ("book recipe", BOOK_RECIPE
     )
 peak_ratio = peak(BOOK_RECIPE) / peak(SEED_RECIPE)
 print(f"peak learning rate, book / reference: {peak_ratio:.1f}x")
-assert peak_ratio > 3
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, ax = plt.subplots(figsize=(7.5, 3.4))
@@ -356,8 +360,10 @@ assert "betas=(0.9, 0.98), eps=1e-9" in adam_line
 # where float16, the other 16-bit format, stops at 65,504.
 #
 # On GPUs with bf16 support, autocast is how the reference chapter trains on its RTX 4090. The
-# second cell runs it on CUDA when the reader asks for a CUDA GPU
-# (`TRANSFORMER_BOOK_DEVICE=cuda`, chapter 1's `helpers.device()`) and it supports bf16.
+# second cell runs it on CUDA when `helpers.device()` names a CUDA GPU that supports bf16.
+# `helpers.device()` returns the CPU unless the environment variable `TRANSFORMER_BOOK_DEVICE`
+# names a GPU, for example `cuda`
+# ([how the book checks itself](../appendix/how_the_book_checks_itself.md)).
 #
 # On a CPU, autocast works the same way (`torch.autocast("cpu", dtype=torch.bfloat16)`). In the
 # third cell the logits come out in bf16. We convert them to float32 before the loss, so that
@@ -366,10 +372,10 @@ assert "betas=(0.9, 0.98), eps=1e-9" in adam_line
 # Is it faster? The fourth cell times a training step in both precisions, on one thread. It
 # does so for the reference model (`d_model` 128, batch 64) and the book's (`d_model` 32,
 # batch 128). The ratio in brackets is the float32 time over the bf16 time, so below 1 means
-# bf16 is slower. In the book's pinned kernel, bf16 products may use only AVX2 instructions,
+# bf16 is slower. In the book's pinned kernel, bf16 products can use only AVX2 instructions,
 # not a CPU's bfloat16 ones. Timings change from run to run, so read the printed times as one
-# measurement. The cell checks only that both precisions compute the same first loss up to
-# bf16's rounding.
+# measurement. The first losses agree up to bf16's rounding: both precisions compute the same
+# model on the same batch.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
@@ -377,8 +383,6 @@ bf16, fp32 = torch.finfo(torch.bfloat16), torch.finfo(torch.float32)
 print(f"bfloat16: eps {bf16.eps} = 2^{math.log2(bf16.eps):.0f}, max {bf16.max:.3e}")
 print(f"float32 : eps {fp32.eps:.3e} = 2^{math.log2(fp32.eps):.0f}, max {fp32.max:.3e}")
 print(f"float16 : max {torch.finfo(torch.float16).max:,.0f}")
-assert bf16.eps == 2.0**-7 and 0.99 < bf16.max / fp32.max <= 1
-assert torch.finfo(torch.float16).max == 65504
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 dev = device()
@@ -663,8 +667,7 @@ for correct, n in ((995, 1000), (999, 1000), (1000, 1000)):
         f"{correct:4d} of {n}: Wald {wald[correct][0]:.4f} to {wald[correct][1]:.4f}, "
         f"Wilson {wilson[correct][0]:.4f} to {wilson[correct][1]:.4f}"
     )
-assert wald[999][1] > 1 and wilson[999][1] <= 1  # Wald leaves [0, 1], Wilson does not
-assert wald[1000][0] == wald[1000][1] and wilson[1000][0] < 0.997  # all right: Wald's width is 0
+assert all(0 <= low < high <= 1 for low, high in wilson.values())  # inside [0, 1], never a point
 
 # %% tags=["nbval-ignore-output"]
 src_test, tgt_test = test_set()
@@ -683,10 +686,16 @@ _ = assert_within_measured_spread("book.test_correct", test_all.exact_match, sca
 # ([the kernel paths](../appendix/experiment_kernel_paths.ipynb)). Your model's score may
 # differ from the book's by that much.
 #
-# Why can the test score be lower than the 99.5 % that stopped training? Training stops at the
-# first validation check that crosses 99.5 %. That is a selection on a noisy estimate: among
-# several scores on a small validation set, the first high one wins. The cell prints the size
-# of the validation set and the 95 % interval of the score that stopped training.
+# Why can the test score be lower than the 99.5 % that stopped training? A score on 1,000
+# sequences is noisy, and training kept a high one. It scored the same 1,000 validation
+# sequences at check after check, and stopped at the first score of 99.5 % or more. A check
+# that lands high by chance is the one that stops training. So the stopping score tends to be
+# higher than the model's score on new sequences.
+#
+# The cell shows that noise on the stopped model itself. It prints the 95 % interval of the
+# stopping score. Then it scores the 10,000 test sequences in ten blocks of 1,000, each block
+# a validation-sized sample. The blocks differ, and the highest of them is above the model's
+# score on all 10,000: picking a high score out of several overstates the model.
 
 # %% tags=["nbval-ignore-output"]
 val_n = BOOK_RECIPE.eval_size
@@ -696,8 +705,13 @@ print(
     f"stopping score: {val_right} of {val_n:,} validation sequences = {val_right / val_n:.1%}, "
     f"95 % interval {val_low:.2%} to {val_high:.2%}"
 )
-print(f"test score    : {test_all.exact_match:.2%} of {test_all.n:,}")
-assert val_n == len(src_val) and hist["exact_match"][-1] >= BOOK_RECIPE.target_exact_match
+blocks = [
+    teacher_forced_exact_match(model, s, t)
+    for s, t in zip(src_test.split(1000), tgt_test.split(1000))
+]
+print("test, ten blocks of 1,000:", ", ".join(f"{b:.1%}" for b in blocks))
+print(f"test, all 10,000: {test_all.exact_match:.2%}; highest block: {max(blocks):.1%}")
+assert round(1000 * sum(blocks)) == test_all.correct  # the blocks add up to the whole test set
 
 # %% [markdown]
 # ## The curves
