@@ -656,11 +656,11 @@ print("ours:", model.encoder.layers[0].ffn.net)
 # As `reference_logits` calls it, the streams part at the first encoder self-attention. That
 # function embeds the target before the reference runs its encoder, so the decoder embedding's
 # dropout draws its mask first. Ours draws it after the encoder. Call the reference in our order,
-# and the first self-attention agrees. The first encoder layer still differs, now in its
-# feed-forward block. Theirs drops out after the activation too (`self.dropout` in `_ff_block`,
+# and the first self-attention agrees. The first encoder layer's output still differs. In the
+# feed-forward block theirs drops out after the activation too (`self.dropout` in `_ff_block`,
 # printed last). Ours drops out only after the second linear layer (`net[3]`, where theirs has
-# `dropout2`). So from that block on, theirs draws one mask more, and no seed can give the two
-# models the same masks.
+# `dropout2`). So theirs draws one mask more in every layer, and no seed can give the two models
+# the same masks.
 
 # %% [markdown]
 # ## 6. What `nn.Transformer` does not give you
@@ -784,8 +784,9 @@ print(f"helpers.to_torch_transformer: same {len(lib_state)} tensors; torch_forwa
 #   call here and, with equal lengths, lets the sequences of a batch change each other's
 #   outputs.
 # - The match holds in evaluation mode only. In training mode the dropout streams part at the
-#   first encoder self-attention (the target was embedded first). Called in our order, they part
-#   in the first feed-forward block, which drops out once more in theirs.
+#   first encoder self-attention (the target was embedded first). Called in our order, that
+#   self-attention agrees, but the layer's output does not: each feed-forward block drops out
+#   once more in theirs.
 # - `nn.Transformer` splits each mask by role (`tgt_mask` `[Lt, Lt]`, `*_key_padding_mask`
 #   `[B, L]`) with our polarity (True = blocked); forgetting `memory_key_padding_mask` or
 #   reversing the polarity runs without an error and changes the logits.
