@@ -201,8 +201,8 @@ print(f"\nall {len(SOURCE_MAP)} names exist in transformers {transformers.__vers
 #   `AttentionMaskConverter`). In the pinned release BART's masks come from `masking_utils.py`, and
 #   `modeling_attn_mask_utils.py` does not exist.
 # - The cache argument of BART's attention and decoder is `cache` here; the name those posts use,
-#   `past_key_values`, is still accepted, through a deprecation decorator. Passing it warns, and
-#   the warning names the release that will drop it.
+#   `past_key_values`, is still accepted, through a deprecation decorator. Passing it warns that
+#   release 5.40.0 will drop it.
 #
 # The next cell checks them too. The generation and mask names are gone from this release.
 # Code copied from an older tutorial that uses them stops with an `ImportError` or an
@@ -242,6 +242,7 @@ with warnings.catch_warnings(record=True) as caught, torch.no_grad():
     old_style(torch.zeros(1, 3, 8), past_key_values=None)  # the old name, as old posts pass it
 print("BartAttention(..., past_key_values=None) warns:", caught[0].message)
 assert len(caught) == 1 and "past_key_values" in str(caught[0].message)
+assert "removed in version 5.40.0" in str(caught[0].message)
 
 # greedy decoding and sampling share one loop: the generation mode maps to the method name
 mapping = generation_utils.GENERATION_MODES_MAPPING
@@ -261,7 +262,8 @@ assert mapping[GenerationMode.GREEDY_SEARCH] == mapping[GenerationMode.SAMPLE] =
 # Q, K and V itself and then hands them to an *attention function* looked up by name in
 # `ALL_ATTENTION_FUNCTIONS`, using `config._attn_implementation` (`"sdpa"`, `"flash_attention_2"`,
 # `"flex_attention"`, ...). The handwritten fallback, `eager_attention_forward`, is not in the
-# registry: it is the default passed to the lookup. The source says so:
+# registry: it is the default passed to the lookup. (The registry's `"paged|eager"` is another
+# function, for a paged cache.) The source says so:
 
 # %%
 registry = modeling_utils.ALL_ATTENTION_FUNCTIONS
@@ -271,6 +273,7 @@ src_lines = forward_src.splitlines()
 at = next(i for i, ln in enumerate(src_lines) if "ALL_ATTENTION_FUNCTIONS" in ln)
 print("BartAttention.forward:", " ".join(ln.strip() for ln in src_lines[at : at + 3]))
 assert "sdpa" in registry and "eager" not in registry
+assert modeling_bart.eager_attention_forward not in registry.values()
 assert "eager_attention_forward" in forward_src
 
 # %% [markdown]
@@ -516,9 +519,9 @@ assert sorted(bart_norms) == [
 # this. A Pre-Norm layer leaves the residual stream alone and only normalises what each sublayer
 # reads.
 #
-# Figure 16.1 puts the names of our encoder and output head side by side, ours (`helpers.Transformer`) and
-# BART's (`BartForConditionalGeneration`). The cell checks every pair: both names exist, and the
-# weights have the same shape.
+# Figure 16.1 puts the names of our encoder and output head side by side, ours
+# (`helpers.Transformer`) and BART's (`BartForConditionalGeneration`). The cell checks every
+# pair: both names exist, and the weights have the same shape.
 
 # %%
 ours_model = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=d_model, num_heads=heads,
@@ -608,8 +611,8 @@ assert n_tensors == 3
 # `tie_word_embeddings=False` separates the three matrices. The wiring stops it. BART normalises
 # after each sublayer (Post-Norm, shown above), normalises its input (`layernorm_embedding`), and
 # has no final LayerNorm. A LayerNorm is not the identity for any weights: it gives the same
-# output for $x$ and $2x$, up to its small $\epsilon$. So no copy of weights makes a BART compute our model, or ours compute
-# BART's. The names map one to one; the functions do not. Moving weights between the two needs a
+# output for $x$ and $2x$, up to its small $\epsilon$. So no copy of weights makes a BART compute
+# our model, or ours compute BART's. The names map one to one; the functions do not. Moving weights between the two needs a
 # model with the same wiring. The next cell shows the LayerNorm's blind spot.
 
 # %%
@@ -822,13 +825,13 @@ assert MarianConfig().decoder_start_token_id == MarianConfig().pad_token_id
 # BART's decoder starts with the end-of-sequence token; Marian's starts with **the padding token**.
 # In our model that would be a bug: our decoder derives its padding mask from the ids
 # (`tgt_in == PAD_ID`), so a start token equal to PAD blocks the only key the first query may see
-# (chapter 17 shows the damage). Marian works for two reasons. First, its decoder does not derive
-# the padding mask from the ids: it comes from the `decoder_attention_mask` argument, which is all
-# ones when not given. Second, its first input is not zero. The start token's embedding row is
-# the padding row, which is zero at initialisation. But position 0 still gets its sinusoidal
-# encoding, so the first decoder input is that encoding: a fixed vector, not zero. A tiny
-# Marian, with our PAD id as its PAD and its start symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and the decoder's first
-# input equals position 0's encoding.
+# (chapter 17 shows the damage). Marian works because its decoder does not derive the padding
+# mask from the ids: it comes from the `decoder_attention_mask` argument, which is all ones when
+# not given. And the start token still gives the first position a fixed input. Its embedding row
+# is the padding row, which is zero at initialisation. But position 0 still gets its sinusoidal
+# encoding, so the first decoder input is that encoding. A tiny Marian, with our PAD id as its
+# PAD and its start symbol, shows both. Query 0 attends to key 0, the PAD, with weight 1, and
+# the decoder's first input equals position 0's encoding.
 
 # %%
 tiny_marian = MarianConfig(vocab_size=VOCAB_SIZE, d_model=d_model, encoder_layers=1,
