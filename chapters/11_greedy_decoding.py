@@ -63,8 +63,8 @@ from helpers.train import build_model
 
 _ = torch.manual_seed(0)
 
-# %% tags=["nbval-ignore-output"]
-model = trained_reversal_model()  # cached after the first training run (chapter 10)
+# %%
+model = trained_reversal_model(progress=False, verbose=False)  # cached after its first training
 print(type(model).__name__, "training mode:", model.training)
 assert not model.training
 
