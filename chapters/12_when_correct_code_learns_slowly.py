@@ -271,7 +271,8 @@ plt.show()
 # [The initialisation study](../appendix/experiment_initialisation.ipynb) trained all four
 # combinations on this budget, three seeds each. With the embedding fix alone, the mean test
 # exact match was 0.9997 (95 % interval 0.9993 to 1.0000); with Xavier alone, 0.7824 (0.5546 to
-# 1.0102). Xavier's own effect was not distinguishable from zero with three seeds.
+# 1.0102). Three seeds make these intervals wide: the second even passes 1. Xavier's own
+# effect was not distinguishable from zero with three seeds.
 #
 # ## 5. Loud tokens, or a loud input?
 #
@@ -369,11 +370,12 @@ assert closed["quiet input"] < 0.5 < closed["tokens unscaled"]
 
 # %% [markdown]
 # The last line measures each twin's loss at step 100 on the way from the default init's (0 %)
-# to the fixed init's (100 %). The run whose positions are audible closed more than half of
-# that gap. The quiet input, whose positions are drowned as with the defaults, closed less than
-# half. So on this seed, at step 100, quietening the input against the layers' updates is not
-# enough; letting the positions be heard closes more than half of the gap. This is one seed and
-# 100 steps. It does not show how the layers use the positions.
+# to the fixed init's (100 %). A share above 100 % is a loss below the fixed init's. The run
+# whose positions are audible closed more than half of that gap. The quiet input, whose
+# positions are drowned as with the defaults, closed less than half. So on this seed, at step
+# 100, quietening the input against the layers' updates is not enough; letting the positions be
+# heard closes more than half of the gap. This is one seed and 100 steps. It does not show how
+# the layers use the positions.
 #
 # ## 6. Does training repair the imbalance?
 #
@@ -421,8 +423,8 @@ assert after["default"] > after["fixed"]
 # - A recorded study of the four combinations (three seeds each) found the embedding fix alone
 #   close to both fixes; Xavier's effect was not distinguishable from zero.
 # - Two short runs separate two readings. Quietening the whole input without letting the
-#   positions be heard left the model slow; letting the positions be heard made it fast (one
-#   seed, 100 steps).
+#   positions be heard closed less than half of the loss gap; letting the positions be heard
+#   closed more than half (one seed, 100 steps).
 # - Remember: tests prove the code computes the intended function, not that it is easy to learn.
 #   Print the scale of what gets added together.
 #
