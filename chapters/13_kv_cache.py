@@ -257,7 +257,7 @@ for t in (1, 4, 9):
 # What remains is key padding. The naive loop blocks `<pad>` keys in the target, where finished
 # rows are padded with `<pad>`. So the cached loop blocks them too, with `make_padding_mask(out)`
 # of shape `[B, 1, 1, t]`. It broadcasts over heads and the single query row. With it, the two
-# loops compute exactly the same function.
+# loops compute the same function.
 #
 # :::{dropdown} Going deeper: a `<pad>` in a row that is still writing
 # A row that is still writing has no `<pad>` among its self-attention keys unless the model
@@ -683,10 +683,9 @@ print(timing_label())
 # which this chapter does not measure. So removing rows saves little. At batch 1000 the same pass
 # multiplies matrices with 13,000 rows instead of 1,000, and the time grows more with the rows
 # (the larger ratio printed). The rows the cache removes are then time saved. In these runs, the
-# cache paid more for long outputs and large batches than for one short reversal at a time.
+# cache saved more time on long outputs and large batches than on one short reversal at a time.
 #
-# A GPU has another fixed cost per operation and another cost per row; this book has not yet
-# measured the cache on one.
+# This book has not yet measured the cache on a GPU.
 # :::
 
 # %% [markdown]
@@ -777,8 +776,8 @@ print(f"the weights: about {weights_big / 2**30:.0f} GiB")
 # Hugging Face's `StaticCache` is a preallocated cache too, and writes the same way, but for
 # another reason. The next cell prints the first line of its docstring and of its layer's, and
 # the lines of the layer's update that write and return (installed version). The update returns
-# the whole buffers, all `L_max` positions, at every step; a mask hides the positions not yet
-# written. Then the cell prints `write_kv` and the shape it returns at two steps.
+# the whole buffers, all `L_max` positions, at every step, so attention must mask the positions
+# not yet written. Then the cell prints `write_kv` and the shape it returns at two steps.
 
 # %%
 import transformers
