@@ -412,8 +412,8 @@ assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == 
 # Without `--one-step`, the same script trains the book's recipe (`helpers.BOOK_RECIPE`) from
 # seed 0. It joins the process group and calls `helpers.train_reversal_ddp`, on every rank. Here
 # is that function's code, as `inspect.getsource` reads it, up to the end of its training loop.
-# The cell leaves out the docstring and the lines that only keep the log. After the loop,
-# rank 0 writes the checkpoint (`save_on_rank0`):
+# The cell leaves out the docstring and the lines that only keep a record: the history, the log
+# line and the timers. After the loop, rank 0 writes the checkpoint (`save_on_rank0`):
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
@@ -461,9 +461,9 @@ assert len(loop.splitlines()) < 60
 # Every rank draws its share of each global batch (`rank_batches`), then computes its summed
 # loss. One small all-reduce (`all_reduce_sum(stats)`) adds up the token counts, the losses and
 # the exactly-right sequences. Backward all-reduces the gradients. So every rank takes the same
-# Adam step, evaluates on its shard, and stops at the same step. Training stops when the
-# validation exact match reaches 99.5 %. Rank 0 logs every 100 steps, with each rank's own mean
-# loss on its half of the batch:
+# Adam step. When an evaluation is due, each rank scores its shard of the validation set, and
+# all stop at the same step. Training stops when the validation exact match reaches 99.5 %.
+# Rank 0 logs every 100 steps, with each rank's own mean loss on its half of the batch:
 
 # %% tags=["nbval-ignore-output"]
 train_dir = Path(tempfile.mkdtemp())
@@ -496,14 +496,12 @@ assert ddp_test.exact_match >= 0.98  # chapter 10's floor (its kernel paths: 98.
 # %% [markdown]
 # ## What two processes buy here
 #
-# The last lines of the training log give each rank's mean time per training step and the
-# seconds it took to start, on this machine, in this book's kernel. Such times depend on the
-# machine, its kernels and its load; one run gives no spread. [The DDP timings
-# page](../appendix/experiment_ddp_timing.ipynb) compares configurations of two cores on one
-# machine, over five seeds, with PyTorch's default kernels. There, two processes took a median
-# of 31.5 ms (28.5 to 36.0) per step, one process and one thread 39.2 ms (38.1 to 39.8), and
-# one process and two threads 27.0 ms (25.5 to 27.3). Those runs used other kernels, so their
-# times say nothing about the run above.
+# The last lines of the training log give each rank's mean time per step and its start-up time.
+# Such times depend on the machine, its kernels and its load; one run gives no spread. [The DDP
+# timings page](../appendix/experiment_ddp_timing.ipynb) ran five seeds on one two-core machine,
+# with PyTorch's default kernels. There, two processes took a median of 31.5 ms (28.5 to 36.0)
+# per step, one process and one thread 39.2 ms (38.1 to 39.8), and one process and two threads
+# 27.0 ms (25.5 to 27.3). Other kernels at another load: these say nothing about the run above.
 #
 # **Is the two-process model as good?** Two scores on the same 10,000 test sequences are not
 # independent samples. So comparing their separate intervals is not a test; a paired test is.
@@ -729,8 +727,8 @@ assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 #   `OMP_NUM_THREADS=1` when it is unset and it starts several processes.
 # - `tools/train_ddp.py`, started by `torchrun`, trained the book's recipe to the target on two
 #   processes. Rank 0 alone logged and wrote the checkpoint.
-# - On two cores, the DDP timings page found two processes faster per step than one process
-#   with one thread, and slower than one process with two threads, for all five seeds.
+# - On one two-core machine with PyTorch's default kernels, the DDP timings page found two
+#   processes faster per step than one thread and slower than two threads, in all five runs.
 #
 # ## Exercises
 #

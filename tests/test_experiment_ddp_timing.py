@@ -26,7 +26,14 @@ def rec():
 
 
 def values(rec, config, key):
-    return [r[key] for r in rec["runs"] if r["config"] == config]
+    """config's values of key, in the order of the seeds."""
+    runs = sorted((r for r in rec["runs"] if r["config"] == config), key=lambda r: r["seed"])
+    return [r[key] for r in runs]
+
+
+def paired(rec, a, b, key):
+    """Mean and 95 % t interval of a minus b, seed by seed."""
+    return mean_interval([x - y for x, y in zip(values(rec, a, key), values(rec, b, key))])
 
 
 def median_range(xs, fmt=".1f"):
@@ -50,6 +57,19 @@ def test_time_per_step(rec):
     for s in range(5):
         assert ms[THREADS][s] < ms[TWO][s] < ms[ONE][s]
     assert "for all 5 seeds" in text
+    less, more = paired(rec, TWO, ONE, "ms_per_step"), paired(rec, TWO, THREADS, "ms_per_step")
+    assert less.high < 0 < more.low  # both intervals exclude 0, as the page says
+    assert (
+        f"two processes took {-less.mean:.1f} ms less per step than one thread (95 % interval "
+        f"{-less.high:.1f} to {-less.low:.1f}) and {more.mean:.1f} ms more than two threads "
+        f"({more.low:.1f} to {more.high:.1f})" in text
+    )
+    order = [r["config"] for r in rec["runs"]]
+    assert order == [ONE, THREADS, TWO] * 5  # interleaved, two processes last in every seed
+    assert "Two processes always ran last within a seed" in text
+    loads = [rec["load_average_before"][0]] + [r["load_average"] for r in rec["runs"]]
+    assert f"load average of {min(loads):.1f} to {max(loads):.1f}" in text
+    assert rec["numerics"]["cpu"] == "not recorded" and "The record does not name the CPU" in text
     chapter = prose(CHAPTER)
     assert "../appendix/experiment_ddp_timing.ipynb" in chapter
     for c, words in ((TWO, "two processes"), (ONE, "one process and one thread")):
@@ -57,6 +77,9 @@ def test_time_per_step(rec):
             f"{words} {median_range(ms[c])}" in chapter
         ), c
     assert f"one process and two threads {median_range(ms[THREADS])}" in chapter
+    assert "On one two-core machine with PyTorch's default kernels" in chapter
+    assert rec["numerics"]["pinned"] is False and rec["cpu_count"] == 2
+    assert "slower than two threads, in all five runs" in chapter  # the order checked above
 
 
 def test_seconds_and_start_up(rec):
@@ -68,6 +91,12 @@ def test_seconds_and_start_up(rec):
     assert f"between {min(steps)} and {max(steps)} over all runs" in text
     outside = {c: statistics.median(values(rec, c, "outside_training_seconds")) for c in secs}
     assert f"median of {outside[TWO]:.2f} s outside training, against {outside[ONE]:.2f} s" in text
+    # paired by seed, only two threads against one thread excludes 0
+    pairs = ((TWO, ONE), (TWO, THREADS), (THREADS, ONE))
+    d = {pair: paired(rec, *pair, "seconds") for pair in pairs}
+    assert [x.low < 0 < x.high for x in d.values()] == [True, True, False]
+    x = d[THREADS, ONE]
+    assert f"{-x.mean:.1f} s less ({-x.high:.1f} to {-x.low:.1f})" in text
 
 
 def test_test_exact_match(rec):
