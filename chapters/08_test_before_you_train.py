@@ -491,8 +491,11 @@ for cfg in configs:
 #
 # The two tests of this chapter are worth running on every model you build. `helpers.check_masks`
 # runs both in eval mode and reports each. Causality rewrites the tokens after every position
-# $t$; padding invariance appends 1 and 3 `<pad>` columns. Here it is on the model of this
-# chapter, then on two of its broken variants:
+# $t$. Padding invariance appends 1 and 3 `<pad>` columns; when the position table has no room
+# for them, it cuts the source to its longest row instead. Float rounding is relative to the
+# size of the numbers, so the allowed change is $10^{-5}$ times the largest logit (or $10^{-5}$
+# when no logit exceeds 1). Here it is on the model of this chapter, then on two of its broken
+# variants:
 
 # %%
 from helpers import check_masks

@@ -94,3 +94,43 @@ def test_a_leak_after_the_last_position_but_one_is_caught(batch):
     report = check_masks(broken(LeakAtTheEnd), *batch)
     assert report.failed_checks == ["causality"]
     assert "after position 7" in str(report)
+
+
+def test_the_limit_follows_the_size_of_the_logits(batch):
+    # a correct model whose logits are ~300: float rounding alone moves them by more than an
+    # absolute 1e-5 when padding is appended, but by far less than 1e-5 of the largest logit
+    model = build_model(BOOK_RECIPE)
+    with torch.no_grad():
+        model.out_proj.weight.mul_(100)
+    report = check_masks(model, *batch)
+    assert report.ok, str(report)
+    assert "of the largest |logit|" in str(report)
+
+
+def test_a_leak_of_one_part_in_a_thousand_is_refused(batch):
+    # position t reads token t + 1 with a weight of 1e-3: a near miss the limit must refuse
+    class SmallPeek(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, src, tgt_in):
+            return self.model(src, tgt_in) + 1e-3 * self.model(src, tgt_in.roll(-1, dims=1))
+
+    report = check_masks(SmallPeek(build_model(BOOK_RECIPE)), *batch)
+    assert report.failed_checks == ["causality"], str(report)
+
+
+def test_a_full_width_batch_is_cut_instead_of_padded_past_max_len():
+    # the book's model has max_len 14: a full-width source (14 columns) has no room for more
+    # <pad>, so the check cuts the source to its longest row instead of raising
+    src, tgt = make_reversal_dataset(64, seed=7)
+    good = build_model(BOOK_RECIPE)
+    assert good.max_len == src.size(1) == 14
+    report = check_masks(good, src, tgt[:, :-1])
+    assert report.ok and "cutting the source to its longest row (13 columns)" in str(report)
+    bad = check_masks(broken(NoSourcePaddingMask), src, tgt[:, :-1])
+    assert bad.failed_checks == ["padding invariance"], str(bad)
+    no_room = check_masks(good, src[:, :13], tgt[:, :-1], extra_pads=(3,))
+    assert "cutting" not in str(no_room)  # 13 + 3 > 14, and nothing to cut: skipped
+    assert [f.status for f in no_room.findings] == ["ok", "skip"], str(no_room)
