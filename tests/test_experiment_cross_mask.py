@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import COMPARISON_STEPS, TEST_SEED, TEST_SIZE
-from helpers.experiments import arm_bits, compare_arms, load_record
+from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_cross_mask.py"
@@ -110,3 +110,40 @@ def test_page_details_follow_the_record(record, comparison):
     runs = [r for arm in ARMS for r in record["arms"][arm]]
     assert min(r["test_token_accuracy_by_position"][0] for r in runs) >= 0.999
     assert "at least 99.9 % of the test sequences in every run" in page
+
+
+def test_the_pooled_p_is_read_against_seed_pairs_and_without_seed_2(record, comparison):
+    # the conclusion says the pooled McNemar p rests on seed 2 and that the same test separates
+    # runs with the same mask: every count and p it quotes, recomputed
+    page = prose(PAGE)
+    bits = {arm: arm_bits(record, arm) for arm in ARMS}
+    rest = [s for s in comparison.seeds if s != 2]
+    without_2 = mcnemar_exact(
+        np.concatenate([bits["correct"][s] for s in rest]),
+        np.concatenate([bits["triangular_cross"][s] for s in rest]),
+    )
+    assert without_2.p_value > 0.05
+    quoted = (
+        f"without seed 2 the counts are {without_2.only_a} against {without_2.only_b}"
+        f" (p = {without_2.p_value:.2g})"
+    )
+    assert quoted in page, quoted
+    seeds = comparison.seeds
+    tests = {
+        (s, t): mcnemar_exact(bits["correct"][s], bits["correct"][t])
+        for s in seeds
+        for t in seeds
+        if s < t
+    }
+    (s, t), low = min(tests.items(), key=lambda kv: kv[1].p_value)
+    below = sum(m.p_value < 0.05 for m in tests.values())
+    assert low.p_value < comparison.pooled.p_value  # same mask, yet further apart
+    quoted = (
+        f"Seeds {s} and {t} of the correct arm differ by {low.only_a} against {low.only_b}"
+        f" sequences (p = {low.p_value:.2g}), and {below} of the {len(tests)} pairs"
+    )
+    assert quoted in page, quoted
+    n = len(seeds) * record["test_set"]["n"]
+    assert (
+        f"{n:,} sequence pairs" in page and f"{record['test_set']['n']:,} pairs of one seed" in page
+    )
