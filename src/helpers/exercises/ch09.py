@@ -28,7 +28,11 @@ def _batches() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     same = torch.nonzero(lengths == 7).flatten()[:4]  # every row 7 digits: one width for all
     return [
         ("a batch of 3- to 5-digit sequences", src[short], tgt[short]),
-        ("a batch with one 12-digit row (nothing to cut)", src[one_long], tgt[one_long]),
+        (
+            "a batch with one 12-digit row (src loses one column, tgt none)",
+            src[one_long],
+            tgt[one_long],
+        ),
         ("a batch whose rows all have 7 digits", src[same], tgt[same]),
     ]
 
