@@ -610,10 +610,10 @@ assert caches[0]["self_k"].shape == (1, cfg.num_heads, prompt.size(1) + 2, cfg.d
 # %% [markdown]
 # Now the check that matters: `generate(..., use_cache=True)` against `use_cache=False`, for the
 # four prompts of section 6. Greedy decoding should give the same tokens. So should **sampling**,
-# almost always, if both runs draw from generators seeded the same way. Each step draws once from
-# the generator in both loops, from probabilities that agree up to float rounding. A draw could
-# differ only if its random number fell within rounding of the border between two tokens. In
-# these runs none did: every token is the same.
+# almost always, if both runs draw from generators seeded the same way. Each step makes one
+# `torch.multinomial` call in both loops, so both use the same random numbers. The probabilities
+# they draw from agree up to float rounding. A token could differ only where that rounding
+# decides between two candidates. In these runs none did: every token is the same.
 
 # %%
 outs = {}
