@@ -40,7 +40,7 @@
 # | 5 | `uint8` masks, `~` and `\|` | `masked_fill` error; everything or nothing blocked | convert to `bool` once | chapter 07 |
 # | 6 | a mask on another device | error deep inside attention | build masks on the input's device | this chapter |
 # | 7 | a `[B, L]` padding mask without `unsqueeze` | shape error; silent and wrong when $B = L_q$ | `[B, 1, 1, L]` | this chapter |
-# | 8 | `is_causal=True` with fewer queries than keys | no error; new queries see only the first keys | an explicit mask, or `causal_lower_right` | chapters 13, 14 |
+# | 8 | `is_causal=True` with fewer queries than keys | no error; new queries see only the first keys | an explicit mask, or `causal_lower_right` | chapter 14 |
 #
 # **Shapes and modules: how the model is put together**
 #
