@@ -387,9 +387,10 @@ assert (w_tri[:, :, 0, 1:] == 0).all() and (w_tri[:, :, 12, :13] > 0).all()
 # [The cross-mask experiment](../appendix/experiment_cross_mask.ipynb) trains a model with each
 # mask for 300 steps, with the same 5 seeds, and scores both on the test set of chapter 09. On
 # average over the seeds, the correct mask's test exact match is higher by 0.07 % (95 % interval
-# -0.11 % to 0.24 %): not distinguishable with 5 seeds. On this task, then, test accuracy does
-# not reveal the wrong mask. The check at the end of this chapter looks at the mask itself: it
-# captures what cross-attention receives and compares it with the source padding mask.
+# -0.11 % to 0.24 %): not distinguishable with 5 seeds. So five trained models per mask did not
+# tell the two masks apart by their accuracy. The check at the end of this chapter looks at the
+# mask itself: it captures what cross-attention receives and compares it with the source padding
+# mask.
 #
 # ## Three conventions for the same mask
 #
@@ -402,8 +403,9 @@ assert (w_tri[:, :, 0, 1:] == 0).all() and (w_tri[:, :, 12, :13] > 0).all()
 # | Hugging Face `attention_mask` | integer `[B, L]`, one value per key | `1` = **keep** |
 # | `nn.Transformer`, `nn.MultiheadAttention` | `bool` (or float, added) | `True` = **blocked** |
 #
-# (The last row is chapter 15's.) Figure 7.2 shows the decoder self-attention mask of the
-# padded example in the first three conventions. Dark cells hold True (or 1). The same dark
+# (Chapter 15 compares our model with `nn.Transformer`, which follows the last row.)
+# Figure 7.2 shows the decoder self-attention mask of the padded example in the first three
+# conventions. Dark cells hold True (or 1). The same dark
 # cell means "blocked" in the first panel and "may attend" in the other two. Hugging Face's
 # `attention_mask` holds only the padding, one value per key. For a decoder the library adds
 # the causal part itself (chapter 16 shows where).
@@ -832,9 +834,9 @@ print(
 # | LayerNorm placement | after each residual add, `LayerNorm(x + f(x))` (Post-Norm) | before each sub-layer, `x + f(LayerNorm(x))` (Pre-Norm {cite}`xiong2020`), plus a final LayerNorm per stack |
 # | feed-forward activation | ReLU | GELU {cite}`hendrycks2016` (chapter 04) |
 # | embeddings and output projection | one shared matrix {cite}`press2017` | three separate matrices |
-# | biases of the projections | none in the equations | every `nn.Linear` has one |
+# | biases | none in the attention projections' equations; the feed-forward has $b_1, b_2$ | every `nn.Linear` has one, the attention projections included |
 # | initialisation | not stated | Xavier-uniform weights, zero biases (above) |
-# | dropout | 0.1, on sub-layer outputs and embeddings | the same, and on the attention weights; the training recipe sets 0 |
+# | dropout | 0.1, on each sub-layer's output and on the embeddings | the same, and on the attention weights; the training recipe sets 0 |
 # | sizes | $d = 512$, $h = 8$, $d_{ff} = 2048$, $N = 6$ | $d = 128$, $h = 4$, $d_{ff} = 512$, $N = 2$ here; the training recipe uses $d = 32$, $d_{ff} = 128$ |
 #
 # The paper's learning-rate schedule, label smoothing and beam search have their own chapters
@@ -876,6 +878,9 @@ cfg = ref.config
 print(f"embedding and output matrices: {distinct} distinct tensors")
 print(f"nn.Linear layers with a bias: {with_bias} of {len(linears)}")
 print(f"dropout p: {drops}; on the attention weights: {enc_layer.mha.attn_drop.p}")
+# drop: the attention sub-layer's output; ffn.net.3: the feed-forward's last step
+where = [n for n, m in enc_layer.named_modules() if isinstance(m, nn.Dropout)]
+print("dropout modules in an encoder layer:", where, "| in the embedding:", ref.encoder.embed.drop)
 print(f"this model: d {cfg.d_model}, h {cfg.num_heads}, dff {cfg.dff}, N {cfg.num_layers}")
 r = BOOK_RECIPE
 print(
@@ -883,6 +888,7 @@ print(
     f" dropout {r.dropout}"
 )
 assert distinct == 3 and with_bias == len(linears)
+assert sorted(where) == ["drop", "ffn.net.3", "mha.attn_drop"]
 assert drops == [0.1] and enc_layer.mha.attn_drop.p == 0.1
 
 # %% [markdown]
