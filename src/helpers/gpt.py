@@ -287,8 +287,9 @@ def generate(
     use_cache=True feeds the prompt once (filling one K/V cache per block), then only the
     newest token. Both compute the same logits to within float rounding, so greedy decoding
     (temperature=0) gives the same tokens. Sampling with a generator seeded the same way
-    almost always does too: a draw can differ only when its random number falls within
-    rounding of the border between two tokens' cumulative probabilities.
+    almost always does too: both loops make one torch.multinomial call per step with the same
+    random numbers, so a token can differ only where float rounding decides between two
+    candidates.
     Generates in eval mode (dropout off), then gives back the caller's mode.
     """
     check_token_ids("prompt_ids", prompt_ids, model.vocab_size)
