@@ -434,8 +434,8 @@ for w in cross_list:
 # layers, the size the book trains ($d = 32$, `BOOK_RECIPE`) and the size of
 # [the reference chapter](intro.md#the-reference-chapter) ($d = 128$, `SEED_RECIPE`).
 #
-# The rows score 1.8 to 3.2 times uniform, far below $n$: an untrained decoder reads a blend of
-# many source tokens. Chapter 18, the cross-attention heatmaps, measures what training does to
+# These averages are 1.8 to 3.2 times uniform, far below $n$: an untrained decoder reads a
+# blend of many source tokens. Chapter 18, the cross-attention heatmaps, measures what training does to
 # these rows.
 # :::
 
