@@ -69,8 +69,9 @@ TIMING = {"min_runs": 2, "min_run_time": 0.2, "warmup": 1, "timer": "blocked_aut
 # [The reference chapter](intro.md#the-reference-chapter) timed both paths on an RTX 4090. Its
 # setting was $B=8$, $L=1024$, $d_{model}=512$, $h=8$ heads and a causal mask. Its SDPA call
 # used `is_causal=True`. We run our layer's two paths at that setting on this CPU and divide.
-# Each time is the median of two timed blocks from `torch.utils.benchmark` (section 3); the range
-# beside the time ratio runs from the fastest to the slowest combination of those blocks.
+# Each time is the median of at least two timed blocks from `torch.utils.benchmark` (section 3).
+# The range beside the time ratio runs from the fastest to the slowest combination of those
+# blocks.
 
 # %% tags=["nbval-ignore-output", "opening-figure"]
 SHAPE = {"B": 8, "L": 1024, "d_model": 512, "heads": 8}  # the reference chapter's setting
@@ -145,8 +146,9 @@ if PEAK_OK:
 # fully masked rows. In float32 that step holds one more score matrix (section 2). The RTX 4090's
 # peak also counts the inputs and the weights, and it ran under bfloat16 autocast.
 #
-# The time ratios differ more. The line under the table says which CPU, threads and kernels timed
-# this run; its time ratio holds for them only.
+# The time ratio is not derived from the code, as the memory ratio is (section 2). It depends on
+# the CPU, the threads, the kernels and the load, which the line under the table names. So it
+# holds for this run only, within its range.
 #
 # ## The two paths
 #
@@ -262,9 +264,9 @@ assert weights.shape == (3, 4, 5, 7)
 # **A fully masked row.** Suppose every key of a query is blocked. A plain softmax over
 # `finfo.min` scores then spreads uniformly over keys the query may not see. With `-inf` it
 # returns NaN; chapter 3 shows both. Our handwritten path zeroes such rows. In torch 2.13.0 on the
-# CPU, SDPA returns zeros there too. (Chapter 3 shows it for each backend; earlier PyTorch releases
-# returned NaN.) So the two paths agree even here. The attention output is 0, and the layer
-# returns just the output projection's bias.
+# CPU, SDPA returns zeros there too. (Chapter 3 shows it for each backend, and cites the PyTorch
+# issue where earlier releases returned NaN.) So the two paths agree even here. The attention
+# output is 0, and the layer returns just the output projection's bias.
 
 # %%
 mask = torch.zeros(3, 1, 7, 7, dtype=torch.bool)
@@ -439,7 +441,8 @@ else:
 #
 # Each row builds a fresh `MultiHeadAttention(512, 8)` and an input `[8, L, 512]`. It measures
 # three calls: the handwritten path, the module's SDPA path with our causal mask, and SDPA with
-# `is_causal=True`. Here we stop at $L=1024$, with two timed blocks per row; the rows at
+# `is_causal=True`. Here we stop at $L=1024$, with at least two timed blocks per row (the
+# `runs` column of the spread table counts them). The rows at
 # $L=1024$ of the handwritten path and of `is_causal` are the ones of the opening table. The
 # checks are on memory. The handwritten path's peak must grow about like $L^2$, a slope near 2 on
 # a log-log scale, and exceed the score matrix it returns. SDPA's peak must only double from
@@ -502,7 +505,7 @@ else:
     assert all(0.8 < x < 1.3 for (v, _), x in counted.items() if v != "handwritten")
 
 # %% [markdown]
-# The spread table shows how far the two timed blocks of each row lie apart. A time ratio is no
+# The spread table shows how far the timed blocks of each row lie apart. A time ratio is no
 # sharper than that spread.
 #
 # **Our mask or `is_causal`?** The two SDPA calls compute the same outputs (section 1). But a
@@ -522,7 +525,9 @@ print(timing_label())
 
 # %% [markdown]
 # A ratio above 1 means our mask was slower. Where the range spans 1, this run cannot tell the two
-# apart. How much could skipping save? A kernel that works in square tiles skips only the tiles
+# apart. Where it does not, that holds for this run: a few blocks, on one machine, at its load.
+#
+# How much could skipping save? A kernel that works in square tiles skips only the tiles
 # wholly above the diagonal. It computes the tiles on the diagonal whole. The cell counts the
 # tiles at $L=1024$ for a few tile sizes; a tile of one entry gives the exact triangle.
 
@@ -538,7 +543,7 @@ half = attention_flops(8, 8, L, 512, causal=True)
 print(f"whole call at L={L}, projections included: causal work / full work = {half / full:.2f}")
 
 # %% [markdown]
-# With tiles of 128, the kernel still computes 36 of the 64 tiles, not 32. The projections
+# A kernel with tiles of 128 still computes 36 of the 64 tiles, not 32. The projections
 # cost the same in both calls. So even a perfect skip saves well under half of the call's work.
 # PyTorch's CPU kernel picks its own tile sizes, which this page does not read. [The CPU
 # attention sweep](../appendix/experiment_attention_cpu.ipynb) compares the two calls on
@@ -578,8 +583,8 @@ del work, ref_out, w
 #   causal, cross and fully masked rows (section 1). The only thing SDPA withholds is the weights.
 # - At $B=8$ and $L=1024$, the handwritten path needed about ten times SDPA's peak memory on this
 #   CPU, and nine times on the reference's RTX 4090. The two are not like for like: our layer has
-#   one more step, and the RTX 4090's peak counts the inputs. The time ratio depends on the
-#   hardware; the opening table prints it with its range.
+#   one more step, and the RTX 4090's peak counts the inputs. The opening table prints the time
+#   ratio with its range, for the CPU, threads and kernels that ran it.
 # - In one dtype, the handwritten path's peak memory is three score matrices plus $Q$, $K$ and
 #   $V$. We read that off the code (section 2) and checked it on this CPU (section 4). It is
 #   quadratic in $L$: at $L=4096$ one score matrix is 4 GiB in float32. SDPA's peak is about five
@@ -587,8 +592,8 @@ del work, ref_out, w
 # - A boolean mask is an $L^2$ term on the SDPA path too. It costs the module's `~attn_mask` and,
 #   in torch 2.13.0 on the CPU, a float32 copy inside SDPA. `is_causal=True` needs neither.
 # - `is_causal=True` lets a kernel skip the tiles above the diagonal. With tiles of 128 at
-#   $L=1024$ it still computes 36 of 64. Whether our mask is slower on a given CPU is for the
-#   live table and its range to show.
+#   $L=1024$ it still computes 36 of 64. The live table gives one run's ratio of the two calls,
+#   with its range; the recorded sweep compares them on one Xeon.
 #
 # ## Exercises
 #
