@@ -1,282 +1,470 @@
-/* The HTML book's cross-attention explorer (chapter 18): no kernel, no framework, no CDN.
+/* Chapter 18's live explorer in the HTML book: the book's trained encoder-decoder runs in the
+ * page (book_assets/book_model.js), on the digits the reader types. No kernel, no framework,
+ * nothing from a CDN, no fetch(): every file is a <script> from the same folder, so the page
+ * works from file:// as over HTTP.
  *
- * Every <div class="html-attention-explorer" data-src="URL"> on the page gets an explorer.
- * URL (relative to the page) is the JSON written by tools/export_attention.py: for each
- * model and input, the teacher-forced cross-attention weights of every decoder layer, every
- * head and their mean. Controls are native, labelled <select>s; the heatmap is SVG, one
- * <rect> per weight (rows: decoder input tokens, columns: source tokens), coloured with
- * matplotlib's "Blues" from 0 to 1 as the book's static figures (helpers.plot_attention).
- * The mirrored source column of each row is outlined. Hover or focus a cell for its source
- * token, output token and weight; arrow keys move between cells, Home/End along a row.
+ * Every <div class="html-attention-explorer"> on the page gets an explorer. This script loads,
+ * from its own folder: book_model.js (the model), live_models.js (the list of models, written
+ * by tools/export_live_models.py) and, when a model is first chosen, its weights_<id>.js.
+ *
+ * The reader sees greedy decoding one step at a time (back, step, play), the next-token
+ * probabilities of the step, the cross-attention of every decoder layer and head for the
+ * step (the mirrored source position outlined; hover or focus a cell for its value; the mean
+ * over heads), the map of the steps so far for one layer and head, and the KV cache growing.
+ * Heatmaps are SVG coloured with matplotlib's "Blues" from 0 to 1, as the book's figures.
  */
 (function () {
   "use strict";
 
+  var here = document.currentScript && document.currentScript.src;
+  var BASE = here ? here.slice(0, here.lastIndexOf("/") + 1) : "../_static/";
   var SVG_NS = "http://www.w3.org/2000/svg";
-  // matplotlib's Blues: ColorBrewer's nine stops, evenly spaced from 0 to 1
   var BLUES = ["#f7fbff", "#deebf7", "#c6dbef", "#9ecae1", "#6baed6",
                "#4292c6", "#2171b5", "#08519c", "#08306b"];
-  var CELL = 34, LEFT = 64, TOP = 40, BAR = 14;
+  var CELL = 30, PLAY_MS = 700;
 
   var CSS = [
     ".html-attention-explorer{position:relative;margin:1em 0;font-size:0.9rem}",
-    ".hae-controls{display:flex;flex-wrap:wrap;gap:0.5em 1.2em;margin-bottom:0.5em}",
-    ".hae-controls label{display:flex;flex-direction:column;font-weight:600}",
-    ".hae-controls select{font-weight:normal;min-width:7em}",
-    ".hae-status{margin:0.3em 0}",
-    ".hae-svg rect.hae-cell:focus{outline:none;stroke:#d62728;stroke-width:3}",
-    ".hae-svg text{font-family:sans-serif;font-size:12px}",
-    ".hae-tip{position:absolute;pointer-events:none;background:#fff;border:1px solid #666;",
+    ".bme-controls{display:flex;flex-wrap:wrap;gap:0.5em 1.2em;margin:0.5em 0;align-items:flex-end}",
+    ".bme-controls label{display:flex;flex-direction:column;font-weight:600}",
+    ".bme-controls input,.bme-controls select{font-weight:normal;min-width:8em;font-size:1rem}",
+    ".bme-stepper{display:flex;flex-wrap:wrap;gap:0.4em;align-items:center;margin:0.5em 0}",
+    ".bme-stepper button,.bme-tour button{padding:0.15em 0.7em;border:1px solid #888;",
+    "border-radius:3px;background:#f4f4f4;cursor:pointer;font-size:0.9rem}",
+    ".bme-stepper button:focus-visible,.bme-tour button:focus-visible{outline:3px solid #d62728}",
+    ".bme-message{color:#a40000;font-weight:600;min-height:1.2em;margin:0.3em 0}",
+    ".bme-output{font-family:monospace;font-size:1.05rem;margin:0.4em 0}",
+    ".bme-output span{display:inline-block;padding:0 0.25em;margin:0 0.1em;border:1px solid #ccc}",
+    ".bme-output span.bme-now{background:#fdd0a2;border-color:#e6550d}",
+    ".bme-output span.bme-wrong{text-decoration:underline wavy #a40000}",
+    ".bme-panels{display:flex;flex-wrap:wrap;gap:1em 2em}",
+    ".bme-panels section{min-width:16em}",
+    ".bme-panels h4{font-size:0.95rem;margin:0.6em 0 0.3em}",
+    ".bme-bars{display:grid;grid-template-columns:4em 10em 4em;gap:1px 0.4em;align-items:center}",
+    ".bme-bar{height:0.8em;background:#4292c6}",
+    ".bme-bars .bme-chosen{font-weight:700}",
+    ".bme-bars .bme-chosen .bme-bar{background:#e6550d}",
+    ".bme-svg rect.bme-cell:focus{outline:none;stroke:#d62728;stroke-width:3}",
+    ".bme-svg text{font-family:sans-serif;font-size:11px}",
+    ".bme-kv{font-family:monospace}",
+    ".bme-kv span{display:inline-block;min-width:1.6em;text-align:center;border:1px solid #999;",
+    "margin:1px;background:#deebf7}",
+    ".bme-kv span.bme-new{background:#fdd0a2}",
+    ".bme-tip{position:absolute;pointer-events:none;background:#fff;border:1px solid #666;",
     "padding:0.2em 0.5em;border-radius:3px;box-shadow:0 1px 3px rgba(0,0,0,.3);",
     "white-space:nowrap;display:none;z-index:10}"
   ].join("");
 
-  function hexToRgb(h) {
+  var STOPS = BLUES.map(function (h) {
     return [1, 3, 5].map(function (i) { return parseInt(h.substr(i, 2), 16); });
-  }
-  var STOPS = BLUES.map(hexToRgb);
+  });
 
-  /* weight in [0, 1] -> "rgb(r,g,b)", linear between the stops (as matplotlib's map) */
-  function blues(v) {
+  function blues(v) {  // weight in [0, 1] -> "rgb(r,g,b)", linear between the stops
     var x = Math.min(1, Math.max(0, v)) * (STOPS.length - 1);
-    var i = Math.min(STOPS.length - 2, Math.floor(x)), t = x - i;
-    var a = STOPS[i], b = STOPS[i + 1];
-    var c = a.map(function (ai, k) { return Math.round(ai + (b[k] - ai) * t); });
-    return "rgb(" + c.join(",") + ")";
+    var i = Math.min(STOPS.length - 2, Math.floor(x)), t = x - i, a = STOPS[i], b = STOPS[i + 1];
+    return "rgb(" + a.map(function (ai, k) { return Math.round(ai + (b[k] - ai) * t); }).join(",") + ")";
   }
 
-  function el(tag, attrs, parent) {
+  function el(tag, attrs, parent, text) {
     var node = tag.indexOf("svg:") === 0
       ? document.createElementNS(SVG_NS, tag.slice(4)) : document.createElement(tag);
     Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) node.textContent = text;
     if (parent) parent.appendChild(node);
     return node;
   }
 
-  function svgText(parent, x, y, text, attrs) {
-    var t = el("svg:text", Object.assign({x: x, y: y}, attrs || {}), parent);
-    t.textContent = text;
-    return t;
-  }
-
-  function addStyle() {
-    if (document.getElementById("hae-style")) return;
-    var style = el("style", {id: "hae-style"}, document.head);
-    style.textContent = CSS;
-  }
-
-  var counter = 0;
-
-  function select(controls, name, text) {
-    var id = "hae-" + (++counter) + "-" + name;
-    var label = el("label", {"for": id}, controls);
-    label.appendChild(document.createTextNode(text));
-    return el("select", {id: id, name: name, "data-control": name}, label);
-  }
-
-  function fill(sel, options, keep) {
-    var old = sel.value;
-    sel.textContent = "";
-    options.forEach(function (o) {
-      var opt = el("option", {value: o[0]}, sel);
-      opt.textContent = o[1];
-    });
-    if (keep && options.some(function (o) { return o[0] === old; })) sel.value = old;
-  }
-
-  function Explorer(root, data) {
-    this.root = root;
-    this.data = data;
-    root.textContent = "";
-    var intro = el("p", {"class": "hae-intro"}, root);
-    intro.textContent = "This explorer needs no kernel: it draws cross-attention weights " +
-      "computed beforehand (" + data.generated_by + ") for " + data.inputs.length +
-      " inputs and " + data.models.length + " models, every decoder layer and head, under " +
-      "teacher forcing (rows: <bos> and the true reversal). Hover or focus a cell for its " +
-      "weight; the arrow keys move between cells.";
-    var controls = el("div", {"class": "hae-controls"}, root);
-    this.input = select(controls, "input", "input");
-    this.model = select(controls, "model", "model");
-    this.layer = select(controls, "layer", "decoder layer");
-    this.head = select(controls, "head", "head");
-    this.status = el("p", {"class": "hae-status", "aria-live": "polite"}, root);
-    this.figure = el("div", {"class": "hae-figure"}, root);
-    this.tip = el("div", {"class": "hae-tip", role: "tooltip"}, root);
-    fill(this.input, data.inputs.map(function (x) {
-      return [x.id, x.digits.join(" ") + "  (" + x.label + ")"];
-    }));
-    fill(this.model, data.models.map(function (m) { return [m.id, m.label]; }));
-    var self = this;
-    this.model.addEventListener("change", function () { self.fillLayers(); self.draw(); });
-    [this.input, this.layer, this.head].forEach(function (s) {
-      s.addEventListener("change", function () { self.draw(); });
-    });
-    this.fillLayers();
-    this.draw();
-  }
-
-  Explorer.prototype.modelInfo = function () {
-    var id = this.model.value;
-    return this.data.models.filter(function (m) { return m.id === id; })[0];
-  };
-
-  Explorer.prototype.fillLayers = function () {
-    var m = this.modelInfo(), layers = [], heads = [];
-    for (var i = 0; i < m.layers; i++) layers.push([String(i), "layer " + i]);
-    heads.push(["mean", "mean of heads"]);
-    for (var h = 0; h < m.heads; h++) heads.push([String(h), "head " + h]);
-    var lastLayer = this.layer.options.length === 0;
-    fill(this.layer, layers, true);
-    if (lastLayer) this.layer.value = String(m.layers - 1);  // the layer the chapter shows
-    fill(this.head, heads, true);
-  };
-
-  Explorer.prototype.draw = function () {
-    var m = this.modelInfo();
-    var entry = this.data.maps[m.id][this.input.value];
-    var layer = Number(this.layer.value);
-    var headIndex = this.head.value === "mean" ? m.heads : Number(this.head.value);
-    var w = entry.layers[layer][headIndex];
-    var rows = entry.rows, cols = entry.cols;
-    var headText = this.head.value === "mean" ? "mean of heads" : "head " + this.head.value;
-    this.status.textContent = m.label + ", layer " + layer + ", " + headText +
-      ". Greedy output: " + entry.output.join(" ") +
-      (entry.correct ? " (correct)" : " (wrong: the rows are the true reversal)") + ".";
-
-    var width = LEFT + cols.length * CELL + 70, height = TOP + rows.length * CELL + 44;
-    this.figure.textContent = "";
-    var svg = el("svg:svg", {
-      "class": "hae-svg", width: width, height: height, viewBox: "0 0 " + width + " " + height,
-      role: "group", "aria-label": "cross-attention heatmap: rows are decoder input tokens, " +
-        "columns are source tokens; use the arrow keys to move between cells",
-      "data-view": [this.input.value, m.id, layer, this.head.value].join("|"),
-      "data-weights": JSON.stringify(w)
-    }, this.figure);
-    svgText(svg, LEFT + cols.length * CELL / 2, 14, "source token (key)",
-            {"text-anchor": "middle"});
-    svgText(svg, 12, TOP + rows.length * CELL / 2, "decoder input (query)",
-            {"text-anchor": "middle",
-             transform: "rotate(-90 12 " + (TOP + rows.length * CELL / 2) + ")"});
-    cols.forEach(function (c, j) {
-      svgText(svg, LEFT + j * CELL + CELL / 2, TOP - 8, c, {"text-anchor": "middle"});
-    });
-    rows.forEach(function (r, i) {
-      svgText(svg, LEFT - 6, TOP + i * CELL + CELL / 2 + 4, r, {"text-anchor": "end"});
-    });
-    var self = this, cells = [];
-    w.forEach(function (row, i) {
-      row.forEach(function (v, j) {
-        var rect = el("svg:rect", {
-          "class": "hae-cell", x: LEFT + j * CELL, y: TOP + i * CELL, width: CELL, height: CELL,
-          fill: blues(v), tabindex: i === 0 && j === 0 ? "0" : "-1",
-          "data-row": i, "data-col": j, "data-weight": String(v),
-          "aria-label": "output token " + rows[i] + ", source token " + cols[j] +
-            ", weight " + v.toFixed(3) + (entry.mirror[i] === j ? ", mirrored column" : "")
-        }, svg);
-        cells.push(rect);
-        if (v >= 0.05) {
-          svgText(svg, LEFT + j * CELL + CELL / 2, TOP + i * CELL + CELL / 2 + 4, v.toFixed(1), {
-            "text-anchor": "middle", "font-size": "10", "pointer-events": "none",
-            fill: v > 0.6 ? "white" : "black"
-          });
-        }
-        rect.addEventListener("mouseenter", function () { self.show(rect, i, j, entry, w); });
-        rect.addEventListener("mouseleave", function () { self.hide(); });
-        rect.addEventListener("focus", function () { self.show(rect, i, j, entry, w); });
-        rect.addEventListener("blur", function () { self.hide(); });
-        rect.addEventListener("keydown", function (ev) { self.key(ev, i, j, rows, cols, cells); });
-      });
-    });
-    entry.mirror.forEach(function (j, i) {  // outline each row's mirrored column
-      el("svg:rect", {
-        "class": "hae-mirror", x: LEFT + j * CELL + 1.5, y: TOP + i * CELL + 1.5,
-        width: CELL - 3, height: CELL - 3, fill: "none", stroke: "#ff7f0e",
-        "stroke-width": 2, "pointer-events": "none", "data-row": i, "data-col": j
-      }, svg);
-    });
-    // colour bar, 0 to 1
-    var bx = LEFT + cols.length * CELL + 16, by = TOP, bh = rows.length * CELL;
-    var defs = el("svg:defs", {}, svg);
-    var gid = "hae-grad-" + (++counter);
-    var grad = el("svg:linearGradient", {id: gid, x1: 0, y1: 1, x2: 0, y2: 0}, defs);
-    BLUES.forEach(function (c, k) {
-      el("svg:stop", {offset: k / (BLUES.length - 1), "stop-color": c}, grad);
-    });
-    el("svg:rect", {x: bx, y: by, width: BAR, height: bh, fill: "url(#" + gid + ")",
-                    stroke: "#999"}, svg);
-    svgText(svg, bx + BAR + 4, by + 10, "1");
-    svgText(svg, bx + BAR + 4, by + bh, "0");
-    svgText(svg, LEFT, TOP + rows.length * CELL + 20,
-            "outlined: the mirrored source token of each row", {"font-size": "11"});
-    this.root.setAttribute("data-state", "drawn");
-  };
-
-  Explorer.prototype.show = function (rect, i, j, entry, w) {
-    this.tip.textContent = "output token " + entry.rows[i] + " (row " + i + "), source token " +
-      entry.cols[j] + " (column " + j + "): weight " + w[i][j].toFixed(3) +
-      (entry.mirror[i] === j ? ", mirrored" : "");
-    var box = rect.getBoundingClientRect(), outer = this.root.getBoundingClientRect();
-    this.tip.style.left = (box.right - outer.left + 6) + "px";
-    this.tip.style.top = (box.top - outer.top - 4) + "px";
-    this.tip.style.display = "block";
-    this.tip.setAttribute("data-row", i);
-    this.tip.setAttribute("data-col", j);
-  };
-
-  Explorer.prototype.hide = function () { this.tip.style.display = "none"; };
-
-  Explorer.prototype.key = function (ev, i, j, rows, cols, cells) {
-    var ni = i, nj = j;
-    if (ev.key === "ArrowUp") ni = Math.max(0, i - 1);
-    else if (ev.key === "ArrowDown") ni = Math.min(rows.length - 1, i + 1);
-    else if (ev.key === "ArrowLeft") nj = Math.max(0, j - 1);
-    else if (ev.key === "ArrowRight") nj = Math.min(cols.length - 1, j + 1);
-    else if (ev.key === "Home") nj = 0;
-    else if (ev.key === "End") nj = cols.length - 1;
-    else return;
-    ev.preventDefault();
-    var next = cells[ni * cols.length + nj];
-    cells.forEach(function (c) { c.setAttribute("tabindex", "-1"); });
-    next.setAttribute("tabindex", "0");
-    next.focus();
-  };
-
-  // The data comes as a script that sets window.ATTENTION_EXPLORER_DATA (written by
-  // tools/export_attention.py): a fetch() of a JSON file is refused when the book is opened
-  // from disk (file://), a <script src> from the same folder is not. data-src names that script;
-  // an older page naming attention_explorer.json gets the script beside it.
-  var DATA_GLOBAL = "ATTENTION_EXPLORER_DATA";
-  var pending = null;
-
-  function loadData(src) {
-    if (window[DATA_GLOBAL]) return Promise.resolve(window[DATA_GLOBAL]);
-    if (pending) return pending;
-    pending = new Promise(function (resolve, reject) {
-      var s = document.createElement("script");
-      s.src = src.replace(/attention_explorer\.json$/, "attention_explorer_data.js");
+  function loadScript(name, global) {
+    if (window[global]) return Promise.resolve(window[global]);
+    return new Promise(function (resolve, reject) {
+      var s = el("script", {src: BASE + name});
       s.onload = function () {
-        if (window[DATA_GLOBAL]) resolve(window[DATA_GLOBAL]);
-        else reject(new Error(s.src + " did not define its data"));
+        if (window[global]) resolve(window[global]);
+        else reject(new Error(s.src + " did not define " + global));
       };
       s.onerror = function () { reject(new Error("could not load " + s.src)); };
       document.head.appendChild(s);
     });
-    return pending;
   }
 
+  var counter = 0;
+  function uid(name) { counter += 1; return "bme-" + counter + "-" + name; }
+
+  function labelled(parent, tag, text, attrs) {
+    var id = uid(attrs["data-control"]);
+    var label = el("label", {"for": id}, parent, text);
+    attrs.id = id;
+    return el(tag, attrs, label);
+  }
+
+  function mirrorOf(n, row) { return row < n ? n - 1 - row : (row === n ? n : -1); }
+
+  /* An SVG heatmap: rows x cols weights, keyboard focusable cells (arrow keys move), a
+   * tooltip on hover and focus; mirror[i]: the column to outline in row i (-1: none). */
+  function heatmap(ex, parent, rows, cols, w, mirror, caption) {
+    var left = 12 + 7 * Math.max.apply(null, rows.map(function (r) { return r.length; }));
+    var top = 22, width = left + cols.length * CELL + 8, height = top + rows.length * CELL + 4;
+    var svg = el("svg:svg", {
+      "class": "bme-svg", width: width, height: height, viewBox: "0 0 " + width + " " + height,
+      role: "group", "aria-label": caption + "; arrow keys move between cells"
+    }, parent);
+    cols.forEach(function (c, j) {
+      el("svg:text", {x: left + j * CELL + CELL / 2, y: top - 7, "text-anchor": "middle"}, svg, c);
+    });
+    rows.forEach(function (r, i) {
+      el("svg:text", {x: left - 5, y: top + i * CELL + CELL / 2 + 4, "text-anchor": "end"}, svg, r);
+    });
+    var cells = [];
+    w.forEach(function (row, i) {
+      row.forEach(function (v, j) {
+        var text = rows[i] + ", source " + cols[j] + " (position " + j + "): weight " +
+          v.toFixed(3) + (mirror[i] === j ? ", the mirrored position" : "");
+        var rect = el("svg:rect", {
+          "class": "bme-cell", x: left + j * CELL, y: top + i * CELL, width: CELL, height: CELL,
+          fill: blues(v), tabindex: i === 0 && j === 0 ? "0" : "-1", "data-row": i,
+          "data-col": j, "data-weight": v.toFixed(6), "aria-label": text
+        }, svg);
+        cells.push(rect);
+        if (v >= 0.095) {
+          el("svg:text", {x: left + j * CELL + CELL / 2, y: top + i * CELL + CELL / 2 + 4,
+                          "text-anchor": "middle", "font-size": "9", "pointer-events": "none",
+                          fill: v > 0.6 ? "white" : "black"}, svg, v.toFixed(1));
+        }
+        var show = function () { ex.showTip(rect, text); };
+        rect.addEventListener("mouseenter", show);
+        rect.addEventListener("focus", show);
+        rect.addEventListener("mouseleave", function () { ex.hideTip(); });
+        rect.addEventListener("blur", function () { ex.hideTip(); });
+        rect.addEventListener("keydown", function (ev) {
+          var ni = i, nj = j;
+          if (ev.key === "ArrowUp") ni = Math.max(0, i - 1);
+          else if (ev.key === "ArrowDown") ni = Math.min(rows.length - 1, i + 1);
+          else if (ev.key === "ArrowLeft") nj = Math.max(0, j - 1);
+          else if (ev.key === "ArrowRight") nj = Math.min(cols.length - 1, j + 1);
+          else if (ev.key === "Home") nj = 0;
+          else if (ev.key === "End") nj = cols.length - 1;
+          else return;
+          ev.preventDefault();
+          cells.forEach(function (c) { c.setAttribute("tabindex", "-1"); });
+          var next = cells[ni * cols.length + nj];
+          next.setAttribute("tabindex", "0");
+          next.focus();
+        });
+      });
+    });
+    mirror.forEach(function (j, i) {
+      if (j < 0 || j >= cols.length) return;
+      el("svg:rect", {"class": "bme-mirror", x: left + j * CELL + 1.5, y: top + i * CELL + 1.5,
+                      width: CELL - 3, height: CELL - 3, fill: "none", stroke: "#ff7f0e",
+                      "stroke-width": 2, "pointer-events": "none"}, svg);
+    });
+    return svg;
+  }
+
+  function meanOfHeads(heads) {
+    return heads[0].map(function (_, j) {
+      return heads.reduce(function (s, h) { return s + h[j]; }, 0) / heads.length;
+    });
+  }
+
+  function Explorer(root, index) {
+    var self = this;
+    this.root = root;
+    this.index = index;
+    this.t = 0;
+    this.timer = null;
+    root.textContent = "";
+    el("p", {"class": "bme-intro"}, root,
+       "This explorer runs the book's trained model in your browser (plain JavaScript, no " +
+       "kernel). Type up to 12 digits: the encoder reads them, then the decoder picks the most " +
+       "likely token, one step at a time, reading its own output.");
+    var tour = el("div", {"class": "bme-tour"}, root);
+    el("p", {style: "margin:0.3em 0;font-weight:600"}, tour, "A guided tour in three steps:");
+    var ol = el("ol", {style: "margin-top:0"}, tour);
+    var ex = index.example.join("");
+    var tourItems = [
+      ["book", ex, "The book's model on " + ex + ", decoded to the end. Look at the map of " +
+       "each layer: how much of a row's weight lands on its outlined mirrored position?"],
+      ["sharp", ex, "Chapter 18's sharp model on the same input: compare its map, and the " +
+       "mean weight on the mirrored position printed under it."],
+      [null, null, "Inputs each model gets wrong: "]
+    ];
+    tourItems.forEach(function (item, k) {
+      var li = el("li", {}, ol);
+      if (item[0]) {
+        var b = el("button", {type: "button", "data-tour": k}, li, "Show me");
+        b.addEventListener("click", function () { self.go(item[0], item[1], true); });
+        el("span", {}, li, " " + item[2]);
+      } else {
+        el("span", {}, li, item[2]);
+        index.models.forEach(function (m, i) {
+          if (!m.wrong_example) return;
+          var digits = m.wrong_example.digits.join("");
+          var b = el("button", {type: "button", "data-tour": k + "-" + m.id}, li,
+                     m.id === "book" ? "book's model: " + digits
+                       : m.id === "sharp" ? "sharp model: " + digits : "its twin: " + digits);
+          b.addEventListener("click", function () { self.go(m.id, digits, true); });
+          if (i < index.models.length - 1) li.appendChild(document.createTextNode(" "));
+        });
+        var counts = index.models.map(function (m) {
+          return m.id + ": " + m.test_wrong + " of " + m.test_total.toLocaleString("en") +
+            " test inputs wrong";
+        });
+        el("span", {}, li, " (" + counts.join("; ") + ").");
+      }
+    });
+
+    var controls = el("div", {"class": "bme-controls"}, root);
+    this.input = labelled(controls, "input", "Digits to reverse (1 to 12)", {
+      "data-control": "digits", type: "text", inputmode: "numeric", autocomplete: "off",
+      spellcheck: "false", size: "14", value: ex});
+    this.model = labelled(controls, "select", "Model", {"data-control": "model"});
+    index.models.forEach(function (m) {
+      el("option", {value: m.id}, self.model, m.label + " (" + m.parameters.toLocaleString("en") +
+         " parameters)");
+    });
+    this.layer = labelled(controls, "select", "Map: decoder layer", {"data-control": "layer"});
+    this.head = labelled(controls, "select", "Map: head", {"data-control": "head"});
+    this.message = el("div", {"class": "bme-message", role: "alert"}, root);
+
+    var stepper = el("div", {"class": "bme-stepper"}, root);
+    this.first = el("button", {type: "button", "data-control": "first"}, stepper, "\u00ab Start");
+    this.back = el("button", {type: "button", "data-control": "back"}, stepper, "\u25c0 Back");
+    this.fwd = el("button", {type: "button", "data-control": "step"}, stepper, "Step \u25b6");
+    this.play = el("button", {type: "button", "data-control": "play"}, stepper, "Play");
+    this.last = el("button", {type: "button", "data-control": "last"}, stepper, "End \u00bb");
+    this.status = el("span", {"class": "bme-status", "aria-live": "polite"}, stepper);
+    this.output = el("div", {"class": "bme-output", "aria-label": "decoded tokens"}, root);
+    var panels = el("div", {"class": "bme-panels"}, root);
+    this.probsBox = el("section", {}, panels);
+    this.stepBox = el("section", {}, panels);
+    this.mapBox = el("section", {}, panels);
+    this.kvBox = el("section", {}, panels);
+    this.tip = el("div", {"class": "bme-tip", role: "tooltip"}, root);
+
+    this.input.addEventListener("input", function () { self.run(false); });
+    this.input.addEventListener("keydown", function (ev) {
+      if (ev.key === "Enter") { ev.preventDefault(); self.run(true); }
+    });
+    this.model.addEventListener("change", function () { self.run(false); });
+    this.layer.addEventListener("change", function () { self.draw(); });
+    this.head.addEventListener("change", function () { self.draw(); });
+    this.first.addEventListener("click", function () { self.stop(); self.show(0); });
+    this.back.addEventListener("click", function () { self.stop(); self.show(self.t - 1); });
+    this.fwd.addEventListener("click", function () { self.stop(); self.show(self.t + 1); });
+    this.last.addEventListener("click", function () { self.stop(); self.show(Infinity); });
+    this.play.addEventListener("click", function () { self.toggle(); });
+    this.run(false);
+  }
+
+  Explorer.prototype.info = function (id) {
+    return this.index.models.filter(function (m) { return m.id === id; })[0];
+  };
+
+  Explorer.prototype.go = function (modelId, digits, toEnd) {
+    this.model.value = modelId;
+    this.input.value = digits;
+    this.run(toEnd);
+    this.input.scrollIntoView({block: "nearest"});
+  };
+
+  Explorer.prototype.setState = function (s) { this.root.setAttribute("data-state", s); };
+
+  Explorer.prototype.run = function (toEnd) {
+    var self = this, parsed = window.BookModel.parseDigits(this.input.value);
+    this.stop();
+    if (parsed.error) {
+      this.result = null;
+      this.message.textContent = parsed.error;
+      this.input.setAttribute("aria-invalid", "true");
+      this.setState("invalid");
+      this.draw();
+      return Promise.resolve(null);
+    }
+    this.message.textContent = "";
+    this.input.removeAttribute("aria-invalid");
+    var id = this.model.value;
+    this.setState("loading");
+    this.status.textContent = "loading " + this.info(id).file + " ...";
+    var ticket = (this.ticket = (this.ticket || 0) + 1);
+    return window.BookModel.load(id, BASE).then(function (m) {
+      if (ticket !== self.ticket) return null;  // a newer request came meanwhile
+      self.modelObj = m;
+      self.fillLayers(m);
+      self.result = m.decode(parsed.digits, {trace: true});
+      self.digits = parsed.digits;
+      self.setState("ready");
+      self.show(toEnd ? Infinity : 0);
+      return self.result;
+    }).catch(function (err) {
+      self.setState("failed");
+      self.message.textContent = "The explorer could not load its model (" + err.message + ").";
+    });
+  };
+
+  Explorer.prototype.fillLayers = function (m) {
+    var keepL = this.layer.value, keepH = this.head.value;
+    this.layer.textContent = "";
+    this.head.textContent = "";
+    for (var l = 0; l < m.L; l++) el("option", {value: String(l)}, this.layer, "layer " + l);
+    el("option", {value: "mean"}, this.head, "mean of heads");
+    for (var h = 0; h < m.h; h++) el("option", {value: String(h)}, this.head, "head " + h);
+    this.layer.value = keepL && Number(keepL) < m.L ? keepL : String(m.L - 1);
+    this.head.value = keepH === "mean" || Number(keepH) < m.h ? keepH || "mean" : "mean";
+  };
+
+  Explorer.prototype.show = function (t) {
+    if (!this.result) return;
+    var last = this.result.steps.length - 1;
+    this.t = Math.max(0, Math.min(last, t));
+    this.draw();
+  };
+
+  Explorer.prototype.stop = function () {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    this.play.textContent = "Play";
+    this.play.setAttribute("aria-pressed", "false");
+  };
+
+  Explorer.prototype.toggle = function () {
+    var self = this;
+    if (this.timer) { this.stop(); return; }
+    if (!this.result) return;
+    if (this.t >= this.result.steps.length - 1) this.show(0);
+    this.play.textContent = "Pause";
+    this.play.setAttribute("aria-pressed", "true");
+    this.timer = setInterval(function () {
+      if (self.t >= self.result.steps.length - 1) { self.stop(); return; }
+      self.show(self.t + 1);
+    }, PLAY_MS);
+  };
+
+  Explorer.prototype.draw = function () {
+    var r = this.result, self = this;
+    [this.probsBox, this.stepBox, this.mapBox, this.kvBox, this.output].forEach(function (b) {
+      b.textContent = "";
+    });
+    var off = !r;
+    [this.first, this.back, this.fwd, this.play, this.last].forEach(function (b) { b.disabled = off; });
+    if (!r) { this.status.textContent = ""; return; }
+    var B = window.BookModel, name = B.tokenName, t = this.t, st = r.steps[t];
+    var n = this.digits.length, total = r.steps.length;
+    var srcNames = r.src.map(name), m = this.modelObj;
+    this.back.disabled = this.first.disabled = t === 0;
+    this.fwd.disabled = this.last.disabled = t === total - 1;
+    var want = this.digits.slice().reverse().map(function (d) { return d + 3; }).concat([2]);
+    var correct = r.tokens.length - 1 === want.length &&
+      want.every(function (id, k) { return r.tokens[k + 1] === id; });
+    this.status.textContent = "Step " + (t + 1) + " of " + total + ": the decoder reads " +
+      name(st.input) + " and picks " + name(st.next) + ". Output " +
+      (correct ? "correct" : "wrong") + ".";
+
+    // the output so far: <bos>, then one token per step up to this one
+    el("span", {title: "decoder input 0"}, this.output, "<bos>");
+    r.tokens.slice(1).forEach(function (id, k) {
+      if (k > t) return;
+      var cls = k === t ? "bme-now" : "";
+      if (id !== want[k]) cls += " bme-wrong";
+      el("span", {"class": cls.trim()}, self.output, name(id));
+    });
+    if (t === total - 1) {
+      self.output.appendChild(document.createTextNode(correct ? "  (the reversal)"
+        : "  (wrong: the reversal is " + want.map(name).join(" ") + ")"));
+    }
+
+    // next-token probabilities
+    el("h4", {}, this.probsBox, "Step " + (t + 1) + ": next-token probabilities");
+    var bars = el("div", {"class": "bme-bars", role: "list"}, this.probsBox);
+    st.probs.forEach(function (p, id) {
+      var row = el("div", {role: "listitem", style: "display:contents",
+                           "class": id === st.next ? "bme-chosen" : ""}, bars);
+      el("span", {}, row, name(id));
+      var track = el("span", {style: "background:#eee"}, row);
+      el("div", {"class": "bme-bar", style: "width:" + (100 * p).toFixed(2) + "%"}, track);
+      el("span", {}, row, p < 0.0005 ? "<0.001" : p.toFixed(3));
+    });
+
+    // cross-attention of every layer and head at this step
+    el("h4", {}, this.stepBox, "Step " + (t + 1) + ": cross-attention, every layer and head");
+    var rows = [], w = [];
+    st.cross.forEach(function (heads, l) {
+      heads.forEach(function (h, k) { rows.push("layer " + l + " head " + k); w.push(h); });
+      rows.push("layer " + l + " mean"); w.push(meanOfHeads(heads));
+    });
+    var mir = mirrorOf(n, t);
+    heatmap(this, this.stepBox, rows, srcNames, w, rows.map(function () { return mir; }),
+            "cross-attention of step " + (t + 1) + ", rows: decoder layer and head, columns: " +
+            "source tokens");
+    el("p", {style: "margin:0.2em 0;font-size:0.8rem"}, this.stepBox,
+       mir >= 0 ? "outlined: the mirrored source position of this step" :
+       "this step is past the input's length: no mirrored position");
+
+    // the map so far for one layer and head
+    var layer = Number(this.layer.value), head = this.head.value;
+    var mapRows = [], mapW = [], mapMirror = [], onMirror = [];
+    for (var s = 0; s <= t; s++) {
+      var heads = r.steps[s].cross[layer];
+      var v = head === "mean" ? meanOfHeads(heads) : heads[Number(head)];
+      mapRows.push(name(r.steps[s].input));
+      mapW.push(v);
+      mapMirror.push(mirrorOf(n, s));
+      if (mirrorOf(n, s) >= 0) onMirror.push(v[mirrorOf(n, s)]);
+    }
+    var headText = head === "mean" ? "mean of heads" : "head " + head;
+    el("h4", {}, this.mapBox, "The map so far: layer " + layer + ", " + headText);
+    heatmap(this, this.mapBox, mapRows, srcNames, mapW, mapMirror,
+            "cross-attention map of layer " + layer + ", " + headText + ", rows: decoder " +
+            "inputs of steps 1 to " + (t + 1) + ", columns: source tokens");
+    if (onMirror.length) {
+      var mean = onMirror.reduce(function (a, b) { return a + b; }, 0) / onMirror.length;
+      el("p", {"class": "bme-mirror-mean", style: "margin:0.2em 0;font-size:0.8rem"}, this.mapBox,
+         "weight on the mirrored position, mean over these rows: " + mean.toFixed(3));
+    }
+
+    // the KV cache
+    el("h4", {}, this.kvBox, "The KV cache after step " + (t + 1));
+    st.selfKeys.forEach(function (k, l) {
+      var p = el("p", {"class": "bme-kv", style: "margin:0.2em 0"}, self.kvBox,
+                 "layer " + l + " self-attention: " + k + " key" + (k === 1 ? "" : "s") + " ");
+      for (var j = 0; j < k; j++) {
+        el("span", {"class": j === k - 1 ? "bme-new" : "", title: "position " + j}, p,
+           name(r.tokens[j]));
+      }
+    });
+    el("p", {"class": "bme-kv", style: "margin:0.2em 0"}, this.kvBox,
+       "cross-attention, every layer: " + st.crossKeys[0] + " keys and values, projected from " +
+       "the encoder's output at step 1 and reused since");
+    el("p", {style: "margin:0.2em 0;font-size:0.8rem"}, this.kvBox,
+       "Each key and each value holds " + m.d + " numbers; step " + (t + 1) +
+       " added one key per layer (orange) and recomputed nothing else.");
+  };
+
+  Explorer.prototype.showTip = function (rect, text) {
+    this.tip.textContent = text;
+    var box = rect.getBoundingClientRect(), outer = this.root.getBoundingClientRect();
+    this.tip.style.left = (box.right - outer.left + 6) + "px";
+    this.tip.style.top = (box.top - outer.top - 4) + "px";
+    this.tip.style.display = "block";
+  };
+
+  Explorer.prototype.hideTip = function () { this.tip.style.display = "none"; };
+
   function start(root) {
-    loadData(root.getAttribute("data-src"))
-      .then(function (data) { new Explorer(root, data); })
+    root.setAttribute("data-state", "loading");
+    loadScript("book_model.js", "BookModel")
+      .then(function () { return loadScript("live_models.js", "BOOK_MODEL_INDEX"); })
+      .then(function (index) { root.explorer = new Explorer(root, index); })
       .catch(function (err) {
         root.setAttribute("data-state", "failed");
-        root.textContent = "The attention explorer could not load its data (" + err.message + ").";
+        root.textContent = "The live explorer could not start (" + err.message + ").";
       });
   }
 
   function init() {
-    var roots = document.querySelectorAll(".html-attention-explorer[data-src]");
+    var roots = document.querySelectorAll(".html-attention-explorer");
     if (!roots.length) return;
-    addStyle();
+    if (!document.getElementById("bme-style")) el("style", {id: "bme-style"}, document.head, CSS);
     Array.prototype.forEach.call(roots, start);
   }
 
