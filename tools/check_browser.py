@@ -14,11 +14,15 @@ Usage:
     output (an mjx-container), every <img> has loaded (naturalWidth > 0), every network
     request went to the local server, or stayed on disk under file:// (or is a data:/blob:
     URL), and nothing was logged as a JavaScript error (console.error, an uncaught exception,
-    a failed load). On chapter 18's page the HTML attention explorer
-    (book_assets/attention_explorer.js) must draw; switching its layer, then its input, must
-    each redraw a different heatmap; one cell's drawn weight
-    must equal attention_explorer_data.js's, its fill matplotlib's Blues, and its tooltip (on
-    keyboard focus) must name both tokens and the weight; ArrowRight must move the focus.
+    a failed load). On chapter 18's page the live explorer (book_assets/attention_explorer.js,
+    running book_model.js on the weights of tools/export_live_models.py) must start with
+    labelled controls and draw; Step and Back must move through decoding and grow the KV
+    cache; a focused cell's tooltip must show its weight, its fill be matplotlib's Blues, and
+    ArrowRight move the focus. In one call the page decodes, with each of the three models,
+    every input of 1 and 2 digits and 200 of each length 3 to 12 (the task's lengths): the
+    tokens must equal helpers.greedy_decode's and the logits of every step of 36 inputs must
+    be within 1e-4 of PyTorch's (the max is printed), the reference built from the weights
+    files the page loads; its erf must match math.erf. Invalid inputs must get a message.
 (b) JupyterLab is started on 127.0.0.1 (free port, no token, temporary settings, runtime
     and root folders) on a COPY of chapters/18_cross_attention_heatmaps.ipynb. The check
     runs all cells (command `runmenu:run-all`), waits for the kernel, requires no error
@@ -340,52 +344,93 @@ SOLUTIONS_JS = r"""
 """
 
 
-# Chapter 18's HTML attention explorer (book_assets/attention_explorer.js, data from
-# tools/export_attention.py): its drawn state, read from the SVG it drew.
-HTML_EXPLORER_STATE_JS = r"""
+# Chapter 18's live explorer (book_assets/attention_explorer.js; the model in
+# book_assets/book_model.js; weights from tools/export_live_models.py): its drawn state.
+LIVE_STATE_JS = r"""
 (() => {
   const root = document.querySelector('.html-attention-explorer');
   if (!root) return {found: false};
-  const svg = root.querySelector('svg.hae-svg');
-  if (root.dataset.state !== 'drawn' || !svg) return {found: true, drawn: false,
-      state: root.dataset.state || null, text: root.textContent.slice(0, 200)};
-  const cells = [...svg.querySelectorAll('rect.hae-cell')];
-  const labels = [...root.querySelectorAll('.hae-controls label')]
-      .map(l => [l.textContent.replace(l.querySelector('select').textContent, '').trim(),
-                 l.querySelector('select').id === l.htmlFor]);
-  return {found: true, drawn: true, view: svg.dataset.view, weights: svg.dataset.weights,
-          fills: cells.map(c => c.getAttribute('fill')).join(' '), cells: cells.length,
-          mirrors: svg.querySelectorAll('rect.hae-mirror').length, labels: labels,
-          options: Object.fromEntries([...root.querySelectorAll('select')]
-              .map(s => [s.dataset.control, s.options.length]))};
+  const state = root.dataset.state || null;
+  const q = s => root.querySelector(s);
+  const controls = [...root.querySelectorAll('.bme-controls input, .bme-controls select')];
+  const labels = controls.map(c => {
+    const l = root.querySelector('label[for="' + c.id + '"]');
+    return [c.dataset.control, !!l && l.textContent.replace(c.textContent, '').trim().length > 0];
+  });
+  const buttons = [...root.querySelectorAll('button')].map(b => b.textContent.trim());
+  const svgs = [...root.querySelectorAll('svg.bme-svg')];
+  return {found: true, state: state, labels: labels, buttons: buttons,
+          status: q('.bme-status') ? q('.bme-status').textContent : null,
+          message: q('.bme-message') ? q('.bme-message').textContent : null,
+          output: q('.bme-output') ? q('.bme-output').textContent : null,
+          bars: root.querySelectorAll('.bme-bar').length,
+          step_cells: svgs[0] ? svgs[0].querySelectorAll('rect.bme-cell').length : 0,
+          map_cells: svgs[1] ? svgs[1].querySelectorAll('rect.bme-cell').length : 0,
+          mirrors: root.querySelectorAll('rect.bme-mirror').length,
+          kv: [...root.querySelectorAll('.bme-kv')].map(p => p.textContent),
+          model: q('select[data-control="model"]') ? q('select[data-control="model"]').value : null,
+          text: state === 'failed' ? root.textContent.slice(0, 200) : ''};
 })()
 """
 
 
-def html_explorer_select_js(control: str, index: int) -> str:
+def live_wait_js(condition: str) -> str:
+    """A promise-free expression: the explorer's state once `condition` (JS, on s) holds."""
+    return f"(() => {{ const s = {LIVE_STATE_JS.strip()}; return ({condition}) ? s : null; }})()"
+
+
+def live_set_js(control: str, value: str, event: str = "input") -> str:
     return f"""
 (() => {{
-  const s = document.querySelector('.html-attention-explorer select[data-control="{control}"]');
-  s.selectedIndex = {index};
-  s.dispatchEvent(new Event('change', {{bubbles: true}}));
-  return s.value;
+  const c = document.querySelector(
+      '.html-attention-explorer [data-control="{control}"]');
+  c.value = {json.dumps(value)};
+  c.dispatchEvent(new Event({json.dumps(event)}, {{bubbles: true}}));
+  return c.value;
 }})()"""
 
 
-# Focus one cell (as the keyboard does), read its weight, fill and tooltip; then press
-# ArrowRight and report which cell has the focus.
-HTML_EXPLORER_CELL_JS = r"""
+def live_click_js(control: str) -> str:
+    return (
+        "(() => { document.querySelector('.html-attention-explorer "
+        f'button[data-control="{control}"]\').click(); return true; }})()'
+    )
+
+
+# Focus one cell of the step heatmap (as the keyboard does): its weight, fill and tooltip;
+# then ArrowRight, and which cell has the focus.
+LIVE_CELL_JS = r"""
 (() => {
   const root = document.querySelector('.html-attention-explorer');
-  const cell = root.querySelector('rect.hae-cell[data-row="ROW"][data-col="COL"]');
+  const cell = root.querySelector('svg.bme-svg rect.bme-cell[data-row="ROW"][data-col="COL"]');
   cell.focus();
-  const tip = root.querySelector('.hae-tip');
+  const tip = root.querySelector('.bme-tip');
   const out = {weight: cell.dataset.weight, fill: cell.getAttribute('fill'),
                tip: tip.textContent, tip_shown: getComputedStyle(tip).display !== 'none',
                focused: document.activeElement === cell};
   cell.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true}));
   const now = document.activeElement;
   out.after_right = now && now.dataset ? [now.dataset.row, now.dataset.col].join(',') : null;
+  return out;
+})()
+"""
+
+# Every model loaded, then every input decoded in the page, in one call: the tokens of each,
+# the logits of every step for the inputs in LOGITS, the time per decode; and erf on a grid.
+LIVE_DECODE_JS = r"""
+(async () => {
+  const src = document.querySelector('script[src$="attention_explorer.js"]').src;
+  const base = src.slice(0, src.lastIndexOf('/') + 1);
+  const inputs = INPUTS, logitsFor = new Set(LOGITS), out = {};
+  for (const id of MODELS) {
+    await window.BookModel.load(id, base);
+    const t0 = performance.now();
+    const runs = inputs.map(d => window.BookModel.decode(id, d));
+    const ms = (performance.now() - t0) / inputs.length;
+    out[id] = {ms: ms, tokens: runs.map(r => r.tokens),
+               logits: runs.map((r, i) => logitsFor.has(i) ? r.logits : null)};
+  }
+  out.erf = GRID.map(x => window.BookModel.erf(x));
   return out;
 })()
 """
@@ -398,70 +443,180 @@ def blues_rgb(v: float) -> tuple[int, int, int]:
     return tuple(round(255 * c) for c in colormaps["Blues"](v)[:3])
 
 
-def explorer_data(path: Path) -> dict:
-    """The explorer's data from its script (`window.ATTENTION_EXPLORER_DATA = {...};`)."""
-    text = path.read_text()
-    return json.loads(text[text.index("=") + 1 :].strip().rstrip(";"))
+LIVE_MODELS = ("book", "sharp", "twin")
+LIVE_PER_LENGTH = 200  # inputs of each length 3..12 (the task's lengths); all of 1 and 2 digits
+LIVE_LOGIT_TOL = 1e-4
 
 
-def check_html_explorer(page: CDP) -> list[str]:
-    """The explorer draws; a new layer and a new input each redraw a different heatmap; one
-    cell's drawn weight is the JSON's, its fill matplotlib's Blues, its tooltip says both
-    tokens and the weight; ArrowRight moves the focus one cell right."""
+def live_inputs() -> tuple[list[list[int]], list[int]]:
+    """(inputs, indices of those whose logits are compared): every input of 1 and 2 digits
+    and 200 random ones (seeded) of each length 3 to 12; logits for 3 of each length."""
+    import numpy as np
+
+    rng = np.random.default_rng(29)
+    inputs = [[d] for d in range(10)] + [[a, b] for a in range(10) for b in range(10)]
+    for n in range(3, 13):
+        inputs += [rng.integers(0, 10, n).tolist() for _ in range(LIVE_PER_LENGTH)]
+    inputs.insert(0, [7, 3, 0, 9, 5, 1, 8])  # the chapter's example first
+    logits, seen = [], {}
+    for i, d in enumerate(inputs):
+        if seen.get(len(d), 0) < 3:
+            logits.append(i)
+            seen[len(d)] = seen.get(len(d), 0) + 1
+    return inputs, logits
+
+
+@functools.cache
+def live_reference(static: Path) -> dict:
+    """PyTorch's greedy tokens (helpers.greedy_decode) and the logits of every step, for every
+    input of live_inputs, from the weights files the page loads (the exporter's unit test
+    proves those files hold the checkpoints bit for bit): no model is trained here."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(ROOT / "tools"))
+    from export_live_models import model_from_file
+
+    from helpers import encode_digits, greedy_decode
+    from helpers.vocab import EOS_ID
+
+    inputs, logit_ids = live_inputs()
+    ref = {}
+    with torch.no_grad():
+        for mid in LIVE_MODELS:
+            model = model_from_file(static / f"weights_{mid}.js")
+            tokens: list = [None] * len(inputs)
+            for n in sorted({len(d) for d in inputs}):  # a batch per length: no padding
+                rows = [i for i, d in enumerate(inputs) if len(d) == n]
+                src = torch.cat([encode_digits(inputs[i]) for i in rows])
+                for i, row in zip(rows, greedy_decode(model, src).tolist()):
+                    # a finished row is padded while others decode: cut after its <eos>
+                    tokens[i] = row[: row.index(EOS_ID) + 1] if EOS_ID in row else row
+            logits = {}
+            for i in logit_ids:
+                memory, mask = model.encode(encode_digits(inputs[i]))
+                tgt_in = torch.tensor([tokens[i][:-1]])
+                logits[i] = model.decode(tgt_in, memory, mask, need_weights=False)[0][0]
+            ref[mid] = {"tokens": tokens, "logits": logits}
+    return ref
+
+
+def check_live_explorer(page: CDP, static: Path) -> list[str]:
+    """The live explorer starts, labels its controls, draws the step and the map, steps, shows
+    a cell's value on focus; it decodes as PyTorch does (tokens of every input, logits of every
+    step of some); an invalid input gets a plain message."""
+    import math
+
     problems: list[str] = []
     try:
         state = page.wait_for(
-            f"(() => {{ const s = {HTML_EXPLORER_STATE_JS.strip()}; "
-            "return (s.found === false || s.drawn || s.state === 'failed') ? s : null; })()",
-            timeout=20,
+            live_wait_js("s.found === false || s.state === 'ready' || s.state === 'failed'"),
+            timeout=30,
         )
     except TimeoutError as err:
-        return [f"HTML attention explorer: not drawn ({err})"]
+        return [f"live explorer: not ready ({err})"]
     if not state.get("found"):
-        return ["no HTML attention explorer (.html-attention-explorer) on the page"]
-    if not state.get("drawn"):
-        return [f"HTML attention explorer did not draw: {state}"]
-    bad_labels = [name for name, ok in state["labels"] if not (name and ok)]
-    if len(state["labels"]) != 4 or bad_labels:
+        return ["no live explorer (.html-attention-explorer) on the page"]
+    if state["state"] != "ready":
+        return [f"live explorer did not start: {state}"]
+    bad = [name for name, ok in state["labels"] if not ok]
+    if len(state["labels"]) != 4 or bad:
         problems.append(f"explorer controls not all labelled: {state['labels']}")
-    if state["mirrors"] != round(state["cells"] ** 0.5):
-        problems.append(f"{state['mirrors']} mirrored cells marked for {state['cells']} cells")
-    seen = [state]
-    for control in ("layer", "input"):
-        current = seen[-1]
-        index = 0 if control == "layer" and current["view"].split("|")[2] != "0" else 1
-        page.evaluate(html_explorer_select_js(control, index))
-        new = page.evaluate(HTML_EXPLORER_STATE_JS)
-        if not new.get("drawn") or new["view"] == current["view"]:
-            problems.append(f"changing the {control} did not redraw: {new.get('view')}")
-        elif new["weights"] == current["weights"] or new["fills"] == current["fills"]:
-            problems.append(f"changing the {control} ({new['view']}) left the heatmap as it was")
-        seen.append(new)
-    view = seen[-1]["view"]
-    input_id, model_id, layer, head = view.split("|")
-    data = explorer_data(HTML / "_static" / "attention_explorer_data.js")
-    model = next(m for m in data["models"] if m["id"] == model_id)
-    entry = data["maps"][model_id][input_id]
-    matrix = entry["layers"][int(layer)][model["heads"] if head == "mean" else int(head)]
-    row, col = 1, 2
-    expected = matrix[row][col]
-    cell = page.evaluate(HTML_EXPLORER_CELL_JS.replace("ROW", str(row)).replace("COL", str(col)))
-    drawn_rgb = tuple(int(x) for x in cell["fill"][4:-1].split(","))
-    want_rgb = blues_rgb(expected)
-    if float(cell["weight"]) != expected:
-        problems.append(f"cell ({row}, {col}) of {view}: drawn {cell['weight']}, JSON {expected}")
-    if max(abs(a - b) for a, b in zip(drawn_rgb, want_rgb)) > 3:
-        problems.append(f"cell ({row}, {col}) fill {drawn_rgb}, matplotlib's Blues {want_rgb}")
-    tip_wants = [entry["rows"][row], entry["cols"][col], f"{expected:.3f}"]
-    if not (cell["focused"] and cell["tip_shown"] and all(t in cell["tip"] for t in tip_wants)):
-        problems.append(f"focused cell's tooltip {cell['tip']!r} lacks {tip_wants}")
-    if cell["after_right"] != f"{row},{col + 1}":
-        problems.append(f"ArrowRight from ({row}, {col}) focused {cell['after_right']}")
-    log(
-        f"  explorer: drawn, redrawn for a new layer and a new input ({view}); cell "
-        f"({row}, {col}) drawn {cell['weight']} (JSON {expected}), fill {cell['fill']}; "
-        f"tooltip {cell['tip']!r}"
+    if not all(state["buttons"]):
+        problems.append(f"a button without text: {state['buttons']}")
+    if state["bars"] != 13 or not state["step_cells"] or not state["map_cells"]:
+        problems.append(f"explorer did not draw bars and heatmaps: {state}")
+    first = state
+    page.evaluate(live_click_js("step"))
+    page.evaluate(live_click_js("step"))
+    stepped = page.evaluate(LIVE_STATE_JS)
+    if stepped["status"] == first["status"] or stepped["map_cells"] <= first["map_cells"]:
+        problems.append(f"Step did not advance: {first['status']!r} -> {stepped['status']!r}")
+    if stepped["kv"] == first["kv"]:
+        problems.append("the KV cache did not grow with a step")
+    page.evaluate(live_click_js("back"))
+    back = page.evaluate(LIVE_STATE_JS)
+    if back["map_cells"] >= stepped["map_cells"]:
+        problems.append("Back did not go back a step")
+    cell = page.evaluate(LIVE_CELL_JS.replace("ROW", "0").replace("COL", "1"))
+    drawn = tuple(int(x) for x in cell["fill"][4:-1].split(","))
+    want = blues_rgb(float(cell["weight"]))
+    if max(abs(a - b) for a, b in zip(drawn, want)) > 3:
+        problems.append(f"cell fill {drawn}, matplotlib's Blues {want}")
+    if not (
+        cell["focused"] and cell["tip_shown"] and f"{float(cell['weight']):.3f}" in cell["tip"]
+    ):
+        problems.append(f"focused cell's tooltip {cell['tip']!r} lacks its weight")
+    if cell["after_right"] != "0,2":
+        problems.append(f"ArrowRight from (0, 1) focused {cell['after_right']}")
+
+    # the same model: every input, every model, tokens; the logits of every step of some
+    inputs, logit_ids = live_inputs()
+    grid = [round(-7 + 0.005 * k, 3) for k in range(2801)]
+    js = (
+        LIVE_DECODE_JS.replace("INPUTS", json.dumps(inputs))
+        .replace("LOGITS", json.dumps(logit_ids))
+        .replace("MODELS", json.dumps(list(LIVE_MODELS)))
+        .replace("GRID", json.dumps(grid))
     )
+    got = page.evaluate(js, timeout=300)
+    ref = live_reference(static)
+    erf_gap = max(abs(a - math.erf(x)) for a, x in zip(got["erf"], grid))
+    if erf_gap > 1e-14:
+        problems.append(f"the page's erf differs from math.erf by {erf_gap:.1e}")
+    worst = 0.0
+    for mid in LIVE_MODELS:
+        same = sum(a == b for a, b in zip(got[mid]["tokens"], ref[mid]["tokens"]))
+        if same != len(inputs):
+            i = next(
+                k for k, (a, b) in enumerate(zip(got[mid]["tokens"], ref[mid]["tokens"])) if a != b
+            )
+            problems.append(
+                f"{mid}: {len(inputs) - same} of {len(inputs)} inputs decode otherwise than "
+                f"greedy_decode, e.g. {inputs[i]}: page {got[mid]['tokens'][i]}, "
+                f"PyTorch {ref[mid]['tokens'][i]}"
+            )
+        gap = 0.0
+        for i in logit_ids:
+            mine, theirs = got[mid]["logits"][i], ref[mid]["logits"][i]
+            if len(mine) != theirs.shape[0]:
+                gap = math.inf
+                continue
+            gap = max(
+                gap, max(abs(a - b) for r, s in zip(mine, theirs.tolist()) for a, b in zip(r, s))
+            )
+        worst = max(worst, gap)
+        log(
+            f"  live explorer, {mid}: {same} of {len(inputs)} inputs (all of 1 and 2 digits, "
+            f"{LIVE_PER_LENGTH} of each length 3-12) decode to greedy_decode's tokens; logits "
+            f"of every step of {len(logit_ids)} inputs: max abs difference {gap:.2e}; "
+            f"{got[mid]['ms']:.2f} ms per decode in the page"
+        )
+    if worst > LIVE_LOGIT_TOL:
+        problems.append(f"logits differ from PyTorch's by {worst:.2e} > {LIVE_LOGIT_TOL}")
+    log(f"  live explorer: erf against math.erf on {len(grid)} points: max gap {erf_gap:.1e}")
+
+    # the UI: another model, then an invalid input and a plain message, then a valid one again
+    page.evaluate(live_set_js("model", "sharp", "change"))
+    sharp = page.wait_for(live_wait_js("s.state === 'ready' && s.model === 'sharp'"), timeout=30)
+    for bad_text in ("12a", "1234567890123", ""):
+        page.evaluate(live_set_js("digits", bad_text))
+        try:
+            msg = page.wait_for(live_wait_js("s.state === 'invalid' && s.message"), timeout=10)
+        except TimeoutError:
+            problems.append(f"invalid input {bad_text!r}: no message")
+            continue
+        if msg["step_cells"] or msg["bars"]:
+            problems.append(f"invalid input {bad_text!r} left a heatmap drawn")
+        log(f"  invalid input {bad_text!r} -> {msg['message']!r}")
+    page.evaluate(live_set_js("digits", "5281"))
+    again = page.wait_for(live_wait_js("s.state === 'ready' && !s.message"), timeout=10)
+    log(
+        f"  explorer: {sharp['model']} model drawn ({sharp['step_cells']} cells at a step); "
+        f"after the invalid inputs, 5281 -> {again['status']!r}"
+    )
+    if not again["status"] or not again["step_cells"]:
+        problems.append(f"a valid input after the invalid ones did not draw: {again}")
     return problems
 
 
@@ -515,7 +670,9 @@ def check_book(browser: Chromium, via: str = "http") -> list[str]:
                 page.navigate(prefix + rel)
                 info = page.evaluate(PAGE_REPORT_JS, timeout=60)
                 sols = page.evaluate(SOLUTIONS_JS)
-                explorer = check_html_explorer(page) if rel == EXPLORER_PAGE else []
+                explorer = (
+                    check_live_explorer(page, HTML / "_static") if rel == EXPLORER_PAGE else []
+                )
                 page.pump(0.3)  # late console messages
             except Exception as err:
                 failures.append(f"{via} {rel}: {type(err).__name__}: {err}")
