@@ -4,6 +4,7 @@ it: every number their prose quotes agrees with the records in chapters/data."""
 from pathlib import Path
 
 import pytest
+from twin_prose import prose
 
 from helpers.benchmark import MiB, activation_bytes, loglog_slope, series
 from helpers.experiments import load_record
@@ -11,12 +12,6 @@ from helpers.experiments import load_record
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_attention_cpu.py").read_text()
 CHAPTER = (ROOT / "chapters" / "19_attention_benchmark.py").read_text()
-
-
-def prose(text: str) -> str:
-    """The markdown of a py:percent twin, comment marks removed, lines joined."""
-    lines = [line[2:] if line.startswith("# ") else line for line in text.splitlines()]
-    return " ".join(line.strip() for line in lines)
 
 
 @pytest.fixture(scope="module")

@@ -6,31 +6,22 @@ here with helpers.experiments, so that a re-recorded study that changes one fail
 until the prose follows.
 """
 
-import re
+import functools
 from pathlib import Path
 
 import numpy as np
 import pytest
+from twin_prose import prose as twin_prose
 
 from helpers import COMPARISON_STEPS, TEST_SEED, TEST_SIZE
 from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact
 
+prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_cross_mask.py"
 CHAPTER = ROOT / "chapters" / "07_masks_and_full_model.py"
 LINK = "../appendix/experiment_cross_mask.ipynb"
 ARMS = ("correct", "triangular_cross")
-
-
-def prose(path: Path) -> str:
-    """The markdown cells of a py:percent twin, as one line of text (line breaks -> spaces)."""
-    text, in_markdown = [], False
-    for line in path.read_text().splitlines():
-        if line.startswith("# %%"):
-            in_markdown = "[markdown]" in line
-        elif in_markdown:
-            text.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
-    return re.sub(r"\s+", " ", " ".join(text))
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from twin_prose import prose
 
 from helpers.experiments import load_record, mean_interval
 
@@ -12,12 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_ddp_timing.py").read_text()
 CHAPTER = (ROOT / "chapters" / "20_distributed_data_parallel.py").read_text()
 ONE, THREADS, TWO = "1 process x 1 thread", "1 process x 2 threads", "2 processes x 1 thread"
-
-
-def prose(text: str) -> str:
-    """The markdown of a py:percent twin, comment marks removed, lines joined."""
-    lines = [line[2:] if line.startswith("# ") else line for line in text.splitlines()]
-    return " ".join(line.strip() for line in lines)
 
 
 @pytest.fixture(scope="module")

@@ -7,29 +7,20 @@ this test until the prose follows.
 """
 
 import dataclasses
-import re
+import functools
 from pathlib import Path
 
 import pytest
+from twin_prose import prose as twin_prose
 
 from helpers.experiments import load_record, mean_interval
 from helpers.recipes import fixed_budget_recipe
 
+prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_initialisation.py"
 CHAPTER = ROOT / "chapters" / "12_when_correct_code_learns_slowly.py"
 LINK = "../appendix/experiment_initialisation.ipynb"
-
-
-def prose(path: Path) -> str:
-    """The markdown cells of a py:percent twin, as one line of text (line breaks -> spaces)."""
-    text, in_markdown = [], False
-    for line in path.read_text().splitlines():
-        if line.startswith("# %%"):
-            in_markdown = "[markdown]" in line
-        elif in_markdown:
-            text.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
-    return re.sub(r"\s+", " ", " ".join(text))
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,14 @@
 """The numbers the kernel-path page and chapter 10 quote agree with the kernel_spread record."""
 
-import re
 from pathlib import Path
 
 import pytest
+from twin_prose import prose
 
 from helpers import wilson_interval
 from helpers.experiments import load_record
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def prose(path: str) -> str:
-    """The markdown of a jupytext twin, comment markers removed and lines joined."""
-    lines = (ROOT / path).read_text().splitlines()
-    text = " ".join(line[2:] if line.startswith("# ") else line for line in lines)
-    return re.sub(r"\s+", " ", text)
 
 
 @pytest.fixture(scope="module")

@@ -3,22 +3,16 @@
 made by tools/record_ch10_stability.py)."""
 
 import dataclasses
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from twin_prose import prose
 
 from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact, mean_interval
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def prose(path: str) -> str:
-    lines = (ROOT / path).read_text().splitlines()
-    text = " ".join(ln[2:] if ln.startswith("# ") else ln for ln in lines)
-    return re.sub(r"\s+", " ", text)
 
 
 PAGE = prose("appendix/experiment_learning_rate.py")

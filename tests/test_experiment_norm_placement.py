@@ -6,32 +6,23 @@ with helpers.experiments, so that a re-recorded sweep that changes a number fail
 until the prose follows.
 """
 
+import functools
 import math
-import re
 from pathlib import Path
 
 import pytest
 import torch
+from twin_prose import prose as twin_prose
 
 from helpers import make_reversal_dataset
 from helpers.experiments import load_record, mean_interval
 from helpers.norm_experiment import order_blind_loss, running_mean, tagging_labels
 
+prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_norm_placement.py"
 CHAPTER = ROOT / "chapters" / "05_encoder.py"
 LINK = "../appendix/experiment_norm_placement.ipynb"
-
-
-def prose(path: Path) -> str:
-    """The markdown cells of a py:percent twin, as one line of text (line breaks -> spaces)."""
-    text, in_markdown = [], False
-    for line in path.read_text().splitlines():
-        if line.startswith("# %%"):
-            in_markdown = "[markdown]" in line
-        elif in_markdown:
-            text.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
-    return re.sub(r"\s+", " ", " ".join(text))
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,8 @@ chapters/data/seed_recipe_run.json)."""
 
 from pathlib import Path
 
+from twin_prose import prose
+
 from helpers.experiments import load_record
 from helpers.recipes import SEED_RECIPE
 
@@ -11,11 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_reference_recipe.py").read_text()
 CHAPTER = (ROOT / "chapters" / "10_training.py").read_text()
 ORDINAL = {6: "sixth", 7: "seventh", 8: "eighth", 9: "ninth", 10: "tenth"}
-
-
-def prose(text: str) -> str:
-    lines = [ln[2:] if ln.startswith("# ") else ln.lstrip("#") for ln in text.splitlines()]
-    return " ".join(ln.strip() for ln in lines)
 
 
 RUN = load_record("seed_recipe_run")

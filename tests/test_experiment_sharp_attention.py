@@ -6,32 +6,22 @@ recomputed here from the record (with helpers.experiments) and looked up, format
 writes it, in the markdown of the .py twins.
 """
 
+import functools
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from twin_prose import prose as twin_prose
 
 from helpers import SEED_RECIPE, SHARP_ATTENTION_RECIPE
 from helpers.experiments import load_record, mean_interval
 
+prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_sharp_attention.py"
 CHAPTER = ROOT / "chapters" / "18_cross_attention_heatmaps.py"
 FINAL, TWIN = "sharp1000d15", "sharp1000d15default"
-
-
-def prose(path: Path) -> str:
-    """The markdown cells of a py:percent twin, comment marks removed, whitespace collapsed."""
-    cells, current = [], None
-    for line in path.read_text().splitlines():
-        if line.startswith("# %%"):
-            current = [] if "[markdown]" in line else None
-            if current is not None:
-                cells.append(current)
-        elif current is not None and line.startswith("#"):
-            current.append(line[2:] if line.startswith("# ") else line[1:])
-    return re.sub(r"\s+", " ", " ".join(" ".join(c) for c in cells))
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from twin_prose import prose
 
 from helpers.experiments import load_record, mean_interval
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
@@ -13,12 +14,6 @@ from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_training_ablation.py").read_text()
 CHAPTER = (ROOT / "chapters" / "10_training.py").read_text()
-
-
-def prose(text: str) -> str:
-    """The markdown of a py:percent twin, comment marks and line breaks removed."""
-    lines = [ln[2:] if ln.startswith("# ") else ln.lstrip("#") for ln in text.splitlines()]
-    return " ".join(ln.strip() for ln in lines)
 
 
 @pytest.fixture(scope="module")
