@@ -181,7 +181,7 @@
     var tour = el("div", {"class": "bme-tour"}, root);
     el("p", {style: "margin:0.3em 0;font-weight:600"}, tour, "A guided tour in three steps:");
     var ol = el("ol", {style: "margin-top:0"}, tour);
-    var ex = index.example.join("");
+    var ex = index.example.join(" ");
     var tourItems = [
       ["book", ex, "The book's model on " + ex + ", decoded to the end. Look at the map of " +
        "each layer: how much of a row's weight lands on its outlined mirrored position?"],
@@ -199,7 +199,7 @@
         el("span", {}, li, item[2]);
         index.models.forEach(function (m, i) {
           if (!m.wrong_example) return;
-          var digits = m.wrong_example.digits.join("");
+          var digits = m.wrong_example.digits.join(" ");
           var b = el("button", {type: "button", "data-tour": k + "-" + m.id}, li,
                      m.id === "book" ? "book's model: " + digits
                        : m.id === "sharp" ? "sharp model: " + digits : "its twin: " + digits);
@@ -217,7 +217,7 @@
     var controls = el("div", {"class": "bme-controls"}, root);
     this.input = labelled(controls, "input", "Digits to reverse (1 to 12)", {
       "data-control": "digits", type: "text", inputmode: "numeric", autocomplete: "off",
-      spellcheck: "false", size: "14", value: ex});
+      spellcheck: "false", size: "24", value: ex});
     this.model = labelled(controls, "select", "Model", {"data-control": "model"});
     index.models.forEach(function (m) {
       el("option", {value: m.id}, self.model, m.label + " (" + m.parameters.toLocaleString("en") +

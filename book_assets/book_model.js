@@ -6,7 +6,8 @@
  *   load(id, baseUrl) -> Promise of the model: injects <script src="baseUrl + weights_<id>.js">
  *       (a script, not fetch(): it loads from file:// too) and builds the model once.
  *   get(id) -> the loaded model or null.
- *   parseDigits(text) -> {digits: [...]} or {error: "..."} (1 to 12 digits, nothing else).
+ *   parseDigits(text) -> {digits: [...]} or {error: "..."}: 1 to 12 digits, spaces and
+ *       commas between them allowed (as helpers.parse_digits).
  *   decode(id or model, digits, {trace}) -> {tokens, logits, steps}: greedy decoding as
  *       helpers.greedy_decode (stops after <eos> or at max_len tokens); logits[t] are the
  *       logits of step t; with trace, steps[t] holds the probabilities, the cross-attention
@@ -266,18 +267,22 @@
     return {src: src, tokens: tokens, logits: logits, steps: steps};
   };
 
+  /* as helpers.parse_digits (the notebook explorer's box): '7 3 0 9', '7309' or '7,3,0,9' */
   function parseDigits(text) {
-    var s = String(text).trim();
-    if (s === "") return {error: "Type 1 to " + MAX_DIGITS + " digits, for example 7309518."};
-    if (!/^[0-9]+$/.test(s)) {
-      return {error: "Only the digits 0 to 9, please: \"" + s.slice(0, 20) +
-              "\" holds something else (spaces and signs too)."};
+    var joined = String(text).replace(/,/g, " ").split(/\s+/).join("");
+    if (joined === "") return {error: "Type at least one digit (0-9)."};
+    var bad = joined.split("").filter(function (c, i, all) {
+      return "0123456789".indexOf(c) < 0 && all.indexOf(c) === i;
+    });
+    if (bad.length) {
+      return {error: "Only the digits 0-9 are allowed; found " +
+              bad.map(function (c) { return "'" + c + "'"; }).join(" ") + "."};
     }
-    if (s.length > MAX_DIGITS) {
-      return {error: "At most " + MAX_DIGITS + " digits: the models were built for " +
-              "sequences of up to " + MAX_DIGITS + " digits; this one has " + s.length + "."};
+    if (joined.length > MAX_DIGITS) {
+      return {error: joined.length + " digits is too long: these models reverse at most " +
+              MAX_DIGITS + " (their max_len leaves room for <bos> and <eos>)."};
     }
-    return {digits: s.split("").map(Number)};
+    return {digits: joined.split("").map(Number)};
   }
 
   var models = {}, pending = {};
