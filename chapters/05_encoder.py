@@ -25,7 +25,7 @@
 # ![The residual stream's size through 24 random Pre-Norm and Post-Norm layers](figures/05_encoder.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 35 s.
+# **Run time:** about 10 s.
 
 # %% [markdown]
 # An encoder layer wraps the two sub-layers of the last two chapters, self-attention

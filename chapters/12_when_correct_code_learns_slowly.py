@@ -24,7 +24,7 @@
 # ![The book's init and PyTorch's defaults, trained side by side](figures/12_when_correct_code_learns_slowly.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 35 s. The first time, it also trains chapter 12's badly initialised model (`default_init_recipe()`) and chapter 12's well-initialised model (`fixed_budget_recipe()`) and caches them on disk (about 1.2 min more); later runs load them.
+# **Run time:** about 15 s. The first time, it also trains chapter 12's badly initialised model (`default_init_recipe()`), chapter 12's well-initialised model (`fixed_budget_recipe()`) and two models of its own and caches them on disk (about 1.6 min more); later runs load them.
 
 # %% [markdown]
 # [The reference chapter](intro.md#the-reference-chapter) tells a story worth repeating. Its first

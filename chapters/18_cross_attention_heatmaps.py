@@ -25,7 +25,7 @@
 # ![The sharp model's cross-attention map of 7 3 0 9 5 1 8](figures/18_cross_attention_heatmaps.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 1.3 min. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 40 s more); later runs load it.
+# **Run time:** about 20 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 35 s more); later runs load it.
 
 # %%
 import dataclasses

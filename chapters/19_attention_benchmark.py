@@ -25,7 +25,7 @@
 # ![Handwritten-to-SDPA ratios of time and peak memory, measured live on a CPU, and the reference chapter's RTX 4090](figures/19_attention_benchmark.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 1.5 min.
+# **Run time:** about 1.3 min.
 
 # %%
 import math

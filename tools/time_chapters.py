@@ -85,14 +85,17 @@ def run_time_text(rec: dict) -> str:
     text = f"**Run time:** about {approx(rec['cached_s'])}"
     models = rec.get("trains", [])
     if models:
-        names = [RECIPE_NAMES.get(m["recipe"], "a model of its own") for m in models]
+        names = [RECIPE_NAMES[m["recipe"]] for m in models if m["recipe"] in RECIPE_NAMES]
+        own = len(models) - len(names)  # recipes a chapter builds itself (chapter 12's twins)
+        if own:
+            count = ("one", "two", "three", "four")[own - 1] if own <= 4 else str(own)
+            names.append(f"{count} model{'s' if own > 1 else ''} of its own")
         train_s = sum(m["seconds"] for m in models)
         what = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        it = "it" if len(models) == 1 else "them"
         text += (
-            f". The first time, it also trains {what} and caches "
-            f"{'it' if len(names) == 1 else 'them'} on disk "
-            f"(about {approx(train_s)} more); later runs load "
-            f"{'it' if len(names) == 1 else 'them'}"
+            f". The first time, it also trains {what} and caches {it} on disk "
+            f"(about {approx(train_s)} more); later runs load {it}"
         )
     return text + "."
 
