@@ -143,6 +143,10 @@ plt.show()
 # time, recomputing keys and values it already computed at the previous step. That is the
 # simplest loop. The KV cache (chapter 13) removes the recomputation and must produce the same
 # tokens.
+#
+# In the HTML book, [chapter 18's live explorer](18_cross_attention_heatmaps.ipynb) (section 3)
+# runs this loop on the trained model in the page: type digits and step through it one token
+# at a time.
 
 # %% [markdown]
 # ## A batch whose rows finish at different times

@@ -260,8 +260,8 @@ for t in (1, 4, 9):
 # loops compute the same function.
 #
 # :::{dropdown} Going deeper: a `<pad>` in a row that is still writing
-# A row that is still writing has no `<pad>` among its self-attention keys unless the model
-# emitted one. When it does, the naive loop masks that key, so the cached loop must mask it too.
+# A row still writing has a `<pad>` key only if the model emitted one; the naive loop masks it,
+# so the cached loop must too.
 # :::
 #
 # Also easy to forget: the new token's **position**. It is token number `step` of the target, so
@@ -359,8 +359,7 @@ assert sequences_equal(out2, tgt_val[:2]).all()  # and both rows are correct rev
 # `<pad>`, which the padding mask hides from later steps.
 #
 # Figure 13.2 draws the same trace for the first row, one column per step. A coloured cell is a
-# key/value row held in layer 0's cache. The self-attention cache gains one row per step; the
-# cross-attention keys and values of all $L_s$ source positions are computed at step 0.
+# key/value row held in layer 0's cache. The cross-attention rows are all computed at step 0.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 n_steps = len(trace)
@@ -398,6 +397,10 @@ fig.legend(handles=handles, loc="lower center", ncol=2, frameon=False)
 fig.suptitle("Figure 13.2: layer 0's KV cache while the model reverses one source", fontsize=11)
 plt.tight_layout(rect=(0, 0.07, 1, 1))
 plt.show()
+
+# %% [markdown]
+# In the HTML book, [chapter 18's live explorer](18_cross_attention_heatmaps.ipynb) shows this
+# cache growing as you step.
 
 # %% [markdown]
 # ## 4. Four cache bugs, reproduced

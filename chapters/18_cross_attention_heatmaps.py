@@ -218,22 +218,23 @@ display(box)
 assert explorer.last_figure is not None and explorer.last_message.endswith("correct")
 
 # %% [markdown]
-# <div class="html-attention-explorer" data-src="../_static/attention_explorer_data.js">
-# <p><em>In the HTML version of this book, an explorer that needs no kernel appears here.</em></p>
+# <div class="html-attention-explorer">
+# <p><em>In the HTML version of this book, the trained model runs here, in the page: type
+# digits and watch it decode.</em></p>
 # </div>
 # <script src="../_static/attention_explorer.js"></script>
 
 # %% [markdown]
-# The HTML book cannot run widgets. It shows an explorer of its own instead, just above. That
-# one draws weights computed beforehand. You pick one of twelve stored inputs, one of three
-# models, a layer and a head, but you cannot type digits. The three models are the sharp
-# model, the book's model of chapter 10, and the sharp recipe trained with PyTorch's default
-# initialisation (on [the experiments page](../appendix/experiment_sharp_attention.ipynb)).
+# The HTML book cannot run widgets, so it runs the model itself, just above, in the page's
+# JavaScript. Type up to 12 digits and step through greedy decoding. Each step shows the
+# next-token probabilities, the cross-attention of every layer and head, and the KV cache of
+# chapter 13. Three models are on offer: the book's model of chapter 10, the sharp model, and
+# the sharp recipe trained with PyTorch's default initialisation (on
+# [the experiments page](../appendix/experiment_sharp_attention.ipynb)).
 #
-# The two explorers feed the decoder differently. The widget, like Figures 18.1 and 18.2,
-# decodes greedily: the decoder reads the model's own output. The HTML explorer's maps are
-# teacher-forced: the decoder reads `<bos>` and the true reversal, as in section 4. The two
-# inputs agree wherever the model reverses correctly, as here:
+# Both explorers decode greedily, like Figures 18.1 and 18.2: the decoder reads the model's
+# own output. Section 4 instead feeds it `<bos>` and the true reversal (teacher forcing). The
+# two inputs agree wherever the model reverses correctly, as here:
 
 # %%
 true_in = torch.cat([torch.tensor([[BOS_ID]]), encode_digits(digits[::-1])[:, :-1]], dim=1)
