@@ -231,8 +231,7 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 
 # %% [markdown]
 # **Fix:** `decode(tgt_in, memory, src_mask)` takes the source padding mask for cross-attention.
-# Chapter 07 shows the wiring. The library's decoder layer also refuses a cross mask whose last
-# dimension is not the source length, so this slip raises whenever L_t differs from L_s.
+# Chapter 07 shows the wiring; the library refuses a cross mask not ending in L_s.
 
 # %% [markdown]
 # ### 3. A fully masked row turns into NaN
