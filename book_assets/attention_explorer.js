@@ -120,7 +120,7 @@
         var text = rows[i] + ", source " + cols[j] + " (position " + j + "): weight " +
           v.toFixed(3) + (mirror[i] === j ? ", the mirrored position" : "");
         var rect = el("svg:rect", {
-          "class": "bme-cell", x: left + j * CELL, y: top + i * CELL, width: CELL, height: CELL,
+          "class": "bme-cell", role: "img", x: left + j * CELL, y: top + i * CELL, width: CELL, height: CELL,
           fill: blues(v), tabindex: i === 0 && j === 0 ? "0" : "-1", "data-row": i,
           "data-col": j, "data-weight": v.toFixed(6), "aria-label": text
         }, svg);
@@ -183,8 +183,8 @@
     var ol = el("ol", {style: "margin-top:0"}, tour);
     var ex = index.example.join(" ");
     var tourItems = [
-      ["book", ex, "The book's model on " + ex + ", decoded to the end. Look at the map of " +
-       "each layer: how much of a row's weight lands on its outlined mirrored position?"],
+      ["book", ex, "The book's model on " + ex + ", decoded to the end. Look at the map (switch its layer): how " +
+       "much of a row's weight lands on its outlined mirrored position?"],
       ["sharp", ex, "Chapter 18's sharp model on the same input: compare its map, and the " +
        "mean weight on the mirrored position printed under it."],
       [null, null, "Inputs each model gets wrong: "]
@@ -225,7 +225,8 @@
     });
     this.layer = labelled(controls, "select", "Map: decoder layer", {"data-control": "layer"});
     this.head = labelled(controls, "select", "Map: head", {"data-control": "head"});
-    this.message = el("div", {"class": "bme-message", role: "alert"}, root);
+    this.message = el("div", {"class": "bme-message", role: "alert", id: uid("message")}, root);
+    this.input.setAttribute("aria-describedby", this.message.id);  // read with the box
 
     var stepper = el("div", {"class": "bme-stepper"}, root);
     this.first = el("button", {type: "button", "data-control": "first"}, stepper, "\u00ab Start");
@@ -234,7 +235,8 @@
     this.play = el("button", {type: "button", "data-control": "play"}, stepper, "Play");
     this.last = el("button", {type: "button", "data-control": "last"}, stepper, "End \u00bb");
     this.status = el("span", {"class": "bme-status", "aria-live": "polite"}, stepper);
-    this.output = el("div", {"class": "bme-output", "aria-label": "decoded tokens"}, root);
+    this.output = el("div", {"class": "bme-output", role: "group", "aria-label": "decoded tokens"},
+                     root);
     var panels = el("div", {"class": "bme-panels"}, root);
     this.probsBox = el("section", {}, panels);
     this.stepBox = el("section", {}, panels);
@@ -273,6 +275,7 @@
   Explorer.prototype.run = function (toEnd) {
     var self = this, parsed = window.BookModel.parseDigits(this.input.value);
     this.stop();
+    var ticket = (this.ticket = (this.ticket || 0) + 1);  // a newer request cancels older ones
     if (parsed.error) {
       this.result = null;
       this.message.textContent = parsed.error;
@@ -286,7 +289,6 @@
     var id = this.model.value;
     this.setState("loading");
     this.status.textContent = "loading " + this.info(id).file + " ...";
-    var ticket = (this.ticket = (this.ticket || 0) + 1);
     return window.BookModel.load(id, BASE).then(function (m) {
       if (ticket !== self.ticket) return null;  // a newer request came meanwhile
       self.modelObj = m;
@@ -297,6 +299,7 @@
       self.show(toEnd ? Infinity : 0);
       return self.result;
     }).catch(function (err) {
+      if (ticket !== self.ticket) return null;
       self.setState("failed");
       self.message.textContent = "The explorer could not load its model (" + err.message + ").";
     });
@@ -353,7 +356,8 @@
     var srcNames = r.src.map(name), m = this.modelObj;
     this.back.disabled = this.first.disabled = t === 0;
     this.fwd.disabled = this.last.disabled = t === total - 1;
-    var want = this.digits.slice().reverse().map(function (d) { return d + 3; }).concat([2]);
+    var ids = m.ids, want = this.digits.slice().reverse()
+      .map(function (d) { return d + ids.digit_offset; }).concat([ids.eos]);
     var correct = r.tokens.length - 1 === want.length &&
       want.every(function (id, k) { return r.tokens[k + 1] === id; });
     this.status.textContent = "Step " + (t + 1) + " of " + total + ": the decoder reads " +
@@ -436,8 +440,9 @@
        "cross-attention, every layer: " + st.crossKeys[0] + " keys and values, projected from " +
        "the encoder's output at step 1 and reused since");
     el("p", {style: "margin:0.2em 0;font-size:0.8rem"}, this.kvBox,
-       "Each key and each value holds " + m.d + " numbers; step " + (t + 1) +
-       " added one key per layer (orange) and recomputed nothing else.");
+       "Each key and each value holds " + m.d + " numbers. Step " + (t + 1) +
+       " added one key and one value to each layer's self-attention cache (orange) and " +
+       "recomputed none of the others.");
   };
 
   Explorer.prototype.showTip = function (rect, text) {

@@ -145,8 +145,8 @@ plt.show()
 # tokens.
 #
 # In the HTML book, [chapter 18's live explorer](18_cross_attention_heatmaps.ipynb) (section 3)
-# runs this loop on the trained model in the page: type digits and step through it one token
-# at a time.
+# runs greedy decoding on this model in the page, with chapter 13's KV cache: type digits and
+# step through it one token at a time.
 
 # %% [markdown]
 # ## A batch whose rows finish at different times

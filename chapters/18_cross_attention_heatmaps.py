@@ -219,8 +219,8 @@ assert explorer.last_figure is not None and explorer.last_message.endswith("corr
 
 # %% [markdown]
 # <div class="html-attention-explorer">
-# <p><em>In the HTML version of this book, the trained model runs here, in the page: type
-# digits and watch it decode.</em></p>
+# <p><em>In the HTML version of this book, with JavaScript on, the trained model runs here, in
+# the page: type digits and watch it decode.</em></p>
 # </div>
 # <script src="../_static/attention_explorer.js"></script>
 
