@@ -70,6 +70,10 @@
 
   function Model(data) {
     var c = data.config;
+    // what the forward pass below computes; another export must not run silently
+    if (c.norm !== "pre" || c.activation !== "gelu_erf" || c.positions !== "sinusoidal") {
+      throw new Error(data.id + ": this page computes Pre-Norm, exact GELU, sinusoidal positions");
+    }
     this.id = data.id;
     this.label = data.label;
     this.config = c;
