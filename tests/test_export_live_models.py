@@ -236,7 +236,7 @@ def test_numpy_forward_from_the_file_equals_pytorch(tool, files, model_id):
 
 
 def test_numpy_forward_catches_a_wrong_config(tool, files):
-    """The comparison can fail: the tanh GELU's gap is visible, and so is a missing sqrt(d)."""
+    """The comparison can fail: a forward pass without the sqrt(d) token scale is far off."""
     data = dict(files["sharp"])
     model = tool.model_from_file(ASSETS / tool.weights_file("sharp"))
     src = encode_digits([7, 3, 0, 9, 5, 1, 8])
