@@ -50,6 +50,7 @@ from helpers.benchmark import (
     activation_bytes,
     causal_blocks,
     loglog_slope,
+    peak_over_count,
     plot_sweep,
     results_table,
     series,
@@ -127,15 +128,7 @@ plt.show()
 # divided by its count, from $L = 512$ on, and the log-log slope of each path's peak:
 
 # %%
-counted = {}
-for r in timed:
-    if r["L"] < 512:
-        continue
-    act = activation_bytes(r["B"], r["L"], r["d_model"]) / MiB
-    if r["variant"] == "handwritten":
-        counted[r["variant"], r["L"]] = r["peak_mib"] / (3 * r["score_matrix_mib"] + 3 * act)
-    else:
-        counted[r["variant"], r["L"]] = r["peak_mib"] / (5 * act)
+counted = peak_over_count(timed, min_L=512)
 for v in VARIANTS:
     values = [f"L={L} {x:.2f}" for (w, L), x in counted.items() if w == v]
     print(f"{v:<12} peak / count: " + ", ".join(values))

@@ -50,6 +50,7 @@ from helpers.benchmark import (
     loglog_slope,
     measure,
     peak_memory_skip_reason,
+    peak_over_count,
     record_op_outputs,
     results_table,
     score_matrix_bytes,
@@ -489,15 +490,7 @@ else:
         elif r["L"] >= 512:
             assert r["peak_mib"] < r["score_matrix_mib"]
     # section 2's counts: three score matrices plus Q, K and V; five activations for SDPA
-    counted = {}
-    for r in sweep:
-        if r["L"] < 512:
-            continue
-        act = activation_bytes(r["B"], r["L"], r["d_model"]) / MiB
-        if r["variant"] == "handwritten":
-            counted[r["variant"], r["L"]] = r["peak_mib"] / (3 * r["score_matrix_mib"] + 3 * act)
-        else:
-            counted[r["variant"], r["L"]] = r["peak_mib"] / (5 * act)
+    counted = peak_over_count(sweep, min_L=512)
     print("measured peak / section 2's count:")
     for (v, L), x in counted.items():
         print(f"  L={L:5d} {v:<12}: {x:.2f}")

@@ -350,3 +350,17 @@ def test_record_op_outputs_sees_the_handwritten_score_matrices():
         _, ops = record_op_outputs(mha, x, x, x, attn_mask=make_causal_mask(L), need_weights=False)
     square = [(r.op, r.shape) for r in ops if r.shape[-2:] == (L, L) and r.dtype.is_floating_point]
     assert square == [("where", (1, 1, L, L))]  # SDPA's float copy of the mask, no score matrix
+
+
+def test_peak_over_count_divides_by_the_counts_of_chapter_19():
+    from helpers.benchmark import MiB, activation_bytes, peak_over_count
+
+    act = activation_bytes(2, 512, 64) / MiB
+    rows = [
+        dict(variant="handwritten", L=512, B=2, d_model=64, score_matrix_mib=4.0, peak_mib=0.0),
+        dict(variant="sdpa", L=512, B=2, d_model=64, score_matrix_mib=4.0, peak_mib=5 * act),
+        dict(variant="sdpa", L=256, B=2, d_model=64, score_matrix_mib=1.0, peak_mib=1.0),
+    ]
+    rows[0]["peak_mib"] = 2 * (3 * 4.0 + 3 * act)
+    got = peak_over_count(rows, min_L=512)
+    assert got == {("handwritten", 512): 2.0, ("sdpa", 512): 1.0}  # L=256 left out

@@ -92,6 +92,23 @@ def activation_bytes(B: int, L: int, d_model: int, dtype=torch.float32) -> int:
     return B * L * d_model * torch.empty((), dtype=dtype).element_size()
 
 
+def peak_over_count(rows, min_L: int = 512) -> dict[tuple[str, int], float]:
+    """Used in chapter 19 and on its Experiments page. Each sweep row's measured peak memory
+    over the count chapter 19 reads off the code: three score matrices plus Q, K and V for the
+    handwritten path, five [B, L, d_model] activations for SDPA. Rows below min_L (where fixed
+    costs dominate) are left out. Keys: (variant, L)."""
+    counted = {}
+    for r in rows:
+        if r["L"] < min_L:
+            continue
+        act = activation_bytes(r["B"], r["L"], r["d_model"]) / MiB
+        if r["variant"] == "handwritten":
+            counted[r["variant"], r["L"]] = r["peak_mib"] / (3 * r["score_matrix_mib"] + 3 * act)
+        else:
+            counted[r["variant"], r["L"]] = r["peak_mib"] / (5 * act)
+    return counted
+
+
 def attention_flops(B: int, heads: int, L: int, d_model: int, causal: bool = True) -> float:
     """Used in chapter 19. Floating-point operations of one self-attention call.
 
