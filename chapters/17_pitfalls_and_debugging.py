@@ -845,7 +845,7 @@ assert ratios["book init"] < 2 and ratios["PyTorch defaults"] > 10
 
 # %% tags=["nbval-ignore-output"]
 model = new_model()
-print("after construction, model.training =", model.training)
+print(f"after construction the model is in {'train' if model.training else 'eval'} mode")
 with torch.no_grad():
     runs_train = [model(src, tgt_in).argmax(-1) for _ in range(2)]
     model.eval()
