@@ -54,7 +54,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers import wilson_interval
-from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact, mean_interval
+from helpers.experiments import (
+    arm_bits,
+    compare_arms,
+    largest_fall,
+    load_record,
+    mcnemar_exact,
+    mean_interval,
+)
 
 record = load_record("ch10_stability")
 print(f"recorded {record['date'][:10]}; numerics:")
@@ -132,20 +139,6 @@ for left_out in comparison.seeds:
 
 # %%
 WARMUP = record["recipe"]["warmup"]
-
-
-def largest_fall(curve, start, k=5):
-    """The largest drop of the k-step mean of curve from a high to a later low, after index
-    start, and the step (1-based) of that low."""
-    mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
-    best, high, low_step = 0.0, mean[start], start + 1
-    for i in range(start, len(mean)):
-        high = max(high, mean[i])
-        if high - mean[i] > best:
-            best, low_step = high - mean[i], i + 1
-    return best, low_step
-
-
 falls, peaks = {}, {}
 for arm in ARMS:
     runs = record["arms"][arm]

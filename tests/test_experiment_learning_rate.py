@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from twin_prose import prose
 
-from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact, mean_interval
+from helpers.experiments import (
+    arm_bits,
+    compare_arms,
+    largest_fall,
+    load_record,
+    mcnemar_exact,
+    mean_interval,
+)
 from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,15 +127,6 @@ def test_every_seed_needed_more_steps_and_all_reached(record):
 
 def test_the_fall_and_the_loss_as_stated(record):
     import math
-
-    def largest_fall(curve, start, k=5):
-        mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
-        best, high, low_step = 0.0, mean[start], start + 1
-        for i in range(start, len(mean)):
-            high = max(high, mean[i])
-            if high - mean[i] > best:
-                best, low_step = high - mean[i], i + 1
-        return best, low_step
 
     warm = BOOK_RECIPE.warmup
     found = {

@@ -166,3 +166,16 @@ def compare_arms(record: dict, arm_a: str, arm_b: str) -> Comparison:
         np.concatenate([a[s] for s in seeds]), np.concatenate([b[s] for s in seeds])
     )
     return Comparison(seeds, mean_interval(diffs), pooled, per_seed)
+
+
+def largest_fall(curve, start: int, k: int = 5) -> tuple[float, int]:
+    """The largest drop of the k-step running mean of a per-step curve from a high to a later
+    low, looking from index start on, and the step (1-based) of that low. Used on the
+    learning-rate Experiments page (how far training accuracy fell back after the warmup)."""
+    mean = [sum(curve[max(0, i - k + 1) : i + 1]) / min(k, i + 1) for i in range(len(curve))]
+    best, high, low_step = 0.0, mean[start], start + 1
+    for i in range(start, len(mean)):
+        high = max(high, mean[i])
+        if high - mean[i] > best:
+            best, low_step = high - mean[i], i + 1
+    return best, low_step
