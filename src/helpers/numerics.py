@@ -203,11 +203,16 @@ def kernel_spread(path: Path | None = None) -> dict:
     return json.loads(Path(path or SPREAD_FILE).read_text())
 
 
-def largest_gap(results: dict, part: str, key: str, reference: str = "pinned") -> float:
+def largest_gap(
+    results: dict, part: str, key: str, reference: str = "pinned", index: int | None = None
+) -> float:
     """The largest |difference| of results[mode][part][key] from the reference mode's, over
-    every mode that measured it and every element (a number or a list of per-layer numbers)."""
+    every mode that measured it and every element (a number or a list of per-layer numbers);
+    index picks one element of a per-layer list."""
 
     def as_list(v):
+        if index is not None:
+            return [v[index]]
         return list(v) if isinstance(v, (list, tuple)) else [v]
 
     ref = as_list(results[reference][part][key])
@@ -261,12 +266,10 @@ def assert_within_measured_spread(
         known = sorted(f"{p}.{k}" for p, v in pinned.items() if p != "numerics" for k in v)
         raise KeyError(f"{name!r} is not a measured number; known: {', '.join(known)}")
 
-    def pick(v):
-        return v[index] if index is not None else v
-
-    paths = {m: r for m, r in results.items() if part in r}
-    ref = pick(paths["pinned"][part][key]) * scale
-    gap = max(abs(pick(r[part][key]) * scale - ref) for r in paths.values())
+    paths = [m for m, r in results.items() if part in r]
+    pinned = results["pinned"][part][key]
+    ref = (pinned if index is None else pinned[index]) * scale
+    gap = largest_gap(results, part, key, index=index) * scale
     allowed = tolerance(gap, margin=margin)
     if abs(value - ref) > allowed:
         raise AssertionError(
