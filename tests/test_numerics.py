@@ -189,10 +189,3 @@ def test_largest_gap_and_tolerance(monkeypatch):
     assert numerics.tolerance(0.0) == 0.005  # never below one probe sequence of 200
     monkeypatch.setattr(numerics, "pin_problems", lambda: ["MKL_CBWR is unset"])
     assert numerics.tolerance(0.06) == pytest.approx(0.12)
-
-
-def test_path_labels_name_cpu_kernels_and_mkl_mode():
-    for block in numerics.kernel_spread()["results"].values():
-        label = numerics.path_label(block["numerics"])
-        assert block["numerics"]["cpu"] in label and "MKL_CBWR=" in label
-    assert "the book's pin" in numerics.path_label({**numerics.provenance(), "pinned": True})

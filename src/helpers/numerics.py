@@ -239,14 +239,6 @@ def tolerance(
     return pinned_atol if same_bits else max(margin * measured_gap, one_probe)
 
 
-def path_label(block: dict) -> str:
-    """A kernel path in words, from a record's numerics block: CPU, ATen kernels, MKL mode."""
-    pinned = " (the book's pin)" if block.get("pinned") else ""
-    return (
-        f"{block['cpu']}, {block['aten_capability']} kernels, MKL_CBWR={block['mkl_cbwr']}{pinned}"
-    )
-
-
 def assert_within_measured_spread(
     name: str, value, index: int | None = None, scale: float = 1.0, margin: float = 2.0
 ) -> float:
