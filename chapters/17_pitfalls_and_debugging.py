@@ -231,7 +231,7 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 
 # %% [markdown]
 # **Fix:** `decode(tgt_in, memory, src_mask)` takes the source padding mask for cross-attention.
-# Chapter 07 shows the wiring, and the library refusing a cross mask that does not end in L_s.
+# Chapter 07 shows the wiring and the library refusing a mask not ending in L_s.
 
 # %% [markdown]
 # ### 3. A fully masked row turns into NaN
