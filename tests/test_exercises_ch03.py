@@ -2,11 +2,18 @@
 
 import math
 
+import mistakes_ch03 as mistakes
 import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.exercises import ExerciseError, check_additive_mask_attention, check_alibi_bias
+from helpers.exercises import (
+    ExerciseError,
+    check_additive_mask_attention,
+    check_alibi_bias,
+    check_multi_head_attention,
+    check_scaled_dot_product_attention,
+)
 
 
 def additive(q, k, v, mask, *, scale=True, dim=-1, reverse=False, zero_rows=True):
@@ -81,3 +88,65 @@ def test_alibi_rejects_a_wrong_bias(wrong, hint):
 def test_alibi_rejects_a_wrong_shape():
     with pytest.raises(ExerciseError, match="shape"):
         check_alibi_bias(lambda h, L: alibi(h, L)[0])
+
+
+# --- Exercises 3.4 and 3.5: every catalogued mistake named, the book's answers accepted ---
+
+
+def test_sdpa_accepts_the_book_answer(capsys):
+    check_scaled_dot_product_attention(mistakes.sdpa_correct)
+    assert "all 4 checks passed" in capsys.readouterr().out
+
+
+def test_sdpa_accepts_minus_inf():  # no query of the checker's inputs has every key blocked
+    def minus_inf(q, k, v, padding_mask=None, causal=False):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        mask = mistakes._mask(q, k, padding_mask, causal)
+        weights = scores.masked_fill(mask, float("-inf")).softmax(-1)
+        return weights @ v, weights
+
+    check_scaled_dot_product_attention(minus_inf)
+
+
+def _name(param):
+    return getattr(param, "__name__", "message")
+
+
+@pytest.mark.parametrize("mistake, message", mistakes.SDPA_MISTAKES.items(), ids=_name)
+def test_sdpa_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_scaled_dot_product_attention(mistake)
+
+
+def test_sdpa_messages_are_distinct():
+    assert len(set(mistakes.SDPA_MISTAKES.values())) == len(mistakes.SDPA_MISTAKES) - 1  # -inf
+
+
+def test_sdpa_unknown_mistake_says_what_differs():
+    def doubled(q, k, v, padding_mask=None, causal=False):
+        out, w = mistakes.sdpa_correct(q, k, v, padding_mask, causal)
+        return 2 * out, w
+
+    with pytest.raises(ExerciseError, match=r"on input 1 .*the output\[.*values differ"):
+        check_scaled_dot_product_attention(doubled)
+
+
+def test_mha_accepts_the_book_answer(capsys):
+    check_multi_head_attention(mistakes.MHACorrect)
+    assert "all 4 checks passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake, message", mistakes.MHA_MISTAKES.items(), ids=_name)
+def test_mha_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_multi_head_attention(mistake)
+
+
+def test_mha_refuses_other_parameter_names():
+    class Fused(mistakes.MHACorrect):
+        def __init__(self, d_model, num_heads):
+            super().__init__(d_model, num_heads)
+            self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+
+    with pytest.raises(ExerciseError, match="do not load into your module"):
+        check_multi_head_attention(Fused)

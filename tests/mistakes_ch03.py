@@ -1,0 +1,242 @@
+"""The catalogue of plausible wrong answers to chapter 3's implement exercises.
+
+Not collected by pytest (the name does not start with test_): tests/test_exercises_ch03.py
+shows each one rejected by its checker with its own message, and tests/plant_mistake.py
+plants them into the library to see whether its unit tests notice.
+
+- Attention mistakes (exercise 3.4) are functions `fn(q, k, v, padding_mask=None,
+  causal=False) -> (out, weights)`, the exercise's signature. Their library counterparts,
+  the `lib_*` functions below them, have the shape of what they replace:
+  `MultiHeadAttention._attention_by_hand(self, Q, K, V, attn_mask)`, `make_padding_mask(ids,
+  pad_id)` or `make_causal_mask(L, device)`.
+- Multi-head attention mistakes (exercise 3.5) are classes like the exercise's module:
+  `cls(d_model, num_heads)`, `forward(q, k, v, padding_mask=None, causal=False)`. Each
+  subclasses the right answer and overrides one method. Their library counterparts are the
+  `lib_mha_*` functions, with the shape of the `MultiHeadAttention` method they replace.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# --- Scaled dot-product attention (exercise 3.4) ---
+
+
+def sdpa_correct(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    Lq, Lk = scores.shape[-2:]
+    mask = torch.zeros(Lq, Lk, dtype=torch.bool)
+    if padding_mask is not None:
+        mask = mask | padding_mask[:, None, None, :]
+    if causal:
+        mask = mask | torch.ones(Lq, Lk, dtype=torch.bool).triu(diagonal=1)
+    weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(dim=-1)
+    return weights @ v, weights
+
+
+def _mask(q, k, padding_mask, causal, padding_shape=(slice(None), None, None), diagonal=1):
+    """The bool mask (True = blocked) that a solution builds; the keywords give it a mistake."""
+    Lq, Lk = q.size(-2), k.size(-2)
+    mask = torch.zeros(Lq, Lk, dtype=torch.bool)
+    if padding_mask is not None:
+        mask = mask | padding_mask[padding_shape]
+    if causal:
+        mask = mask | torch.ones(Lq, Lk, dtype=torch.bool).triu(diagonal=diagonal)
+    return mask
+
+
+def _masked_softmax(scores, mask, fill=None):
+    fill = torch.finfo(scores.dtype).min if fill is None else fill
+    return scores.masked_fill(mask, fill).softmax(dim=-1)
+
+
+def sdpa_no_scale(q, k, v, padding_mask=None, causal=False):
+    weights = _masked_softmax(q @ k.transpose(-2, -1), _mask(q, k, padding_mask, causal))
+    return weights @ v, weights
+
+
+def sdpa_scale_d_k(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / q.size(-1)
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal))
+    return weights @ v, weights
+
+
+def sdpa_scale_d_model(q, k, v, padding_mask=None, causal=False):
+    d_model = q.size(1) * q.size(-1)  # h * d_k
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal))
+    return weights @ v, weights
+
+
+def sdpa_softmax_over_queries(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    mask = _mask(q, k, padding_mask, causal)
+    weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(dim=-2)
+    return weights @ v, weights
+
+
+def sdpa_mask_inverted(q, k, v, padding_mask=None, causal=False):  # True = keep
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = _masked_softmax(scores, ~_mask(q, k, padding_mask, causal))
+    return weights @ v, weights
+
+
+def sdpa_padding_not_unsqueezed(q, k, v, padding_mask=None, causal=False):  # [B, Lk] as it is
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal, padding_shape=...))
+    return weights @ v, weights
+
+
+def sdpa_padding_unsqueezed_once(q, k, v, padding_mask=None, causal=False):  # [B, 1, Lk]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    mask = _mask(q, k, padding_mask, causal, padding_shape=(slice(None), None))
+    weights = _masked_softmax(scores, mask)
+    return weights @ v, weights
+
+
+def sdpa_fill_minus_1e9(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal), fill=-1e9)
+    return weights @ v, weights
+
+
+def sdpa_mask_after_softmax(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = scores.softmax(dim=-1).masked_fill(_mask(q, k, padding_mask, causal), 0.0)
+    return weights @ v, weights
+
+
+def sdpa_mask_ignored(q, k, v, padding_mask=None, causal=False):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)
+    return weights @ v, weights
+
+
+def sdpa_causal_ignored(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal=False))
+    return weights @ v, weights
+
+
+def sdpa_causal_diagonal_0(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal, diagonal=0))
+    return weights @ v, weights
+
+
+def sdpa_causal_diagonal_0_inf(q, k, v, padding_mask=None, causal=False):  # -inf: NaN rows
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    mask = _mask(q, k, padding_mask, causal, diagonal=0)
+    weights = _masked_softmax(scores, mask, fill=float("-inf"))
+    return weights @ v, weights
+
+
+SDPA_MISTAKES = {  # mistake -> a fragment of the message the checker gives
+    sdpa_no_scale: "not divided by sqrt",
+    sdpa_scale_d_k: "not by d_k",
+    sdpa_scale_d_model: r"sqrt\(h \* d_k\), the model width",
+    sdpa_softmax_over_queries: "sum to 1 over queries, not keys",
+    sdpa_mask_inverted: "polarity is reversed",
+    sdpa_padding_not_unsqueezed: "lines up with the queries",
+    sdpa_padding_unsqueezed_once: "lines up its batch dimension with the heads",
+    sdpa_fill_minus_1e9: "-1e9 does not exist in float16",
+    sdpa_mask_after_softmax: "applied after the softmax",
+    sdpa_mask_ignored: "padding mask is not applied",
+    sdpa_causal_ignored: "must not see the keys after it",
+    sdpa_causal_diagonal_0: "also blocks each query's own key",
+    sdpa_causal_diagonal_0_inf: "also blocks each query's own key",
+}
+
+
+# --- Multi-head attention (exercise 3.5) ---
+
+
+class MHACorrect(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def split(self, x):  # [B, L, d_model] -> [B, h, L, d_k]
+        return x.view(x.size(0), x.size(1), self.h, self.d_k).transpose(1, 2)
+
+    def merge(self, x):  # [B, h, L, d_k] -> [B, L, d_model]
+        return x.transpose(1, 2).reshape(x.size(0), x.size(2), self.h * self.d_k)
+
+    def project(self, q, k, v):
+        return self.split(self.W_q(q)), self.split(self.W_k(k)), self.split(self.W_v(v))
+
+    def attention(self, Q, K, V, padding_mask, causal):
+        return sdpa_correct(Q, K, V, padding_mask, causal)
+
+    def output(self, out):  # out [B, h, Lq, d_k]
+        return self.W_o(self.merge(out))
+
+    def forward(self, q, k, v, padding_mask=None, causal=False):
+        out, weights = self.attention(*self.project(q, k, v), padding_mask, causal)
+        return self.output(out), weights
+
+
+class MHAMergeWithoutTranspose(MHACorrect):
+    def merge(self, x):
+        return x.reshape(x.size(0), x.size(2), self.h * self.d_k)  # no .transpose(1, 2)
+
+
+class MHAMergeViewAfterTranspose(MHACorrect):
+    def merge(self, x):
+        return x.transpose(1, 2).view(x.size(0), x.size(2), self.h * self.d_k)
+
+
+class MHASplitWithoutTranspose(MHACorrect):  # and the matching merge
+    def split(self, x):
+        return x.view(x.size(0), self.h, x.size(1), self.d_k)
+
+    def merge(self, x):
+        return x.reshape(x.size(0), x.size(2), self.h * self.d_k)
+
+
+class MHANoWo(MHACorrect):
+    def output(self, out):
+        return self.merge(out)
+
+
+class MHAWoBiasPerHead(MHACorrect):  # each head through its columns of W_o, bias each time
+    def output(self, out):
+        cols = [slice(i * self.d_k, (i + 1) * self.d_k) for i in range(self.h)]
+        return sum(
+            F.linear(out[:, i], self.W_o.weight[:, c], self.W_o.bias) for i, c in enumerate(cols)
+        )
+
+
+class MHAScaleDModel(MHACorrect):
+    def attention(self, Q, K, V, padding_mask, causal):
+        return sdpa_scale_d_model(Q, K, V, padding_mask, causal)
+
+
+class MHAQKSwapped(MHACorrect):
+    def project(self, q, k, v):
+        return self.split(self.W_k(q)), self.split(self.W_q(k)), self.split(self.W_v(v))
+
+
+class MHAKVFromQuery(MHACorrect):
+    def project(self, q, k, v):
+        return self.split(self.W_q(q)), self.split(self.W_k(q)), self.split(self.W_v(q))
+
+
+class MHAMaskNotOverHeads(MHACorrect):  # padding_mask[:, None, :]: [B, 1, Lk]
+    def attention(self, Q, K, V, padding_mask, causal):
+        return sdpa_padding_unsqueezed_once(Q, K, V, padding_mask, causal)
+
+
+MHA_MISTAKES = {
+    MHAMergeWithoutTranspose: "scrambles positions and heads",
+    MHAMergeViewAfterTranspose: "no longer contiguous",
+    MHASplitWithoutTranspose: "cuts the sequence instead of the features",
+    MHANoWo: "W_o is missing",
+    MHAWoBiasPerHead: "bias is added once per head",
+    MHAScaleDModel: r"sqrt\(h \* d_k\), the model width",
+    MHAQKSwapped: "queries come from W_k",
+    MHAKVFromQuery: "keys and values are projections of q",
+    MHAMaskNotOverHeads: "lines up its batch dimension with the heads",
+}
