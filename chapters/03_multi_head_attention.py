@@ -26,6 +26,7 @@
 # **Run time:** about 20 s.
 
 # %%
+import copy
 import math
 
 import matplotlib.pyplot as plt
@@ -912,31 +913,39 @@ plt.show()
 # %% [markdown]
 # ### The same module, one head at a time
 #
-# The module computes all heads in one batched product. The formula computes them one by
-# one, each from its own $d_k$ columns of the projections. The cell does that with the
-# module's weights and compares the result with the module's output.
+# The formula computes each head from its own $d_k$ columns of the projections and applies
+# $W^O$ to their concatenation. The cell does that with the module's weights. Its sums run
+# in other orders, so the two agree to rounding, not bit for bit:
 
 
 # %%
-def single_head(x_in, i, mask):
-    """Head i alone: its d_k output features of W_q, W_k, W_v, then masked attention."""
-    cols = slice(i * d_k, (i + 1) * d_k)  # nn.Linear stores [out, in]: rows are outputs
-    Q_i, K_i, V_i = (
-        x_in @ lin.weight[cols].T + lin.bias[cols] for lin in (mha.W_q, mha.W_k, mha.W_v)
-    )  # each [B, L, d_k]
-    scores_i = Q_i @ K_i.transpose(-2, -1) / math.sqrt(d_k)  # [B, Lq, Lk]
-    scores_i = scores_i.masked_fill(mask[:, 0], torch.finfo(scores_i.dtype).min)
-    return scores_i.softmax(dim=-1) @ V_i  # [B, Lq, d_k]
+def one_head_at_a_time(m, x_in, mask):
+    """W_o(Concat(head_1, ..., head_h)): head i from its own d_k output features of W_q, W_k,
+    W_v."""
+    heads = []
+    for i in range(h):
+        cols = slice(i * d_k, (i + 1) * d_k)  # nn.Linear stores [out, in]: rows are outputs
+        Q_i, K_i, V_i = (
+            x_in @ lin.weight[cols].T + lin.bias[cols] for lin in (m.W_q, m.W_k, m.W_v)
+        )  # each [B, L, d_k]
+        scores_i = Q_i @ K_i.transpose(-2, -1) / math.sqrt(d_k)  # [B, Lq, Lk]
+        scores_i = scores_i.masked_fill(mask[:, 0], torch.finfo(scores_i.dtype).min)
+        heads.append(scores_i.softmax(dim=-1) @ V_i)  # [B, Lq, d_k]
+    return m.W_o(torch.cat(heads, dim=-1)), heads  # Concat(...) W^O, plus W_o's bias
 
 
-with torch.no_grad():
-    head_outputs = [single_head(x, i, mask) for i in range(h)]
-    concat = torch.cat(head_outputs, dim=-1)  # Concat(head_1, ..., head_h): [B, L, d]
-    by_heads = mha.W_o(concat)  # ... W^O (plus its bias)
-heads_gap = (by_heads - out).abs().max().item()
-print("each head:", tuple(head_outputs[0].shape), " concatenated:", tuple(concat.shape))
-print(f"max |W_o(Concat(head_1..head_{h})) - module output|: {at_most(heads_gap)}")
-torch.testing.assert_close(by_heads, out)
+for dtype, shown in ((torch.float32, 1e-6), (torch.float64, 1e-13)):
+    m = copy.deepcopy(mha).to(dtype)
+    x_d = x.to(dtype)
+    with torch.no_grad():
+        batched, _ = m(x_d, x_d, x_d, attn_mask=mask)
+        by_heads, head_outputs = one_head_at_a_time(m, x_d, mask)
+    gap = (by_heads - batched).abs().max().item()
+    # 1000 eps at the output scale: well above rounding (a few eps), well below a real error
+    tol = 1000 * torch.finfo(dtype).eps * batched.abs().max().item()
+    print(f"{str(dtype):13s} max |W_o(Concat(head_1..head_{h})) - module|: {at_most(gap, shown)}")
+    assert torch.allclose(by_heads, batched, rtol=0, atol=tol)
+print("each head:", tuple(head_outputs[0].shape), " concatenated:", (B, L, h * d_k))
 
 # %% [markdown]
 # ## Against `torch.nn.MultiheadAttention`
@@ -1162,22 +1171,20 @@ assert torch.equal(out_blocked_fast[0], bias.expand(L, d))
 # - Scaled dot-product attention is five tensor operations (Figure 3.1): $QK^\top$, the
 #   scale $1/\sqrt{d_k}$, the mask, a softmax over the keys, then a product with $V$.
 #   Each output row is a convex combination of the value rows.
-# - One head with hand-set weights reverses a sequence with no training. $W_q$ is a
-#   multiple of the reflection $R$ that maps $\mathrm{pe}(i)$ to $\mathrm{pe}(L-1-i)$;
-#   $W_k = I$. Each query's top key was its mirror at $L$ = 6, 10 and 16. The head needs
-#   $L$: $R$ is built from it, and on six digits the $L = 10$ head reads the wrong positions.
+# - One head with hand-set weights ($W_q$ a multiple of the mirror reflection $R$,
+#   $W_k = I$) reverses a sequence with no training. It needs $L$: on six digits the
+#   $L = 10$ head reads the wrong positions.
 # - Without the scale the score variance is $d_k$ and the softmax saturates: at
-#   $d_k = 256$ more than half of the random rows were one-hot, and the softmax Jacobian's
-#   mean norm was 32 % of its value with the scale. Divide by $\sqrt{d_k}$ of one head, not
-#   $\sqrt{d}$.
+#   $d_k = 256$ more than half of the random rows were one-hot. Divide by $\sqrt{d_k}$ of
+#   one head, not $\sqrt{d}$.
 # - Heads are a reshape, not extra parameters: `view` + `transpose(1, 2)` to split,
 #   `transpose(1, 2)` + `reshape` to merge (Figure 3.4). Merging with `view` after the
 #   `transpose` raises, except when $L = 1$ or $h = 1$; `reshape` without the
 #   `transpose` silently scrambles positions and heads.
 # - Combine bool masks with `|` and fill the blocked scores once with
 #   `masked_fill(mask, finfo.min)`: `-1e9` does not exist in float16, `-inf` turns a
-#   fully masked row into NaN, and `finfo.min` overflows once a second additive mask
-#   (or any step of at least half an ulp) is added to it.
+#   fully masked row into NaN, and `finfo.min` overflows once a second additive mask is
+#   added to it.
 # - SDPA's bool mask means the opposite of ours (True = may attend). What it returns on
 #   fully masked rows and whether it keeps the weights depend on the version and the
 #   backend; in torch 2.13.0 on this CPU: zeros, and the fused kernel keeps no weights.
@@ -1218,16 +1225,13 @@ assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
 # %% [markdown]
 # ### Exercise 3.2 (implement): attention with an additive float mask
 #
-# Some codebases (and `F.scaled_dot_product_attention` when given a float mask, as the
-# solution checks) *add* a mask to the scores instead of filling them: 0 where attention
-# is allowed, $-\infty$ where it is blocked. Write
+# Some codebases (and SDPA given a float mask) *add* a mask to the scores: 0 where
+# attention is allowed, $-\infty$ where it is blocked. Write
 # `additive_mask_attention(q, k, v, mask)` for `q [B, h, Lq, d_k]`, `k [B, h, Lk, d_k]`,
-# `v [B, h, Lk, d_v]` and the book's bool mask (True = blocked, broadcastable to
-# `[B, h, Lq, Lk]`): build the float mask from the
-# bool one, add it to the scaled scores, take the softmax, and return `[B, h, Lq, d_v]`.
-# A query whose keys are all blocked must get a zero output, not NaN. Check it with
-# `check_additive_mask_attention(additive_mask_attention)`; the checker compares it with
-# the book's masked attention on four inputs and tells you what differs.
+# `v [B, h, Lk, d_v]` and the book's bool mask, broadcastable to `[B, h, Lq, Lk]`. Add the
+# float mask to the scaled scores, take the softmax and return `[B, h, Lq, d_v]`. A query
+# whose keys are all blocked must get a zero output, not NaN. Check it with
+# `check_additive_mask_attention(additive_mask_attention)`.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 3.2
@@ -1259,11 +1263,10 @@ assert sdpa_gap < 1e-6
 #
 # ALiBi {cite}`press2022` adds no position vectors to the input. It adds a bias to the
 # attention scores instead: head $h$ (counting from 0) of $H$ subtracts $m_h$ times the
-# distance between query and key, with slopes $m_h = 2^{-8(h+1)/H}$ (a geometric
-# sequence: $1/2, 1/4, \dots, 1/256$ for $H = 8$). Write `alibi_bias(num_heads, L)`
-# returning the `[num_heads, L, L]` tensor $-m_h\,|i - j|$ (the paper's decoder only
-# needs $j \le i$, where $|i - j| = i - j$; the absolute value is one way to extend it
-# to an encoder). Check it with `check_alibi_bias(alibi_bias)`, then add it to attention
+# distance between query and key, with slopes $m_h = 2^{-8(h+1)/H}$. Write
+# `alibi_bias(num_heads, L)` returning the `[num_heads, L, L]` tensor $-m_h\,|i - j|$
+# (the paper's decoder only needs $j \le i$, where $|i - j| = i - j$; the absolute value
+# is one way to extend it to an encoder). Check it with `check_alibi_bias(alibi_bias)`, then add it to attention
 # scores: with all-zero queries and keys, which key gets the most weight in each head,
 # and which head puts the most weight on the farthest key?
 
@@ -1290,3 +1293,71 @@ for i in range(4):
 assert (w_alibi[0, :, 3].argmax(dim=-1) == 3).all()  # each head prefers the query's own key
 assert w_alibi[0, 0, 3, 3] > w_alibi[0, 3, 3, 3]  # the steepest head is the most local
 assert w_alibi[0, :, 3, 0].argmax() == 3  # the flattest head reaches furthest (key 0)
+
+# %% [markdown]
+# ### Exercise 3.4 (implement): scaled dot-product attention with a padding mask
+#
+# Write `scaled_dot_product_attention(q, k, v, padding_mask=None, causal=False)` returning
+# `(out, weights)`, for `q [B, h, Lq, d_k]`, `k [B, h, Lk, d_k]` and `v [B, h, Lk, d_v]`.
+# `padding_mask` is a bool `[B, Lk]`, True at the padding keys. `causal=True` blocks the
+# keys $j > i$ of query $i$. Fill blocked scores with `torch.finfo(scores.dtype).min`.
+# `check_scaled_dot_product_attention` runs it with no mask, on a padded batch ($B = 2$,
+# $L_q = 4$, $h = 3$), with `causal=True`, and in float16.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 3.4
+from helpers.exercises import check_scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(q, k, v, padding_mask=None, causal=False):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, h, Lq, Lk]
+    Lq, Lk = scores.shape[-2:]
+    mask = torch.zeros(Lq, Lk, dtype=torch.bool)
+    if padding_mask is not None:
+        mask = mask | padding_mask[:, None, None, :]  # [B, Lk] -> [B, 1, 1, Lk]
+    if causal:
+        mask = mask | torch.ones(Lq, Lk, dtype=torch.bool).triu(diagonal=1)  # keys j > i
+    weights = scores.masked_fill(mask, torch.finfo(scores.dtype).min).softmax(dim=-1)
+    return weights @ v, weights
+
+
+check_scaled_dot_product_attention(scaled_dot_product_attention)
+
+# %% [markdown]
+# ### Exercise 3.5 (implement): multi-head attention
+#
+# Write `class MyMultiHeadAttention(nn.Module)`. `__init__(self, d_model, num_heads)`
+# creates four `nn.Linear(d_model, d_model)` named `W_q`, `W_k`, `W_v`, `W_o`, and no other
+# parameters. `forward(self, q, k, v, padding_mask=None, causal=False)` projects, splits the
+# heads, attends with your function of exercise 3.4, merges the heads, and applies `W_o`.
+# It returns `out [B, Lq, d_model]` and `weights [B, h, Lq, Lk]`.
+# `check_multi_head_attention(MyMultiHeadAttention)` loads a `helpers.MultiHeadAttention`'s
+# weights into `MyMultiHeadAttention(24, 3)` and compares the two, with and without masks.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 3.5
+from helpers.exercises import check_multi_head_attention
+
+
+class MyMultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads):
+        super().__init__()
+        self.h, self.d_k = num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, q, k, v, padding_mask=None, causal=False):
+        B, Lq, d_model = q.shape
+
+        def split(t):  # [B, L, d_model] -> [B, h, L, d_k]
+            return t.view(B, t.size(1), self.h, self.d_k).transpose(1, 2)
+
+        Q, K, V = split(self.W_q(q)), split(self.W_k(k)), split(self.W_v(v))
+        out, weights = scaled_dot_product_attention(Q, K, V, padding_mask, causal)
+        merged = out.transpose(1, 2).reshape(B, Lq, d_model)  # [B, Lq, d_model]
+        return self.W_o(merged), weights
+
+
+check_multi_head_attention(MyMultiHeadAttention)
