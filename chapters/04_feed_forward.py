@@ -691,8 +691,10 @@ assert rel < 0.01
 # with three bias-free linear layers: `w_gate` and `w_up` ($d \to d_{ff}$) and `w_down`
 # ($d_{ff} \to d$); $\odot$ is the elementwise product. Write `SwiGLUFeedForward(d_model,
 # dff)` with those three attribute names and check it with
-# `check_swiglu_ffn(SwiGLUFeedForward)`. Then choose $d_{ff}$ so that at $d = 128$ it has
-# about as many parameters as this chapter's FFN with $d_{ff} = 512$.
+# `check_swiglu_ffn(SwiGLUFeedForward)`. The checker names the mistake when it recognises
+# one: the SiLU on the wrong branch, another activation or none, a missing gate or
+# `w_down`. Then choose $d_{ff}$ so that at $d = 128$ it has about as many parameters as
+# this chapter's FFN with $d_{ff} = 512$.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 4.3

@@ -888,7 +888,7 @@ assert (once - x64).abs().max() > 0.1 and no_eps_gap < 1e-12
 # `nn.Module` with one parameter `weight` of shape `[d_model]` initialised to ones, without
 # using `nn.RMSNorm` or `F.rms_norm`. `check_rms_norm(RMSNorm)` compares it with
 # `nn.RMSNorm` on three inputs and names the mistake when it recognises one (centring,
-# $\epsilon$ outside the root, the wrong dimension, `x.std()`).
+# $\epsilon$ outside the root, a missing root, the wrong dimension, `x.std()`).
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.3
@@ -906,3 +906,64 @@ class RMSNorm(nn.Module):
 
 
 check_rms_norm(RMSNorm)
+
+
+# %% [markdown]
+# ### Exercise 5.4 (implement): LayerNorm as a module
+#
+# Turn this chapter's `layer_norm` function into a layer. Write a class
+# `LayerNorm(d_model, eps=1e-5)`, an `nn.Module` with two parameters of shape `[d_model]`:
+# `weight` (initialised to ones) and `bias` (zeros). Its forward computes the formula above
+# over the last dimension, without `nn.LayerNorm` or `F.layer_norm`.
+# `check_layer_norm(LayerNorm)` compares it with `nn.LayerNorm` given the same weight and
+# bias. Its inputs have only $d = 4$ features, so dividing by $d - 1$ shows. One input is
+# tiny, so that $\epsilon$ matters. It names the mistake when it recognises one: the
+# unbiased variance, $\epsilon$ outside the root, the wrong dimension, no centring, weight
+# and bias swapped or missing.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 5.4
+from helpers.exercises import check_layer_norm
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)  # biased: divide by d
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+check_layer_norm(LayerNorm)
+
+# %% [markdown]
+# ### Exercise 5.5 (implement): the Pre-Norm layer's forward pass
+#
+# Write `encoder_layer_forward(layer, x, pad_mask)`, the forward pass of a
+# `helpers.EncoderLayer` in eval mode. Use only the layer's own sub-modules: `layer.ln1`,
+# `layer.ln2`, `layer.mha`, `layer.ffn` and `layer.drop`. Return the pair
+# `(x_out, weights)`, with the attention weights `[B, h, L, L]` that `layer.mha` gives back.
+# `check_encoder_layer_forward(encoder_layer_forward)` compares it with `layer(x, pad_mask)`
+# on two padded batches. It gives the two LayerNorms different weights, so a swapped one
+# shows. It names the mistake when it recognises one: the Post-Norm order, a missing
+# residual or mask, one LayerNorm for both sub-layers, dropout left on, a normalised output.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 5.5
+from helpers.exercises import check_encoder_layer_forward
+
+
+def encoder_layer_forward(layer, x, pad_mask):
+    h = layer.ln1(x)
+    a, w = layer.mha(h, h, h, attn_mask=pad_mask)
+    x = x + layer.drop(a)
+    x = x + layer.ffn(layer.ln2(x))
+    return x, w
+
+
+check_encoder_layer_forward(encoder_layer_forward)

@@ -1,54 +1,70 @@
-"""The checker of chapter 5's exercise accepts the book's RMSNorm and explains wrong ones."""
+"""Chapter 5's checkers accept the book's answers and name each catalogued mistake
+(tests/mistakes_ch05.py) with its own message."""
 
+import mistakes_ch05 as m
 import pytest
 import torch
 import torch.nn as nn
 
-from helpers.exercises import ExerciseError, check_rms_norm
+from helpers.exercises import (
+    ExerciseError,
+    check_encoder_layer_forward,
+    check_layer_norm,
+    check_rms_norm,
+)
 
 
-def rms_norm_class(mistake=None):
+def rms_norm_class(forward=m.rms_correct):
     class RMSNorm(nn.Module):
         def __init__(self, d_model, eps=1e-6):
             super().__init__()
             self.eps = eps
             self.weight = nn.Parameter(torch.ones(d_model))
 
-        def forward(self, x):
-            if mistake == "centred":
-                x = x - x.mean(-1, keepdim=True)
-            if mistake == "eps outside":
-                return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight
-            if mistake == "std":
-                return x / (x.std(-1, keepdim=True) + self.eps) * self.weight
-            dim = 0 if mistake == "dim 0" else -1
-            y = x / torch.sqrt(x.pow(2).mean(dim, keepdim=True) + self.eps)
-            return y if mistake == "no weight" else y * self.weight
-
+    RMSNorm.forward = forward
     return RMSNorm
 
 
-def test_accepts_the_solution(capsys):
+def layer_norm_class(forward=m.ln_correct):
+    class LayerNorm(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            self.eps = eps
+            self.weight = nn.Parameter(torch.ones(d_model))
+            self.bias = nn.Parameter(torch.zeros(d_model))
+
+    LayerNorm.forward = forward
+    return LayerNorm
+
+
+# --- 5.3 RMSNorm ---
+
+
+def test_rms_norm_accepts_the_solution(capsys):
     check_rms_norm(rms_norm_class())
     assert "check_rms_norm: all" in capsys.readouterr().out
 
 
+RMS_CATALOGUE = [
+    (m.rms_centred, "that is LayerNorm"),
+    (m.rms_eps_outside, "eps goes inside the square root"),
+    (m.rms_no_weight, "multiply by self.weight"),
+    (m.rms_batch_dim, "over the last dimension"),
+    (m.rms_sum_not_mean, "not by the root of the sum of squares"),
+    (m.rms_std, r"x.std\(\) is not the root mean square"),
+    (m.rms_no_sqrt, "take the square root"),
+]
+
+
 @pytest.mark.parametrize(
-    "mistake, hint",
-    [
-        ("centred", "that is LayerNorm"),
-        ("eps outside", "eps goes inside the square root"),
-        ("no weight", "multiply by self.weight"),
-        ("dim 0", "over the last dimension"),
-        ("std", r"x.std\(\) is not the root mean square"),
-    ],
+    "mistake, message", RMS_CATALOGUE, ids=lambda v: getattr(v, "__name__", "")
 )
-def test_rejects_plausible_mistakes(mistake, hint):
-    with pytest.raises(ExerciseError, match=hint):
+def test_rms_norm_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
         check_rms_norm(rms_norm_class(mistake))
 
 
-def test_rejects_a_layer_without_weight():
+def test_rms_norm_rejects_a_layer_without_weight():
     class NoWeight(nn.Module):
         def __init__(self, d_model, eps=1e-6):
             super().__init__()
@@ -60,7 +76,7 @@ def test_rejects_a_layer_without_weight():
         check_rms_norm(NoWeight)
 
 
-def test_rejects_a_bias():
+def test_rms_norm_rejects_a_bias():
     cls = rms_norm_class()
 
     class WithBias(cls):
@@ -70,3 +86,94 @@ def test_rejects_a_bias():
 
     with pytest.raises(ExerciseError, match="a scale \\(weight\\) only, no bias"):
         check_rms_norm(WithBias)
+
+
+# --- 5.4 LayerNorm ---
+
+
+def test_layer_norm_accepts_the_solution(capsys):
+    check_layer_norm(layer_norm_class())
+    assert "check_layer_norm: all" in capsys.readouterr().out
+
+
+LN_CATALOGUE = [
+    (m.ln_unbiased, "divide by d, not d - 1"),
+    (m.ln_eps_outside, "eps goes inside the square root"),
+    (m.ln_std_plus_eps, "Annotated Transformer's slip"),
+    (m.ln_batch_dim, r"over the batch dimension \(dim 0\)"),
+    (m.ln_sequence_dim, r"over the sequence dimension \(dim -2\)"),
+    (m.ln_not_centred, "without centring this is RMSNorm"),
+    (m.ln_numerator_not_centred, "the numerator is x - mean"),
+    (m.ln_weight_bias_swapped, "weight and bias are swapped"),
+    (m.ln_no_bias, "add self.bias after scaling"),
+    (m.ln_no_weight, "multiply by self.weight before adding"),
+    (m.ln_shift_before_scale, "scale first, then shift"),
+]
+
+
+@pytest.mark.parametrize("mistake, message", LN_CATALOGUE, ids=lambda v: getattr(v, "__name__", ""))
+def test_layer_norm_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_layer_norm(layer_norm_class(mistake))
+
+
+def test_layer_norm_rejects_missing_or_misinitialised_parameters():
+    class NoBias(nn.Module):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d_model))
+
+    with pytest.raises(ExerciseError, match="no parameter named `bias`"):
+        check_layer_norm(NoBias)
+
+    class RandomWeight(layer_norm_class()):
+        def __init__(self, d_model, eps=1e-5):
+            super().__init__(d_model, eps)
+            self.weight = nn.Parameter(torch.randn(d_model))
+
+    with pytest.raises(ExerciseError, match="does not start at ones"):
+        check_layer_norm(RandomWeight)
+
+
+def test_layer_norm_refuses_torch_layer_norm():
+    with pytest.raises(ExerciseError, match="uses nn.LayerNorm"):
+        check_layer_norm(nn.LayerNorm)
+
+
+# --- 5.5 the Pre-Norm encoder layer ---
+
+
+def test_encoder_layer_accepts_the_solution(capsys):
+    check_encoder_layer_forward(m.enc_correct)
+    assert "check_encoder_layer_forward: all" in capsys.readouterr().out
+
+
+ENC_CATALOGUE = [
+    (m.enc_post_norm, "Post-Norm order"),
+    (m.enc_no_attention_residual, "the attention's result is added to the stream"),
+    (m.enc_no_ffn_residual, "the feed-forward's result is added to the stream too"),
+    (m.enc_residual_from_normalised, "not to its normalised copy"),
+    (m.enc_one_layernorm, "each sub-layer has its own LayerNorm"),
+    (m.enc_no_pad_mask, "pass pad_mask to the attention"),
+    (m.enc_dropout_on, "dropout is still on"),
+    (m.enc_ffn_unnormalised, "the feed-forward reads ln2"),
+    (m.enc_final_layernorm, "returns the stream without normalising it"),
+]
+
+
+@pytest.mark.parametrize(
+    "mistake, message", ENC_CATALOGUE, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_encoder_layer_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_encoder_layer_forward(mistake)
+
+
+def test_encoder_layer_rejects_a_single_return_value():
+    with pytest.raises(ExerciseError, match="should return a pair"):
+        check_encoder_layer_forward(lambda *args: m.enc_correct(*args)[0])
+
+
+def test_encoder_layer_rejects_missing_weights():
+    with pytest.raises(ExerciseError, match="attention weights should be a torch.Tensor"):
+        check_encoder_layer_forward(lambda *args: (m.enc_correct(*args)[0], None))

@@ -1,4 +1,9 @@
-"""Checkers for the exercises of chapter 4 (the feed-forward network)."""
+"""Checkers for the exercises of chapter 4 (the feed-forward network).
+
+When an answer is wrong, the checker computes what each known mistake gives on the same input
+and, if one matches, names it with a hint. The catalogue of those mistakes, one small function
+each, is `tests/mistakes_ch04.py`.
+"""
 
 from __future__ import annotations
 
@@ -56,12 +61,28 @@ def check_swiglu_ffn(cls) -> None:
             (module.w_down(F.gelu(gate) * up), "the activation is SiLU (F.silu), not GELU"),
             (module.w_down(F.silu(gate)), "multiply the activated gate by w_up(x)"),
             (module.w_down(F.silu(gate * up)), "apply SiLU to the gate alone, then multiply"),
+            (module.w_down(F.relu(gate) * up), "the activation is SiLU (F.silu), not ReLU"),
+            (
+                module.w_down(gate * up),
+                "the gate needs its SiLU: without it, w_gate(x) * w_up(x) is a product of two "
+                "linear maps, with no non-linearity",
+            ),
+            (
+                module.w_down(F.silu(gate) + up),
+                "the gate and the value are multiplied elementwise (*), not added",
+            ),
         ]
     for shape_name, inp, out_shape in (
         ("x of shape (2, 5, d)", x, (2, 5, d)),
         ("one position, x of shape (d,)", x[1, 3], (d,)),
     ):
         got = call(module, inp, where=shape_name)
+        if isinstance(got, torch.Tensor) and got.shape == (*out_shape[:-1], dff):
+            fail(
+                f"the output has shape {tuple(got.shape)}: its last dimension is dff, not d",
+                shape_name,
+                "finish with w_down, which maps the dff hidden units back to d_model",
+            )
         expect_shape("the output", got, out_shape, shape_name, "the output has the input's shape")
         exp = expected if inp.dim() == 3 else expected[1, 3]
         hint = ""

@@ -1,15 +1,27 @@
-"""Checkers for the exercises of chapter 5 (the encoder)."""
+"""Checkers for the exercises of chapter 5 (the encoder).
+
+Each checker knows the classic mistakes for its exercise: when an answer is wrong, it computes
+what each known mistake gives on the same inputs and, if one matches, names it with a hint.
+The catalogue of those mistakes, one small function each, is `tests/mistakes_ch05.py`.
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
+from ..layers import EncoderLayer
+from ..masks import make_padding_mask
 from ._common import call, expect_close, expect_shape, fail, passed
 
-__all__ = ["check_rms_norm"]
+__all__ = ["check_rms_norm", "check_layer_norm", "check_encoder_layer_forward"]
 
 _D = 16
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a.detach().float(), b, atol=1e-5, rtol=1e-4)
 
 
 def _inputs() -> dict[str, torch.Tensor]:
@@ -52,6 +64,10 @@ def _variants(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[tuple[str, t
         (
             "x.std() is not the root mean square: it subtracts the mean (and divides by d - 1)",
             x / (x.std(-1, keepdim=True) + eps) * w,
+        ),
+        (
+            "take the square root: divide by sqrt(mean(x**2) + eps), not by mean(x**2) + eps",
+            x / (ms + eps) * w,
         ),
     ]
 
@@ -98,9 +114,278 @@ def check_rms_norm(cls) -> None:
             got = call(layer, x, where=where)
             expected = ref(x)
         expect_shape("output", got, x.shape, where, "RMSNorm keeps the shape of its input")
-        if not torch.allclose(got.detach().float(), expected, atol=1e-5, rtol=1e-4):
+        if not _close(got, expected):
             for hint, wrong in _variants(x, w, eps):
-                if torch.allclose(got.detach().float(), wrong, atol=1e-5, rtol=1e-4):
+                if _close(got, wrong):
                     fail("the output differs from torch.nn.RMSNorm's", where, hint)
         expect_close("output", got, expected, atol=1e-5, rtol=1e-4, where=where)
     passed("check_rms_norm", len(_inputs()) + 3, "same as torch.nn.RMSNorm")
+
+
+# --- Exercise 5.4: LayerNorm from its formula ----------------------------------------------
+
+_D_LN = 4  # small, so that dividing by d - 1 instead of d changes the output by sqrt(4/3)
+
+
+def _ln_inputs() -> dict[str, torch.Tensor]:
+    """B, L and d all differ, so that every wrong dimension shows; one input is tiny, so that
+    eps matters."""
+    g = torch.Generator().manual_seed(54)
+    return {
+        "x of shape [2, 3, 4] with mean about 3": torch.randn(2, 3, _D_LN, generator=g) + 3.0,
+        "x of shape [5, 3, 4] scaled by 1e-3 (eps matters here)": 1e-3
+        * torch.randn(5, 3, _D_LN, generator=g),
+    }
+
+
+def _ln_variants(x, w, b, eps) -> list[tuple[str, torch.Tensor]]:
+    """(hint, what the mistake computes) for LayerNorm's classic mistakes."""
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=False)
+    y = (x - mu) / torch.sqrt(var + eps)
+
+    def over(dim):
+        m = x.mean(dim, keepdim=True)
+        return (x - m) / torch.sqrt(x.var(dim, keepdim=True, unbiased=False) + eps) * w + b
+
+    return [
+        (
+            "the variance is the biased one: divide by d, not d - 1 "
+            "(x.var(-1, unbiased=False), or ((x - mean) ** 2).mean(-1))",
+            (x - mu) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b,
+        ),
+        (
+            "eps goes inside the square root: (x - mean) / sqrt(var + eps), not "
+            "(x - mean) / (sqrt(var) + eps)",
+            (x - mu) / (var.sqrt() + eps) * w + b,
+        ),
+        (
+            "x.std() + eps is the Annotated Transformer's slip: x.std() divides by d - 1, and "
+            "eps belongs inside the root: (x - mean) / sqrt(var + eps)",
+            (x - mu) / (x.std(-1, keepdim=True) + eps) * w + b,
+        ),
+        (
+            "you normalised over the batch dimension (dim 0); LayerNorm normalises each "
+            "position over its own features: mean and var over dim=-1, keepdim=True",
+            over(0),
+        ),
+        (
+            "you normalised over the sequence dimension (dim -2); LayerNorm normalises each "
+            "position over its own features: mean and var over dim=-1, keepdim=True",
+            over(-2),
+        ),
+        (
+            "subtract the mean: without centring this is RMSNorm (exercise 5.3), not LayerNorm",
+            x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b,
+        ),
+        (
+            "the numerator is x - mean, not x: centre x as well as computing the variance "
+            "around the mean",
+            x / torch.sqrt(var + eps) * w + b,
+        ),
+        (
+            "weight and bias are swapped: multiply by self.weight, then add self.bias",
+            y * b + w,
+        ),
+        ("add self.bias after scaling by self.weight", y * w),
+        ("multiply by self.weight before adding self.bias", y + b),
+        (
+            "scale first, then shift: y * weight + bias, not (y + bias) * weight",
+            (y + b) * w,
+        ),
+    ]
+
+
+def _outputs(layer, inputs):
+    out = {}
+    for where, x in inputs.items():
+        with torch.no_grad():
+            got = call(layer, x, where=where)
+        expect_shape("output", got, x.shape, where, "LayerNorm keeps the shape of its input")
+        out[where] = got.detach().float()
+    return out
+
+
+def check_layer_norm(cls) -> None:
+    """Exercise 5.4: cls(d_model, eps=1e-5) is an nn.Module with learnable `weight` (ones) and
+    `bias` (zeros), both [d_model], whose forward returns (x - mean) / sqrt(var + eps) * weight
+    + bias, mean and biased variance over the last dimension. Compared with torch.nn.LayerNorm
+    with the same (non-trivial) weight and bias on two inputs: an offset one with d = 4 and a
+    tiny one where eps matters. Used in chapter 5.
+    """
+    eps, d = 1e-5, _D_LN
+    name = f"{getattr(cls, '__name__', cls)}({d}, eps=1e-5)"
+    layer = call(cls, d, eps=eps, where=name)
+    if not isinstance(layer, nn.Module):
+        fail(f"{name} should build an nn.Module, got {type(layer).__name__}")
+    if isinstance(layer, nn.LayerNorm) or any(isinstance(m, nn.LayerNorm) for m in layer.modules()):
+        fail("the layer uses nn.LayerNorm", name, "write the formula out yourself")
+    for pname, init in (("weight", "ones"), ("bias", "zeros")):
+        start = torch.ones(d) if init == "ones" else torch.zeros(d)
+        p = getattr(layer, pname, None)
+        if not isinstance(p, nn.Parameter):
+            fail(
+                f"the layer has no parameter named `{pname}`",
+                name,
+                f"create it with self.{pname} = nn.Parameter(torch.{init}(d_model)): "
+                "LayerNorm learns a scale (weight) and a shift (bias) per feature",
+            )
+        expect_shape(f"layer.{pname}", p, (d,), name)
+        if not torch.equal(p.detach(), start):
+            fail(
+                f"layer.{pname} does not start at {init}",
+                name,
+                "a fresh LayerNorm only normalises: weight starts at 1, bias at 0",
+            )
+    ref = nn.LayerNorm(d, eps=eps)
+    w, b = torch.tensor([0.5, 1.5, -1.0, 2.0]), torch.tensor([0.3, -0.2, 1.0, 0.1])
+    with torch.no_grad():
+        for m in (layer, ref):
+            m.weight.copy_(w)
+            m.bias.copy_(b)
+    inputs = _ln_inputs()
+    got = _outputs(layer, inputs)
+    with torch.no_grad():
+        expected = {where: ref(x) for where, x in inputs.items()}
+    if not all(_close(got[k], expected[k]) for k in inputs):
+        # a mistake is recognised when it gives the answer's output on every input
+        for i, (hint, _) in enumerate(_ln_variants(inputs[next(iter(inputs))], w, b, eps)):
+            if all(_close(got[k], _ln_variants(x, w, b, eps)[i][1]) for k, x in inputs.items()):
+                wrong_on = next(k for k in inputs if not _close(got[k], expected[k]))
+                fail("the output differs from torch.nn.LayerNorm's", wrong_on, hint)
+    for where in inputs:
+        expect_close("output", got[where], expected[where], where=where)
+    passed("check_layer_norm", len(inputs) + 4, "same as torch.nn.LayerNorm")
+
+
+# --- Exercise 5.5: the Pre-Norm encoder layer's forward ------------------------------------
+
+_DL, _H, _DFF = 32, 4, 64
+
+
+def _layer() -> EncoderLayer:
+    torch.manual_seed(55)
+    layer = EncoderLayer(_DL, _H, _DFF).eval()
+    with torch.no_grad():  # LayerNorms that are not the identity and not alike
+        for ln in (layer.ln1, layer.ln2):
+            ln.weight.uniform_(0.5, 1.5)
+            ln.bias.uniform_(-0.3, 0.3)
+    return layer
+
+
+def _enc_cases():
+    """(where, x, pad_mask): B != L, and a padded batch so that a missing mask shows."""
+    g = torch.Generator().manual_seed(550)
+    src = torch.tensor([[3, 4, 5, 6, 7, 2], [8, 9, 2, 0, 0, 0]])
+    yield (
+        "x [2, 6, 32], pad_mask [2, 1, 1, 6] (row 1 padded)",
+        torch.randn(2, 6, _DL, generator=g) + 1.0,
+        make_padding_mask(src),
+    )
+    src = torch.tensor([[5, 2, 0, 0, 0], [3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
+    yield (
+        "x [3, 5, 32], pad_mask [3, 1, 1, 5] (rows 0 and 2 padded)",
+        torch.randn(3, 5, _DL, generator=g),
+        make_padding_mask(src),
+    )
+
+
+def _enc_reference(layer, x, pad_mask, mistake=None):
+    """The layer's forward (dropout off), or what a known mistake computes instead."""
+    if mistake == "post-norm":
+        a, w = layer.mha(x, x, x, attn_mask=pad_mask)
+        x = layer.ln1(x + a)
+        return layer.ln2(x + layer.ffn(x)), w
+    ln2 = layer.ln1 if mistake == "one layernorm" else layer.ln2
+    h = layer.ln1(x)
+    a, w = layer.mha(h, h, h, attn_mask=None if mistake == "no pad mask" else pad_mask)
+    if mistake == "no attention residual":
+        x = a
+    elif mistake == "residual from normalised":
+        x = h + a
+    else:
+        x = x + a
+    f = layer.ffn(x if mistake == "ffn unnormalised" else ln2(x))
+    x = f if mistake == "no ffn residual" else x + f
+    return x, w
+
+
+_ENC_HINTS = {
+    "post-norm": "that is the Post-Norm order (LayerNorm after the addition); this book's layer "
+    "is Pre-Norm: x + sublayer(LN(x))",
+    "no attention residual": "the attention's result is added to the stream: x = x + a, not x = a",
+    "no ffn residual": "the feed-forward's result is added to the stream too: "
+    "x = x + ffn(ln2(x)), not x = ffn(ln2(x))",
+    "residual from normalised": "the residual adds to the stream x itself, not to its "
+    "normalised copy: x = x + a, where a = mha(ln1(x), ...)",
+    "one layernorm": "each sub-layer has its own LayerNorm: the feed-forward reads ln2(x), "
+    "not ln1(x)",
+    "no pad mask": "pass pad_mask to the attention (attn_mask=pad_mask), or every query also "
+    "reads the <pad> positions",
+    "ffn unnormalised": "the feed-forward reads ln2(x), the normalised stream, like the "
+    "attention reads ln1(x)",
+}
+
+
+def check_encoder_layer_forward(fn) -> None:
+    """Exercise 5.5: fn(layer, x, pad_mask) -> (x_out, weights), the forward pass of a
+    helpers.EncoderLayer written with the layer's own sub-modules (ln1, ln2, mha, ffn, drop).
+    Compared with layer(x, pad_mask) in eval mode on two padded batches with B != L; the
+    LayerNorms get distinct, non-trivial weights so that a swapped one shows. Used in
+    chapter 5.
+    """
+    layer = _layer()
+    n = 0
+    for where, x, pad_mask in _enc_cases():
+        with torch.no_grad():
+            expected, expected_w = layer(x, pad_mask)
+            got = call(fn, layer, x, pad_mask, where=where)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            fail(
+                f"fn should return a pair (output, attention weights), got {type(got).__name__}",
+                where,
+            )
+        out, w = got
+        expect_shape("output", out, x.shape, where, "the layer keeps the stream's shape")
+        if not _close(out, expected):
+            with torch.no_grad():
+                again = call(fn, layer, x, pad_mask, where=where)[0]
+            if not torch.equal(again, out):
+                fail(
+                    "two calls on the same input give different outputs",
+                    where,
+                    "dropout is still on: use the layer's own layer.drop, which eval() "
+                    "switches off (F.dropout(a, p) is on unless you pass training=...)",
+                )
+            with torch.no_grad():
+                normalised = [F.layer_norm(expected, (_DL,)), layer.ln1(expected)]
+                normalised.append(layer.ln2(expected))
+            if any(_close(out, e) for e in normalised):
+                fail(
+                    "the output is the layer's output passed through a LayerNorm",
+                    where,
+                    "a Pre-Norm layer returns the stream without normalising it; the "
+                    "encoder's ln_final normalises it once, after the last layer",
+                )
+            for mistake, hint in _ENC_HINTS.items():
+                with torch.no_grad():
+                    wrong, _ = _enc_reference(layer, x, pad_mask, mistake)
+                if _close(out, wrong):
+                    fail("the output differs from helpers.EncoderLayer's", where, hint)
+        expect_close("output", out, expected, where=where)
+        expect_shape(
+            "attention weights",
+            w,
+            (x.size(0), _H, x.size(1), x.size(1)),
+            where,
+            "return the self-attention weights [B, h, L, L] that layer.mha gives back",
+        )
+        expect_close(
+            "attention weights",
+            w,
+            expected_w,
+            where=where,
+            hint="the weights come from mha(ln1(x), ln1(x), ln1(x), attn_mask=pad_mask)",
+        )
+        n += 2
+    passed("check_encoder_layer_forward", n, "same output and weights as helpers.EncoderLayer")

@@ -1,0 +1,61 @@
+"""Properties of the layers (helpers.layers) that a fresh model cannot show.
+
+A fresh nn.LayerNorm is the identity map followed by normalisation (weight 1, bias 0), so
+every LayerNorm of a fresh layer computes the same function: a layer that used ln1 where it
+should use ln2 would still match torch's. These tests give each LayerNorm its own weight and
+bias first, as training does.
+"""
+
+import torch
+import torch.nn as nn
+
+from helpers import (
+    EncoderLayer,
+    Transformer,
+    make_reversal_dataset,
+    to_torch_transformer,
+    torch_forward,
+)
+
+
+def randomise_layernorms(model: nn.Module, seed: int = 0) -> int:
+    g = torch.Generator().manual_seed(seed)
+    n = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.copy_(0.5 + torch.rand(module.weight.shape, generator=g))
+                module.bias.copy_(0.6 * torch.rand(module.bias.shape, generator=g) - 0.3)
+                n += 1
+    return n
+
+
+def test_same_logits_as_torch_with_trained_looking_layernorms():
+    torch.manual_seed(3)
+    m = Transformer(13, 13, d_model=32, num_heads=4, dff=64, num_layers=2, max_len=16).eval()
+    assert randomise_layernorms(m) == 2 * 2 + 2 * 3 + 2  # two per encoder layer, three per
+    ref = to_torch_transformer(m)  # decoder layer, and the two final ones
+    src, tgt = make_reversal_dataset(6, seed=5)
+    torch.testing.assert_close(
+        m(src, tgt[:, :-1]), torch_forward(m, ref, src, tgt[:, :-1]), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_encoder_layer_reads_ln2_before_the_feed_forward():
+    """Changing ln2 changes the layer's output only through the feed-forward sub-layer:
+    with the feed-forward silenced, ln2 has no effect; with it on, it has."""
+    torch.manual_seed(4)
+    layer = EncoderLayer(16, 2, 32).eval()
+    randomise_layernorms(layer)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        before, _ = layer(x, None)
+        layer.ln2.weight.mul_(2.0)
+        after, _ = layer(x, None)
+        layer.ffn.net[2].weight.zero_()
+        layer.ffn.net[2].bias.zero_()
+        silent, _ = layer(x, None)
+        layer.ln2.weight.div_(2.0)
+        silent_back, _ = layer(x, None)
+    assert not torch.allclose(before, after, atol=1e-4)
+    torch.testing.assert_close(silent, silent_back, atol=0, rtol=0)
