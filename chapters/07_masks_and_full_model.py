@@ -958,8 +958,9 @@ assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
 # mask in this book's convention: `bool`, True = blocked, shape `[B, 1, L, L]`, blocking every
 # key in the future of its query **or** equal to `<pad>` (`PAD_ID` is 0). Do not use `helpers`'
 # mask functions. `check_decoder_self_mask(decoder_self_mask)` compares it with the book's mask on
-# three inputs and names the mistake when it recognises it (polarity, diagonal, AND instead of
-# OR, padding on the queries).
+# three inputs, the first with $B \ne L$. It names the mistake when it recognises it: the
+# polarity, the diagonal, `tril` for `triu`, AND instead of OR, a padding mask left `[B, L]`,
+# padding on the queries, a float or `uint8` mask, a missing head axis.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 7.2

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from mistakes_ch07 import EXERCISE_MISTAKES
 
 from helpers.exercises import ExerciseError, check_decoder_self_mask, check_hf_to_sdpa
 
@@ -40,6 +41,23 @@ def test_self_mask_accepts_the_solution(capsys):
 def test_self_mask_rejects_plausible_mistakes(mistake, hint):
     with pytest.raises(ExerciseError, match=hint):
         check_decoder_self_mask(lambda t: self_mask(t, mistake))
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISE_MISTAKES))
+def test_self_mask_catalogue_each_mistake_named(name):
+    """Every catalogued mistake (tests/mistakes_ch07.py) gets its own message."""
+    wrong, fragment = EXERCISE_MISTAKES[name]
+    with pytest.raises(ExerciseError, match=fragment):
+        check_decoder_self_mask(wrong)
+
+
+def test_self_mask_catalogue_messages_are_distinct():
+    messages = set()
+    for wrong, _ in EXERCISE_MISTAKES.values():
+        with pytest.raises(ExerciseError) as err:
+            check_decoder_self_mask(wrong)
+        messages.add(str(err.value).split("Hint: ")[-1])
+    assert len(messages) == len(EXERCISE_MISTAKES)
 
 
 def test_self_mask_rejects_a_missing_part():

@@ -6,7 +6,7 @@ import torch
 
 from ..masks import make_causal_mask, make_padding_mask
 from ..vocab import PAD_ID
-from ._common import call, expect_dtype, expect_equal, expect_tensor, fail, passed
+from ._common import ExerciseError, call, expect_equal, expect_tensor, fail, passed
 
 __all__ = ["check_decoder_self_mask", "check_hf_to_sdpa"]
 
@@ -39,6 +39,16 @@ def _self_mask_mistakes(tgt_in: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
             ones.triu(0)[None, None] | pad,
         ),
         (
+            "tril marks the past and the diagonal, the keys a query may read; in this book "
+            "True = blocked, so block the future: triu(..., diagonal=1)",
+            ones.tril(0)[None, None] | pad,
+        ),
+        (
+            "tril(..., diagonal=-1) blocks the past; in this book True = blocked, so block the "
+            "future: triu(..., diagonal=1)",
+            ones.tril(-1)[None, None] | pad,
+        ),
+        (
             "a key must be blocked if it is in the future OR padding: combine with |, not &",
             causal & pad,
         ),
@@ -55,6 +65,24 @@ def _self_mask_mistakes(tgt_in: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     ]
 
 
+_NO_UNSQUEEZE = (
+    "the padding mask (tgt_in == PAD_ID) is [B, L]: against the [L, L] causal mask, B lines up "
+    "with the queries. Add the head and query axes first: [:, None, None, :] gives [B, 1, 1, L]"
+)
+_DTYPE_HINTS = {
+    "float": "a float 0/1 mask is added to the scores by SDPA, so 1.0 is a small bonus, "
+    "not a block; build the mask from comparisons and |, which give bool",
+    torch.uint8: "masked_fill refuses a uint8 mask (it wants bool), and ~ on uint8 flips every "
+    "bit; build the mask from comparisons and |, which give bool",
+}
+
+
+def _flat_padding(tgt_in: torch.Tensor) -> torch.Tensor:
+    """What causal [L, L] | padding [B, L] gives (or raises): the padding mask not unsqueezed."""
+    L = tgt_in.size(1)
+    return torch.ones(L, L, dtype=torch.bool).triu(1) | (tgt_in == PAD_ID)
+
+
 def _match(got: torch.Tensor, candidates, where: str, what: str) -> None:
     """If got equals one known mistake, fail with its hint."""
     for hint, wrong in candidates:
@@ -67,23 +95,54 @@ def _match(got: torch.Tensor, candidates, where: str, what: str) -> None:
             fail(what, where, hint)
 
 
+def _call_mask_fn(fn, tgt_in: torch.Tensor, where: str):
+    """Run fn; a broadcasting error that the padding mask without unsqueeze raises is named."""
+    try:
+        return fn(tgt_in.clone())
+    except ExerciseError:
+        raise
+    except Exception as err:
+        try:
+            _flat_padding(tgt_in)
+        except RuntimeError as flat_err:
+            if str(flat_err) == str(err):
+                fail(f"your code raised {type(err).__name__}: {err}", where, _NO_UNSQUEEZE)
+        fail(f"your code raised {type(err).__name__}: {err}", where)
+
+
 def check_decoder_self_mask(fn) -> None:
-    """Exercise 7.2: fn(tgt_in [B, L]) -> bool mask, True = blocked, broadcastable to
-    [B, h, L, L]: the decoder's self-attention mask (future OR padding). Compared with
-    make_causal_mask(L) | make_padding_mask(tgt_in) on three inputs. Used in chapter 7.
+    """Exercise 7.2: fn(tgt_in [B, L]) -> bool mask, True = blocked, shape [B, 1, L, L]: the
+    decoder's self-attention mask (future OR padding). Compared with
+    make_causal_mask(L) | make_padding_mask(tgt_in) on three inputs, the first with B != L.
+    Used in chapter 7.
     """
     for where, tgt_in in _TGT_CASES.items():
-        got = expect_tensor("mask", call(fn, tgt_in.clone(), where=where), where)
+        got = expect_tensor("mask", _call_mask_fn(fn, tgt_in, where), where)
         expected = _expected_self_mask(tgt_in)
-        expect_dtype(
-            "mask",
-            got,
-            torch.bool,
-            where,
-            "return a bool tensor: an integer or float 0/1 mask means something else to "
-            "masked_fill and to SDPA",
-        )
+        if got.dtype != torch.bool:
+            hint = _DTYPE_HINTS.get(
+                "float" if got.is_floating_point() else got.dtype,
+                "return a bool tensor: an integer or float 0/1 mask means something else to "
+                "masked_fill and to SDPA",
+            )
+            fail(f"mask has dtype {got.dtype}, expected torch.bool", where, hint)
         B, L = tgt_in.shape
+        if got.dim() == 2 and tuple(got.shape) == (L, L):
+            flat = _flat_padding(tgt_in)
+            if torch.equal(got, flat.expand(L, L)):
+                fail(
+                    f"mask has shape {tuple(got.shape)}, expected {(B, 1, L, L)}",
+                    where,
+                    _NO_UNSQUEEZE,
+                )
+        if got.dim() == 3 and tuple(got.shape) == (B, L, L):
+            fail(
+                f"mask has shape {tuple(got.shape)}, expected {(B, 1, L, L)}: the head axis is "
+                "missing",
+                where,
+                "against scores [B, h, L, L], a [B, L, L] mask lines B up with the heads; keep "
+                "a head axis of size 1: [B, 1, L, L]",
+            )
         if got.dim() != 4:
             fail(
                 f"mask has shape {tuple(got.shape)}, expected rank 4, [B, 1, L, L]",

@@ -1,0 +1,151 @@
+"""Plausible wrong answers to chapter 7's exercise 7.2 (the decoder's self-attention mask),
+and library-shaped versions of the same slips for tests/plant_mistake.py.
+
+Not collected by pytest (the name does not start with test_). Each exercise mistake takes
+tgt_in [B, L] like the book's decoder_self_mask; PAD_ID is 0.
+"""
+
+import torch
+
+PAD = 0
+
+
+def _future(L, diagonal=1):
+    return torch.ones(L, L, dtype=torch.bool).triu(diagonal)
+
+
+def _pad_keys(tgt_in):
+    return (tgt_in == PAD)[:, None, None, :]
+
+
+def causal_diagonal_0(tgt_in):
+    """triu(diagonal=0): every position blocks itself too."""
+    return _future(tgt_in.size(1), 0) | _pad_keys(tgt_in)
+
+
+def tril_for_triu(tgt_in):
+    """tril, the "may attend" triangle of other conventions, used as True = blocked."""
+    L = tgt_in.size(1)
+    return torch.ones(L, L, dtype=torch.bool).tril() | _pad_keys(tgt_in)
+
+
+def padding_not_unsqueezed(tgt_in):
+    """The [B, L] padding mask OR-ed with the [L, L] causal mask: B lines up with queries."""
+    return _future(tgt_in.size(1)) | (tgt_in == PAD)
+
+
+def and_for_or(tgt_in):
+    """Blocked only where a key is in the future AND padding."""
+    return _future(tgt_in.size(1)) & _pad_keys(tgt_in)
+
+
+def float_mask(tgt_in):
+    """torch.ones(L, L) is float: the mask comes out as float 0/1."""
+    L = tgt_in.size(1)
+    return torch.maximum(torch.ones(L, L).triu(1), _pad_keys(tgt_in).float())
+
+
+def uint8_mask(tgt_in):
+    """The older PyTorch convention: a uint8 0/1 mask."""
+    return (_future(tgt_in.size(1)) | _pad_keys(tgt_in)).to(torch.uint8)
+
+
+def no_head_axis(tgt_in):
+    """[B, L, L]: the padding mask unsqueezed once, the causal mask without its leading axes."""
+    return _future(tgt_in.size(1)) | (tgt_in == PAD)[:, None, :]
+
+
+def polarity_reversed(tgt_in):
+    """True = may attend (SDPA's convention), where this book's True = blocked."""
+    return ~(_future(tgt_in.size(1)) | _pad_keys(tgt_in))
+
+
+def padding_on_queries(tgt_in):
+    """The padding mask as [B, 1, L, 1]: it blocks the <pad> queries, not the <pad> keys."""
+    return _future(tgt_in.size(1)) | (tgt_in == PAD)[:, None, :, None]
+
+
+def int64_mask(tgt_in):
+    """An int64 0/1 mask (.long())."""
+    return (_future(tgt_in.size(1)) | _pad_keys(tgt_in)).long()
+
+
+EXERCISE_MISTAKES = {
+    # name -> (wrong answer, a fragment of the message the checker gives)
+    "causal_diagonal_0": (causal_diagonal_0, r"the diagonal is blocked too"),
+    "tril_for_triu": (tril_for_triu, r"tril marks the past and the diagonal"),
+    "padding_not_unsqueezed": (padding_not_unsqueezed, r"Add the head and query axes first"),
+    "and_for_or": (and_for_or, r"combine with \|, not &"),
+    "float_mask": (float_mask, r"a float 0/1 mask is added to the scores"),
+    "uint8_mask": (uint8_mask, r"masked_fill refuses a uint8 mask"),
+    "no_head_axis": (no_head_axis, r"the head axis is missing"),
+    "polarity_reversed": (polarity_reversed, r"the polarity is reversed"),
+    "padding_on_queries": (padding_on_queries, r"padding blocks keys \(the last dim\)"),
+    "int64_mask": (int64_mask, r"return a bool tensor"),
+}
+
+
+# --- the same slips in the library's shape (helpers.masks, helpers.model.Transformer.decode) ---
+
+
+def lib_causal_diagonal_0(L, device=None):
+    return torch.ones(L, L, dtype=torch.bool, device=device).triu(0)[None, None]
+
+
+def lib_causal_tril(L, device=None):
+    return torch.ones(L, L, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def lib_causal_float(L, device=None):
+    return torch.ones(L, L, device=device).triu(1)[None, None]
+
+
+def lib_causal_uint8(L, device=None):
+    return torch.ones(L, L, dtype=torch.uint8, device=device).triu(1)[None, None]
+
+
+def lib_padding_not_unsqueezed(ids, pad_id=PAD):
+    return ids == pad_id
+
+
+def lib_padding_no_head_axis(ids, pad_id=PAD):
+    return (ids == pad_id)[:, None, :]
+
+
+def lib_padding_on_queries(ids, pad_id=PAD):
+    return (ids == pad_id)[:, None, :, None]
+
+
+def lib_padding_polarity(ids, pad_id=PAD):
+    return (ids != pad_id)[:, None, None, :]
+
+
+def lib_padding_float(ids, pad_id=PAD):
+    return (ids == pad_id)[:, None, None, :].float()
+
+
+def lib_padding_uint8(ids, pad_id=PAD):
+    return (ids == pad_id)[:, None, None, :].to(torch.uint8)
+
+
+def _decode_with(self, tgt_in, memory, src_mask, need_weights, combine):
+    from helpers.masks import make_causal_mask, make_padding_mask
+
+    self_mask = combine(make_causal_mask(tgt_in.size(1), tgt_in.device), make_padding_mask(tgt_in))
+    h, cross_w = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
+    return self.out_proj(h), cross_w
+
+
+def lib_decode_and(self, tgt_in, memory, src_mask, need_weights=True):
+    """Transformer.decode with causal & padding."""
+    return _decode_with(self, tgt_in, memory, src_mask, need_weights, lambda c, p: c & p)
+
+
+def lib_decode_causal_only(self, tgt_in, memory, src_mask, need_weights=True):
+    """Transformer.decode without the target padding."""
+    return _decode_with(self, tgt_in, memory, src_mask, need_weights, lambda c, p: c)
+
+
+def lib_decode_source_padding(self, tgt_in, memory, src_mask, need_weights=True):
+    """Transformer.decode with the source padding mask in the self-attention mask."""
+    return _decode_with(self, tgt_in, memory, src_mask, need_weights, lambda c, p: c | src_mask)
