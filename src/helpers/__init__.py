@@ -61,6 +61,7 @@ from .checkpoints import trained_default_init_model, trained_fixed_budget_model
 
 # 13. The KV cache (the growing cache is in DecoderLayer; a preallocated one here)
 from .static_cache import StaticCaches, allocate_static_caches, greedy_decode_static
+from .beam_search import beam_search  # exercise 11.3's search, batched, on this cache
 
 # 14. A decoder-only mini GPT
 from .gpt import (
@@ -175,6 +176,7 @@ __all__ = [
     "greedy_decode_static",
     "allocate_static_caches",
     "StaticCaches",
+    "beam_search",
     "restores_mode",
     "sequences_equal",
     "apply_default_init",
