@@ -952,10 +952,16 @@ check_layer_norm(LayerNorm)
 # on two padded batches. It gives the two LayerNorms different weights, so a swapped one
 # shows. It names the mistake when it recognises one: the Post-Norm order, a missing
 # residual or mask, one LayerNorm for both sub-layers, dropout left on, a normalised output.
+#
+# Then write the stack: `encoder_forward(encoder, src, pad_mask)` returns the memory of a
+# `helpers.Encoder` from `encoder.embed`, `encoder.layers` and `encoder.ln_final`.
+# `check_encoder_forward(encoder_forward)` compares it with `encoder(src, pad_mask)`. It
+# names a missing or misplaced final LayerNorm, a missing mask, and layers that do not
+# read each other's output.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.5
-from helpers.exercises import check_encoder_layer_forward
+from helpers.exercises import check_encoder_forward, check_encoder_layer_forward
 
 
 def encoder_layer_forward(layer, x, pad_mask):
@@ -967,3 +973,13 @@ def encoder_layer_forward(layer, x, pad_mask):
 
 
 check_encoder_layer_forward(encoder_layer_forward)
+
+
+def encoder_forward(encoder, src, pad_mask):
+    x = encoder.embed(src)
+    for layer in encoder.layers:
+        x, _ = encoder_layer_forward(layer, x, pad_mask)
+    return encoder.ln_final(x)  # Pre-Norm: normalise the stream once, at the exit
+
+
+check_encoder_forward(encoder_forward)

@@ -8,7 +8,8 @@ plants them into the library to see whether its unit tests notice.
   has `weight`, `eps` (and `bias`); a LayerNorm mistake also plants as `nn.LayerNorm.forward`.
 - Encoder-layer mistakes (5.5) are `forward(layer, x, pad_mask, need_weights=True)`: the
   exercise's fn, and planted, `helpers.EncoderLayer.forward`.
-- `encoder_no_final_ln` plants as `helpers.Encoder.forward`.
+- Encoder-stack mistakes (5.5, second part) are `forward(self, src, pad_mask,
+  need_weights=False)`: the exercise's fn, and planted, `helpers.Encoder.forward`.
 """
 
 import torch
@@ -178,7 +179,14 @@ def enc_final_layernorm(layer, x, pad_mask, need_weights=True):
     return F.layer_norm(x, x.shape[-1:]), w
 
 
-# --- The encoder stack (planted as helpers.Encoder.forward) ---
+# --- The encoder stack (exercise 5.5, second part; planted as helpers.Encoder.forward) ---
+
+
+def encoder_correct(self, src, pad_mask, need_weights=False):
+    x = self.embed(src)
+    for layer in self.layers:
+        x, _ = layer(x, pad_mask, need_weights=need_weights)
+    return self.ln_final(x)
 
 
 def encoder_no_final_ln(self, src, pad_mask, need_weights=False):
@@ -186,3 +194,36 @@ def encoder_no_final_ln(self, src, pad_mask, need_weights=False):
     for layer in self.layers:
         x, _ = layer(x, pad_mask, need_weights=need_weights)
     return x
+
+
+def encoder_ln_every_layer(self, src, pad_mask, need_weights=False):
+    x = self.embed(src)
+    for layer in self.layers:
+        x, _ = layer(x, pad_mask, need_weights=need_weights)
+        x = self.ln_final(x)
+    return x
+
+
+def encoder_no_pad_mask(self, src, pad_mask, need_weights=False):
+    return encoder_correct(self, src, None, need_weights)
+
+
+def encoder_layers_read_embedding(self, src, pad_mask, need_weights=False):
+    emb = self.embed(src)
+    for layer in self.layers:
+        x, _ = layer(emb, pad_mask, need_weights=need_weights)
+    return self.ln_final(x)
+
+
+def encoder_layers_reversed(self, src, pad_mask, need_weights=False):
+    x = self.embed(src)
+    for layer in reversed(self.layers):
+        x, _ = layer(x, pad_mask, need_weights=need_weights)
+    return self.ln_final(x)
+
+
+def encoder_unweighted_final_ln(self, src, pad_mask, need_weights=False):
+    x = self.embed(src)
+    for layer in self.layers:
+        x, _ = layer(x, pad_mask, need_weights=need_weights)
+    return F.layer_norm(x, x.shape[-1:])

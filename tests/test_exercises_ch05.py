@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from helpers.exercises import (
     ExerciseError,
+    check_encoder_forward,
     check_encoder_layer_forward,
     check_layer_norm,
     check_rms_norm,
@@ -177,3 +178,34 @@ def test_encoder_layer_rejects_a_single_return_value():
 def test_encoder_layer_rejects_missing_weights():
     with pytest.raises(ExerciseError, match="attention weights should be a torch.Tensor"):
         check_encoder_layer_forward(lambda *args: (m.enc_correct(*args)[0], None))
+
+
+# --- 5.5, second part: the encoder stack ---
+
+
+def test_encoder_stack_accepts_the_solution(capsys):
+    check_encoder_forward(m.encoder_correct)
+    assert "check_encoder_forward: all" in capsys.readouterr().out
+
+
+STACK_CATALOGUE = [
+    (m.encoder_no_final_ln, "the encoder ends with encoder.ln_final"),
+    (m.encoder_ln_every_layer, "runs once, after the loop"),
+    (m.encoder_no_pad_mask, "pass pad_mask to every layer"),
+    (m.encoder_layers_read_embedding, "each layer reads the previous layer's output"),
+    (m.encoder_layers_reversed, "the layers run in the order of encoder.layers"),
+    (m.encoder_unweighted_final_ln, "not a bare F.layer_norm"),
+]
+
+
+@pytest.mark.parametrize(
+    "mistake, message", STACK_CATALOGUE, ids=lambda v: getattr(v, "__name__", "")
+)
+def test_encoder_stack_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_encoder_forward(mistake)
+
+
+def test_encoder_stack_rejects_a_pair():
+    with pytest.raises(ExerciseError, match="fn returned a tuple"):
+        check_encoder_forward(lambda *args: (m.encoder_correct(*args), None))

@@ -11,11 +11,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..layers import EncoderLayer
+from ..layers import Encoder, EncoderLayer
 from ..masks import make_padding_mask
 from ._common import call, expect_close, expect_shape, fail, passed
 
-__all__ = ["check_rms_norm", "check_layer_norm", "check_encoder_layer_forward"]
+__all__ = [
+    "check_rms_norm",
+    "check_layer_norm",
+    "check_encoder_layer_forward",
+    "check_encoder_forward",
+]
 
 _D = 16
 
@@ -273,21 +278,20 @@ def _layer() -> EncoderLayer:
     return layer
 
 
+_SOURCES = (  # padded batches, B != L
+    torch.tensor([[3, 4, 5, 6, 7, 2], [8, 9, 2, 0, 0, 0]]),
+    torch.tensor([[5, 2, 0, 0, 0], [3, 4, 5, 6, 2], [7, 8, 2, 0, 0]]),
+)
+
+
 def _enc_cases():
-    """(where, x, pad_mask): B != L, and a padded batch so that a missing mask shows."""
+    """(where, x, pad_mask): B != L, and padded batches so that a missing mask shows."""
     g = torch.Generator().manual_seed(550)
-    src = torch.tensor([[3, 4, 5, 6, 7, 2], [8, 9, 2, 0, 0, 0]])
-    yield (
-        "x [2, 6, 32], pad_mask [2, 1, 1, 6] (row 1 padded)",
-        torch.randn(2, 6, _DL, generator=g) + 1.0,
-        make_padding_mask(src),
-    )
-    src = torch.tensor([[5, 2, 0, 0, 0], [3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
-    yield (
-        "x [3, 5, 32], pad_mask [3, 1, 1, 5] (rows 0 and 2 padded)",
-        torch.randn(3, 5, _DL, generator=g),
-        make_padding_mask(src),
-    )
+    for i, src in enumerate(_SOURCES):
+        B, L = src.shape
+        x = torch.randn(B, L, _DL, generator=g) + (1.0 if i == 0 else 0.0)
+        where = f"x [{B}, {L}, {_DL}], pad_mask [{B}, 1, 1, {L}] (a padded batch)"
+        yield where, x, make_padding_mask(src)
 
 
 def _enc_reference(layer, x, pad_mask, mistake=None):
@@ -389,3 +393,81 @@ def check_encoder_layer_forward(fn) -> None:
         )
         n += 2
     passed("check_encoder_layer_forward", n, "same output and weights as helpers.EncoderLayer")
+
+
+# --- Exercise 5.5, second part: the encoder stack's forward -------------------------------
+
+
+def _encoder() -> Encoder:
+    torch.manual_seed(56)
+    encoder = Encoder(13, _DL, _H, _DFF, num_layers=3, max_len=16).eval()
+    g = torch.Generator().manual_seed(560)
+    with torch.no_grad():  # LayerNorms that are not the identity, as after training
+        for ln in encoder.modules():
+            if isinstance(ln, nn.LayerNorm):
+                ln.weight.copy_(0.5 + torch.rand(_DL, generator=g))
+                ln.bias.copy_(0.6 * torch.rand(_DL, generator=g) - 0.3)
+    return encoder
+
+
+def _stack_reference(encoder, src, pad_mask, mistake=None):
+    """The encoder's forward, or what a known mistake computes instead."""
+    emb = encoder.embed(src)
+    x = emb
+    layers = list(encoder.layers)
+    for layer in reversed(layers) if mistake == "reversed" else layers:
+        inp = emb if mistake == "reads embedding" else x
+        x, _ = layer(inp, None if mistake == "no pad mask" else pad_mask)
+        if mistake == "ln every layer":
+            x = encoder.ln_final(x)
+    if mistake in ("no final ln", "ln every layer"):
+        return x
+    if mistake == "unweighted final ln":
+        return F.layer_norm(x, (_DL,))
+    return encoder.ln_final(x)
+
+
+_STACK_HINTS = {
+    "no final ln": "Pre-Norm never normalises the stream inside the stack: the encoder ends "
+    "with encoder.ln_final(x), after the last layer",
+    "ln every layer": "encoder.ln_final runs once, after the loop, not after every layer",
+    "no pad mask": "pass pad_mask to every layer, or the queries read <pad> positions",
+    "reads embedding": "each layer reads the previous layer's output: x, _ = layer(x, "
+    "pad_mask), not layer(embedding, pad_mask)",
+    "reversed": "the layers run in the order of encoder.layers, first to last",
+    "unweighted final ln": "use encoder.ln_final, with its learned weight and bias, not a "
+    "bare F.layer_norm",
+}
+
+
+def check_encoder_forward(fn) -> None:
+    """Exercise 5.5, second part: fn(encoder, src, pad_mask) -> memory [B, L, d], the forward
+    pass of a helpers.Encoder (embed, layers, ln_final) written with its own sub-modules.
+    Compared with encoder(src, pad_mask) in eval mode: three layers, LayerNorms with
+    non-trivial weights, two padded batches. Used in chapter 5.
+    """
+    encoder = _encoder()
+    n = 0
+    for src in _SOURCES:
+        pad_mask = make_padding_mask(src)
+        where = f"src {list(src.shape)}, pad_mask {list(pad_mask.shape)} (a padded batch)"
+        with torch.no_grad():
+            expected = encoder(src, pad_mask)
+            got = call(fn, encoder, src, pad_mask, where=where)
+        if isinstance(got, tuple):
+            fail(
+                "fn returned a tuple",
+                where,
+                "the encoder returns memory alone; each layer returns a pair, so unpack it "
+                "in the loop: x, _ = layer(x, pad_mask)",
+            )
+        expect_shape("memory", got, expected.shape, where, "memory is [B, L, d_model]")
+        if not _close(got, expected):
+            for mistake, hint in _STACK_HINTS.items():
+                with torch.no_grad():
+                    wrong = _stack_reference(encoder, src, pad_mask, mistake)
+                if _close(got, wrong):
+                    fail("memory differs from helpers.Encoder's", where, hint)
+        expect_close("memory", got, expected, where=where)
+        n += 1
+    passed("check_encoder_forward", n, "same memory as helpers.Encoder")
