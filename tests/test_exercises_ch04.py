@@ -57,3 +57,11 @@ def test_rejects_a_block_with_misnamed_layers():
 
     with pytest.raises(ExerciseError, match="w_gate, w_up and w_down"):
         check_swiglu_ffn(Misnamed)
+
+
+def test_refuses_a_near_miss():
+    def nudged(self, x):
+        return m.swiglu_correct(self, x) * 1.001
+
+    with pytest.raises(ExerciseError, match="values differ"):
+        check_swiglu_ffn(swiglu_class(nudged))

@@ -209,3 +209,32 @@ def test_encoder_stack_names_each_catalogued_mistake(mistake, message):
 def test_encoder_stack_rejects_a_pair():
     with pytest.raises(ExerciseError, match="fn returned a tuple"):
         check_encoder_forward(lambda *args: (m.encoder_correct(*args), None))
+
+
+# --- every checker refuses a near miss: the accepted answer moved by 0.1 % ---
+
+
+def _nudged_layer_norm(self, x):
+    return m.ln_correct(self, x) * 1.001
+
+
+def _nudged_rms_norm(self, x):
+    return m.rms_correct(self, x) * 1.001
+
+
+@pytest.mark.parametrize(
+    "checker, answer",
+    [
+        (check_rms_norm, rms_norm_class(_nudged_rms_norm)),
+        (check_layer_norm, layer_norm_class(_nudged_layer_norm)),
+        (
+            check_encoder_layer_forward,
+            lambda *a: (m.enc_correct(*a)[0] * 1.001, m.enc_correct(*a)[1]),
+        ),
+        (check_encoder_forward, lambda *a: m.encoder_correct(*a) * 1.001),
+    ],
+    ids=["rms_norm", "layer_norm", "encoder_layer", "encoder"],
+)
+def test_refuses_a_near_miss(checker, answer):
+    with pytest.raises(ExerciseError, match="values differ"):
+        checker(answer)
