@@ -86,7 +86,7 @@ from .torch_reference import (
 )
 
 # 17. Pitfalls and debugging
-from .debugging import Finding, ModelReport, check_model
+from .debugging import Finding, ModelReport, check_model, compare_with_band
 
 # 18. Cross-attention heatmaps
 from .visualize import (
@@ -202,6 +202,7 @@ __all__ = [
     "Finding",
     "ModelReport",
     "check_model",
+    "compare_with_band",
     "MEAN_OF_HEADS",
     "AttentionExplorer",
     "AttentionMap",

@@ -18,6 +18,8 @@ Every check looks at what the model *does* on one batch, never at its source cod
   kept in a plain Python list);
 - NaN/inf in parameters, activations (naming the first module that produced one), the loss
   and the gradients.
+- with make_train_step (the reader's own optimiser, schedule and shift): overfit one batch, a
+  copy of the model trained a few dozen steps on the batch must drive its loss near zero.
 
 The model is any nn.Module with forward(src, tgt_in) -> logits [B, Lt, V]; helpers.Transformer
 is the reference. check_model leaves the model as it found it: same train/eval mode, no
@@ -26,11 +28,23 @@ from a private generator (a healthy model in eval mode consumes no global random
 
 One module per stage (shapes, masks, data, loss_at_init, gradients, nan_inf), plus the
 report they fill (report), the forward hooks they read (recorder), and check_model, which
-runs them in order (check).
+runs them in order (check); overfit one batch (overfit), run when asked; and the band of the
+book's training curve that compare_with_band holds a reader's run against (band).
 """
 
+from .band import BandReport, TrainingBand, compare_with_band, training_band
 from .check import check_model
 from .gradients import block_of
 from .report import STAGES, Finding, ModelReport
 
-__all__ = ["STAGES", "Finding", "ModelReport", "block_of", "check_model"]
+__all__ = [
+    "STAGES",
+    "BandReport",
+    "Finding",
+    "ModelReport",
+    "TrainingBand",
+    "block_of",
+    "check_model",
+    "compare_with_band",
+    "training_band",
+]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-STAGES = ("shapes", "masks", "data", "loss at init", "gradients", "nan/inf")
+STAGES = ("shapes", "masks", "data", "loss at init", "gradients", "nan/inf", "overfit")
 
 
 @dataclass(frozen=True)
