@@ -1069,17 +1069,18 @@ for kv_heads in (32, 8, 1):
 # %% [markdown]
 # ### Exercise 13.3 (implement): one decoder step with a KV cache
 #
-# Write `decode_step(model, tokens, memory, src_mask, caches)`. `tokens` `[B, t]` holds what has
-# been decoded so far (`<bos>` first); `caches` is a list with one dict per decoder layer, empty
-# before the first step. The function feeds the decoder only the newest token, at position
-# $t - 1$; in every layer it appends that position's self-attention keys and values to
-# `cache["self_k"]` / `cache["self_v"]` along the sequence dimension, projects the memory to
-# `cache["cross_k"]` / `cache["cross_v"]` on the first step only, blocks `<pad>` keys with
-# `make_padding_mask(tokens)`, and returns the logits `[B, V]` for the next token. Use the
-# layers' sub-modules (`ln1`, `self_mha.project_kv`, `self_mha.attend`, ...), not
-# `model.decoder(..., caches=...)`. `check_decode_step` drives a greedy loop with your function
-# on two random models, compares every step's logits with the naive decoder and the tokens with
-# `greedy_decode(use_cache=True)`, and checks how the cache grows.
+# Write `decode_step(model, tokens, memory, src_mask, caches)`. `tokens` `[B, t]` holds the
+# tokens so far (`<bos>` first); `caches` holds one dict per decoder layer, empty at first. It
+# feeds the decoder only the newest token, at position $t - 1$; in every layer it appends that
+# position's self-attention keys and values to `cache["self_k"]` / `cache["self_v"]` along the
+# sequence dimension, projects the memory to `cache["cross_k"]` / `cache["cross_v"]` on the
+# first step only, blocks `<pad>` keys with `make_padding_mask(tokens)`, and returns the logits
+# `[B, V]` for the next token. Use the layers' sub-modules (`ln1`, `self_mha.project_kv`,
+# `self_mha.attend`, ...), not `model.decoder(..., caches=...)`. Write also
+# `reset_caches(caches)`, which empties them in place for the next batch.
+# `check_decode_step(decode_step, reset_caches)` decodes two batches through one caches list on
+# two random models. It compares every step with the naive decoder and inspects the cache after
+# every step and reset.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 13.3
@@ -1107,4 +1108,9 @@ def decode_step(model, tokens, memory, src_mask, caches):
     return model.out_proj(dec.ln_final(x)[:, -1])
 
 
-check_decode_step(decode_step)
+def reset_caches(caches):
+    for cache in caches:  # in place: the decoder keeps using this list
+        cache.clear()  # self_k, self_v and the last batch's cross_k, cross_v
+
+
+check_decode_step(decode_step, reset_caches)

@@ -1,6 +1,7 @@
 """The checker of chapter 13's coding exercise accepts the book's answer and rejects the
 likely mistakes with a message that names them."""
 
+import mistakes_ch13
 import pytest
 import torch
 
@@ -87,7 +88,7 @@ def test_new_token_at_position_0():
 
 
 def test_padding_keys_not_blocked():
-    with pytest.raises(ExerciseError, match=r"only rows whose prefix contains <pad> differ"):
+    with pytest.raises(ExerciseError, match=r"the <pad> keys are not blocked"):
         check_decode_step(lambda *a: decode_step(*a, pad_mask=False))
 
 
@@ -117,3 +118,25 @@ def test_no_cache_kept():
 def test_wrong_logits_shape():
     with pytest.raises(ExerciseError, match=r"logits has shape \(6, 1, 13\), expected \(6, 13\)"):
         check_decode_step(lambda *a: decode_step(*a)[:, None])
+
+
+def test_the_books_answer_with_its_reset_passes(capsys):
+    check_decode_step(mistakes_ch13.step, mistakes_ch13.reset)
+    assert "two batches each through one reset cache" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(mistakes_ch13.EXERCISE_MISTAKES))
+def test_catalogue_each_mistake_named(name):
+    """Every catalogued mistake (tests/mistakes_ch13.py) gets its own message."""
+    step, reset, fragment = mistakes_ch13.EXERCISE_MISTAKES[name]
+    with pytest.raises(ExerciseError, match=fragment):
+        check_decode_step(step, reset)
+
+
+def test_catalogue_messages_are_distinct():
+    hints = set()
+    for step, reset, _ in mistakes_ch13.EXERCISE_MISTAKES.values():
+        with pytest.raises(ExerciseError) as err:
+            check_decode_step(step, reset)
+        hints.add(str(err.value).split("Hint: ")[-1])
+    assert len(hints) == len(mistakes_ch13.EXERCISE_MISTAKES)

@@ -1,13 +1,19 @@
 """Checkers for the exercises of chapter 13 (the KV cache).
 
-check_decode_step(fn)   fn(model, tokens [B, t], memory, src_mask, caches) -> logits [B, V]:
-                        one greedy decoding step with a KV cache.
+check_decode_step(fn, reset)   fn(model, tokens [B, t], memory, src_mask, caches) -> logits
+                               [B, V]: one greedy decoding step with a KV cache; reset(caches)
+                               empties the caches for the next batch.
 
 The checker drives a greedy decoding loop with the reader's step on small random models (their
 top logits are close together, so any real difference flips some token), compares the logits of
 every step with the naive decoder's and the tokens with helpers.greedy_decode(use_cache=True),
 and inspects the cache after every step: the self-attention keys and values must grow by one
-position along dim 2, the cross-attention ones must be projected once and then reused.
+position along dim 2, the cross-attention ones must be projected once and then reused. Each
+model decodes two batches of different sources with ONE caches list, emptied by reset between
+them: whatever the first batch left in it is named.
+
+When the logits differ, the checker runs the known mistakes (_MISTAKES) in lockstep on the same
+tokens and names the one whose logits the reader's equal.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ import torch
 
 from ..data import make_reversal_dataset
 from ..decoding import greedy_decode
+from ..masks import make_causal_mask, make_padding_mask
 from ..model import Transformer
 from ..vocab import BOS_ID, PAD_ID, VOCAB_SIZE
-from ._common import ExerciseError, expect_close, expect_shape, fail, passed
+from ._common import ExerciseError, call, expect_close, expect_shape, fail, passed
 
 __all__ = ["check_decode_step"]
 
@@ -35,13 +42,48 @@ def _model(i: int) -> Transformer:
     return Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=_MAX_LEN, dropout=0.0, **_CONFIGS[i]).eval()
 
 
+_B = 6  # sources per batch; each model decodes two batches
+
+
 def _sources() -> torch.Tensor:
-    src, _ = make_reversal_dataset(6, seed=13, min_len=1, max_len=9)
-    return src  # [6, 11]: up to 9 digits, <eos>, <pad>
+    src, _ = make_reversal_dataset(2 * _B, seed=13, min_len=1, max_len=9)
+    return src  # [12, 11]: up to 9 digits, <eos>, <pad>
 
 
-def _cache_hint(caches, B: int, h: int, d_k: int, t: int) -> str:
+_CROSS_FROM_DECODER = (
+    "cross-attention takes its keys and values from the encoder's memory, not from the "
+    "decoder's stream: cache['cross_k'], cache['cross_v'] = "
+    "layer.cross_mha.project_kv(memory, memory)"
+)
+_V_NOT_APPENDED = (
+    "the values are not appended: cache['self_v'] grows along dim 2 exactly like "
+    "cache['self_k'], one position per step"
+)
+
+
+def _cache_hint(caches, B: int, h: int, d_k: int, t: int, Ls: int | None = None) -> str:
     """A specific hint when a cache tensor has a shape that points to a known mistake."""
+    for i, cache in enumerate(caches):
+        if not isinstance(cache, dict):
+            continue
+        ck = cache.get("cross_k")
+        if Ls is not None and isinstance(ck, torch.Tensor) and ck.dim() == 4 and ck.size(2) != Ls:
+            return (
+                f"layer {i}'s cache['cross_k'] has shape {tuple(ck.shape)}: {ck.size(2)} "
+                f"position(s), where the memory has {Ls}; " + _CROSS_FROM_DECODER
+            )
+        k, v = cache.get("self_k"), cache.get("self_v")
+        if (
+            isinstance(k, torch.Tensor)
+            and isinstance(v, torch.Tensor)
+            and k.dim() == v.dim() == 4
+            and k.size(1) == h
+            and k.size(2) != v.size(2)
+        ):
+            return (
+                f"layer {i}'s cached self_k holds {k.size(2)} positions, self_v {v.size(2)}: "
+                + _V_NOT_APPENDED
+            )
     for i, cache in enumerate(caches):
         k = cache.get("self_k") if isinstance(cache, dict) else None
         if not isinstance(k, torch.Tensor) or k.dim() != 4:
@@ -79,11 +121,13 @@ def _step(fn, model, tokens, memory, src_mask, caches, where):
     except ExerciseError:
         raise
     except Exception as err:
-        hint = _cache_hint(caches, tokens.size(0), cfg.num_heads, cfg.d_k, tokens.size(1))
+        hint = _cache_hint(
+            caches, tokens.size(0), cfg.num_heads, cfg.d_k, tokens.size(1), memory.size(1)
+        )
         fail(f"your code raised {type(err).__name__}: {err}", where, hint)
 
 
-def _check_cache(caches, model, B: int, t: int, cross_before, where: str) -> list:
+def _check_cache(caches, model, B: int, t: int, Ls: int, cross_before, where: str) -> list:
     """After the step with t tokens: the cache holds t positions per layer, cross K/V reused."""
     cfg = model.config
     if not isinstance(caches, list) or len(caches) != cfg.num_layers:
@@ -104,10 +148,16 @@ def _check_cache(caches, model, B: int, t: int, cross_before, where: str) -> lis
                     "cache['cross_v'] (the names helpers.DecoderLayer uses)",
                 )
         k = cache["self_k"]
-        hint = _cache_hint(caches, B, cfg.num_heads, cfg.d_k, t)
-        expect_shape(f"layer {i}'s cache['self_k']", k, (B, cfg.num_heads, t, cfg.d_k), where, hint)
+        hint = _cache_hint(caches, B, cfg.num_heads, cfg.d_k, t, Ls)
+        shape = (B, cfg.num_heads, t, cfg.d_k)
+        expect_shape(f"layer {i}'s cache['self_k']", k, shape, where, hint)
+        expect_shape(f"layer {i}'s cache['self_v']", cache["self_v"], shape, where, hint)
         expect_shape(
-            f"layer {i}'s cache['self_v']", cache["self_v"], (B, cfg.num_heads, t, cfg.d_k), where
+            f"layer {i}'s cache['cross_k']",
+            cache["cross_k"],
+            (B, cfg.num_heads, Ls, cfg.d_k),
+            where,
+            hint,
         )
         cross_now.append((cache["cross_k"], cache["cross_v"]))
     if cross_before is not None:
@@ -155,62 +205,210 @@ def _logits_hint(got, want, tokens: torch.Tensor, step: int) -> str:
     )
 
 
-def check_decode_step(fn) -> None:
-    """Check exercise 13.3: fn(model, tokens, memory, src_mask, caches) -> logits [B, V].
+def _reference_step(model, tokens, memory, src_mask, cache_list, mistake=None):
+    """The book's cached step, or what a known mistake computes instead (on its own caches)."""
+    dec = model.decoder
+    t = tokens.size(1)
+    x = dec.embed(tokens[:, -1:], start_pos=0 if mistake == "position 0" else t - 1)
+    self_mask = make_padding_mask(tokens)
+    if mistake == "no padding mask":
+        self_mask = None
+    elif mistake == "first causal row":
+        self_mask = self_mask | make_causal_mask(t)[:, :, :1]
+    for layer, cache in zip(dec.layers, cache_list):
+        h = layer.ln1(x)
+        k, v = layer.self_mha.project_kv(h, h)
+        old = (cache["self_k"], cache["self_v"]) if "self_k" in cache else None
+        K, V = (k, v) if old is None else (torch.cat([old[0], k], 2), torch.cat([old[1], v], 2))
+        cache["self_k"], cache["self_v"] = K, V
+        mask = self_mask
+        if mistake == "attend before append" and old is not None:
+            K, V = old  # the keys so far, without the new token's
+            mask = None if self_mask is None else self_mask[..., :-1]
+        if mistake == "k and v swapped":
+            K, V = V, K
+        a, _ = layer.self_mha.attend(h, K, V, attn_mask=mask, need_weights=False)
+        x = x + a
+        h = layer.ln2(x)
+        if "cross_k" not in cache:
+            cache["cross_k"], cache["cross_v"] = layer.cross_mha.project_kv(memory, memory)
+        a, _ = layer.cross_mha.attend(
+            h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask, need_weights=False
+        )
+        x = x + a
+        x = x + layer.ffn(layer.ln3(x))
+    return model.out_proj(dec.ln_final(x)[:, -1])
+
+
+_MISTAKES = {
+    "position 0": "the new token is embedded at position 0 at every step: embed it at its own "
+    "position, start_pos = tokens.size(1) - 1",
+    "attend before append": "the new token's query does not see its own key: the new token "
+    "cannot see itself. Append its keys and values to the cache first, then attend",
+    "k and v swapped": "the keys and values are swapped: attend(h, K, V) takes the keys "
+    "first, and cache['self_k'] holds keys, cache['self_v'] values",
+    "no padding mask": "the <pad> keys are not blocked: pass make_padding_mask(tokens) as the "
+    "self-attention mask, as the naive loop does",
+    "first causal row": "the mask blocks every key but <bos>: a cached step's one query is the "
+    "newest position, and it may read every cached key; make_padding_mask(tokens) alone is "
+    "the mask",
+}
+
+
+def _matching_mistakes(logits, wrong: dict) -> list:
+    """The known mistakes whose logits (run in lockstep on the same tokens) equal the reader's."""
+    if not isinstance(logits, torch.Tensor):
+        return []
+    return [
+        m
+        for m, w in wrong.items()
+        if logits.shape == w.shape and torch.allclose(logits.float(), w, atol=1e-4, rtol=1e-4)
+    ]
+
+
+def _check_reset(caches, reset, where: str) -> None:
+    """After reset(caches): every layer's dict is empty, or the next batch reads stale keys."""
+    got = call(reset, caches, where=where)
+    if got is not None and got is not caches:
+        fail(
+            "reset returned a new object",
+            where,
+            "empty the dicts of the list you are given, in place (cache.clear() for every "
+            "layer): the decoder keeps using that list",
+        )
+    for i, cache in enumerate(caches):
+        left = sorted(cache)
+        if not left:
+            continue
+        if all(key.startswith("cross_") for key in left):
+            fail(
+                f"after reset, layer {i}'s cache still holds {left}: the cross-attention keys "
+                "and values are kept from the last batch",
+                where,
+                "the decoder projects the memory only when 'cross_k' is absent, so the next "
+                "batch would attend to the previous batch's source without an error; drop "
+                "cross_k and cross_v too (cache.clear())",
+            )
+        k = cache.get("self_k")
+        what = f" of shape {tuple(k.shape)}" if isinstance(k, torch.Tensor) else ""
+        fail(
+            f"after reset, layer {i}'s cache still holds {left}: the cache was not emptied, so "
+            f"the next batch reads the first batch's stale keys and values (self_k{what})",
+            where,
+            "empty every layer's dict in place before the next batch: for cache in caches: "
+            "cache.clear()",
+        )
+
+
+def _clear(caches) -> None:
+    for cache in caches:
+        cache.clear()
+
+
+def check_decode_step(fn, reset=None) -> None:
+    """Check exercise 13.3: fn(model, tokens, memory, src_mask, caches) -> logits [B, V], and
+    reset(caches), which empties the caches for the next batch (None: dict.clear by the checker).
 
     tokens [B, t] are the tokens so far (<bos> first); fn feeds the decoder only the newest one,
     at position t - 1, appends its keys and values to each layer's dict in caches, and returns
-    the logits for the next token. Used in chapter 13.
+    the logits for the next token. Each model decodes two batches with one caches list, reset in
+    between. Used in chapter 13.
     """
     src = _sources()
-    B = src.size(0)
+    halves = (src[:_B], src[_B:])
     n_checks = 0
     for i in range(len(_CONFIGS)):
         model = _model(i)
-        name = f"random model {i} ({_CONFIGS[i]}), {B} padded sources"
-        with torch.no_grad():
-            memory, src_mask = model.encode(src)
-            out = torch.full((B, 1), BOS_ID, dtype=torch.long)
-            caches = [{} for _ in model.decoder.layers]
-            cross = None
-            counts, hook = _count_embedded(model)
-            try:
-                for step in range(_MAX_LEN - 1):
-                    where = f"{name}, step {step} (tokens [B, {step + 1}])"
-                    counts.clear()
-                    logits = _step(fn, model, out, memory, src_mask, caches, where)
-                    fed = sum(counts)
-                    if fed != 1:
-                        fail(
-                            f"your step embedded {fed} positions",
-                            where,
-                            "a cached step feeds the decoder only the newest token, "
-                            "tokens[:, -1:] of shape [B, 1]; the cache holds the rest",
-                        )
-                    cross = _check_cache(caches, model, B, step + 1, cross, where)
-                    want = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1]
-                    hint = _logits_hint(logits, want, out, step)
-                    expect_close(
-                        "logits", logits, want, atol=1e-4, rtol=1e-4, where=where, hint=hint
-                    )
-                    out = torch.cat([out, logits.argmax(-1, keepdim=True)], dim=1)
-                    n_checks += 1
-            finally:
-                hook.remove()
-        ref = greedy_decode(model, src, use_cache=True, stop_at_eos=False)
-        bad = (out != ref).any(1)
-        if bad.any():
-            row = int(bad.nonzero()[0])
-            fail(
-                f"row {row} decodes {out[row].tolist()}, greedy_decode(use_cache=True) gives "
-                f"{ref[row].tolist()}",
-                name,
-                "the logits matched within 1e-4 at every step, so the tokens should too",
-            )
-        n_checks += 1
+        caches = [{} for _ in model.decoder.layers]
+        for b, batch in enumerate(halves):
+            name = f"random model {i} ({_CONFIGS[i]}), batch {b + 1} of 2 ({_B} padded sources)"
+            if b > 0:
+                _check_reset(caches, reset or _clear, f"{name}, before its first step")
+                n_checks += 1
+            out = _decode_batch(fn, model, batch, caches, name)
+            n_checks += _MAX_LEN - 1
+            ref = greedy_decode(model, batch, use_cache=True, stop_at_eos=False)
+            bad = (out != ref).any(1)
+            if bad.any():
+                row = int(bad.nonzero()[0])
+                fail(
+                    f"row {row} decodes {out[row].tolist()}, greedy_decode(use_cache=True) gives "
+                    f"{ref[row].tolist()}",
+                    name,
+                    "the logits matched within 1e-4 at every step, so the tokens should too",
+                )
+            n_checks += 1
     passed(
         "check_decode_step",
         n_checks,
-        f"{len(_CONFIGS)} random models, {_MAX_LEN - 1} steps each: same logits as the naive "
-        "decoder, same tokens as greedy_decode(use_cache=True), cache grows along dim 2",
+        f"{len(_CONFIGS)} random models, two batches each through one reset cache, "
+        f"{_MAX_LEN - 1} steps each: same logits as the naive decoder, same tokens as "
+        "greedy_decode(use_cache=True), cache grows along dim 2",
     )
+
+
+def _decode_batch(fn, model, src, caches, name: str) -> torch.Tensor:
+    """Greedy decoding of src with the reader's step on the reader's caches, checked per step.
+
+    At the first step whose logits differ, the known mistakes are replayed on the same tokens
+    and then run in lockstep; a mistake is named once it is the only one that still matches
+    (two can agree on a step: both "attend before append" and "first causal row" read key 0
+    alone at step 1)."""
+    B = src.size(0)
+    with torch.no_grad():
+        memory, src_mask = model.encode(src)
+        Ls = memory.size(1)
+        out = torch.full((B, 1), BOS_ID, dtype=torch.long)
+        lockstep, suspects, first_where = None, None, ""
+        cross = None
+        counts, hook = _count_embedded(model)
+        try:
+            for step in range(_MAX_LEN - 1):
+                where = f"{name}, step {step} (tokens [B, {step + 1}])"
+                counts.clear()
+                logits = _step(fn, model, out, memory, src_mask, caches, where)
+                fed = sum(counts)
+                if fed != 1:
+                    fail(
+                        f"your step embedded {fed} positions",
+                        where,
+                        "a cached step feeds the decoder only the newest token, "
+                        "tokens[:, -1:] of shape [B, 1]; the cache holds the rest",
+                    )
+                cross = _check_cache(caches, model, B, step + 1, Ls, cross, where)
+                want = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1]
+                right = (
+                    isinstance(logits, torch.Tensor)
+                    and logits.shape == want.shape
+                    and torch.allclose(logits.float(), want, atol=1e-4, rtol=1e-4)
+                )
+                if not right and lockstep is None:  # replay the mistakes up to this step
+                    lockstep = {m: [{} for _ in model.decoder.layers] for m in _MISTAKES}
+                    for j in range(step):
+                        for m, c in lockstep.items():
+                            _reference_step(model, out[:, : j + 1], memory, src_mask, c, m)
+                    first_where = where
+                if lockstep is not None:
+                    wrong = {
+                        m: _reference_step(model, out, memory, src_mask, c, m)
+                        for m, c in lockstep.items()
+                    }
+                    now = [m for m in _matching_mistakes(logits, wrong) if m in (suspects or wrong)]
+                    if suspects is not None and not now:  # they stopped matching: name the first
+                        now = suspects[:1]
+                    suspects = now
+                    if len(suspects) == 1 or (suspects and step == _MAX_LEN - 2):
+                        fail(
+                            "the logits differ from the naive decoder's",
+                            first_where,
+                            _MISTAKES[suspects[0]],
+                        )
+                    if not suspects:
+                        hint = _logits_hint(logits, want, out, step)
+                        expect_close(
+                            "logits", logits, want, atol=1e-4, rtol=1e-4, where=where, hint=hint
+                        )
+                out = torch.cat([out, logits.argmax(-1, keepdim=True)], dim=1)
+        finally:
+            hook.remove()
+    return out
