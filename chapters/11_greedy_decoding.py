@@ -579,10 +579,11 @@ check_wilson_interval(wilson)
 # sequence as `[1, L]` (starting with `<bos>`, at most `model.max_len` tokens). With `k = 1` it
 # must be greedy decoding, token for token. With `k > 1` the checker compares the
 # log-probability of your result with that of the book's beam search on the same source, and
-# says so when yours is below greedy's. (Beam search does not promise to beat greedy decoding:
-# greedy's prefix can drop out of the beam when `k` other prefixes score higher, and nothing
-# keeps their completions ahead.) The checker runs it on small random models, whose flat
-# distributions make greedy miss the most probable sequence on some sources.
+# says so when yours is below greedy's. When yours falls short, it tries to name the mistake.
+# (Beam search does not promise to beat greedy decoding: greedy's prefix can drop out of the
+# beam when `k` other prefixes score higher, and nothing keeps their completions ahead.) The
+# checker runs it on small random models, whose flat distributions make greedy miss the most
+# probable sequence on some sources.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 11.3
@@ -613,3 +614,43 @@ def beam_search(model, src, k):
 
 
 check_beam_search(beam_search)
+
+# %% [markdown]
+# ### Exercise 11.4 (implement): greedy decoding for a batch
+#
+# Without looking back at `greedy`, write `my_greedy_decode(model, src, max_len)` for a batch
+# `src [B, Ls]`. It returns int64 `[B, L]` with `L <= max_len`, `<bos>` first (`max_len`
+# counts it). A row that has produced `<eos>` gets `<pad>` from then on. The loop stops when
+# every row has finished, or at `max_len`. It decodes in evaluation mode and gives the
+# caller's mode back. The checker compares your tokens with `helpers.greedy_decode` on two
+# small random models with dropout. It uses a batch of six sources whose rows finish at
+# different steps, with `max_len` 10 and 5. It calls your function in training mode, and once
+# in evaluation mode. When the tokens differ, it tries to name the mistake.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 11.4
+from helpers.exercises import check_greedy_decode
+
+
+@torch.no_grad()
+def my_greedy_decode(model, src, max_len):
+    was_training = model.training
+    model.eval()  # dropout off while decoding
+    try:
+        memory, src_mask = model.encode(src)  # once per batch
+        out = torch.full((src.size(0), 1), BOS_ID)
+        finished = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_len - 1):  # max_len counts <bos>
+            logits, _ = model.decode(out, memory, src_mask, need_weights=False)  # [B, t, V]
+            nxt = logits[:, -1].argmax(-1)  # the last position, over the vocabulary
+            nxt = nxt.masked_fill(finished, PAD_ID)  # finished rows only get padding
+            out = torch.cat([out, nxt[:, None]], dim=1)
+            finished |= nxt == EOS_ID
+            if finished.all():  # every row, not the first one
+                break
+    finally:
+        model.train(was_training)  # the caller's mode, even after an error
+    return out
+
+
+check_greedy_decode(my_greedy_decode)

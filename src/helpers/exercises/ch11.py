@@ -3,7 +3,9 @@
 check_wilson_interval(fn)   fn(correct, n, confidence) -> (low, high): the Wilson score
                             interval of an exact-match count (exercise 11.2);
 check_beam_search(fn)       fn(model, src [1, Ls], k) -> int64 [1, L]: beam search of width k
-                            (exercise 11.3).
+                            (exercise 11.3);
+check_greedy_decode(fn)     fn(model, src [B, Ls], max_len) -> int64 [B, <= max_len]: greedy
+                            decoding of a batch (exercise 11.4).
 
 Beam search is checked on small random models, whose next-token distributions are flat enough
 that greedy decoding often misses the most probable sequence: with k = 1 the answer must be
@@ -14,6 +16,15 @@ the book's result never falls below greedy's, and a reader's that does gets a sp
 Every call is made with the model in training mode, as a training loop that scores its model
 mid-run would make it: the answer must switch dropout off itself and give the caller's mode
 back (helpers.restores_mode), as chapter 11's greedy decoding does.
+
+Greedy decoding is checked against helpers.greedy_decode, token for token, on a batch of six
+sources whose rows finish at different steps, with max_len large enough for every row to finish
+and small enough that some rows do not. The models have dropout 0.3 and are called in training
+mode (dropout masks drawn from a fixed seed) and in eval mode. Their output layer never picks
+<pad> or <bos> on its own, so a finished row that is not padded shows.
+
+Both checkers recognise the usual mistakes: they run each one on the same input and name the
+one whose output the reader's equals.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from ..model import Transformer
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
 from ._common import call, expect_tensor, fail, passed
 
-__all__ = ["check_beam_search", "check_wilson_interval"]
+__all__ = ["check_beam_search", "check_greedy_decode", "check_wilson_interval"]
 
 _MAX_LEN = 8
 
@@ -39,19 +50,21 @@ _MAX_LEN = 8
 @contextmanager
 def _one_thread():
     """Run the check on one thread: its models are tiny and decode one sequence at a time, and
-    two threads on a busy machine spend most of their time waiting for each other."""
+    two threads on a busy machine spend most of their time waiting for each other. The seeds
+    that build the models leave the caller's random state as it was (fork_rng)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with torch.random.fork_rng():
+            yield
     finally:
         torch.set_num_threads(threads)
 
 
 def _models() -> list[Transformer]:
     models = []
-    for i in range(2):
-        torch.manual_seed(110 + i)
+    for seed in (116, 129):  # seeds on which each known mistake shows on its own
+        torch.manual_seed(seed)
         m = Transformer(
             VOCAB_SIZE, VOCAB_SIZE, d_model=16, num_heads=2, dff=32, num_layers=1, max_len=_MAX_LEN
         )
@@ -85,9 +98,10 @@ def _log_prob(model, src: torch.Tensor, seq: list[int]) -> float:
 
 
 @torch.no_grad()
-def _book_beam_search(model, src: torch.Tensor, k: int) -> list[int]:
+def _book_beam_search(model, src: torch.Tensor, k: int, mistake: str | None = None) -> list[int]:
     """The book's beam search: k hypotheses; a finished one (ended by <eos>) stays in the beam
-    with its score and competes with the live ones; stop when all are finished or long enough."""
+    with its score and competes with the live ones; stop when all are finished or long enough.
+    With `mistake`, what a known wrong version returns instead (see _BEAM_MISTAKES)."""
     memory, src_mask = model.encode(src)
     beams = [([BOS_ID], 0.0)]
     for _ in range(model.max_len - 1):
@@ -100,11 +114,42 @@ def _book_beam_search(model, src: torch.Tensor, k: int) -> list[int]:
                 continue
             logits, _ = model.decode(torch.tensor([seq]), memory, src_mask, need_weights=False)
             logp = logits[0, -1].log_softmax(-1)
-            top = logp.topk(k)
-            for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
-                candidates.append((seq + [tok], score + lp))
+            if mistake == "probabilities added":
+                step = logp.exp()
+            elif mistake == "logits added":
+                step = logits[0, -1]
+            else:
+                step = logp
+            top = step.topk(1 if mistake == "one token per beam" and len(seq) > 1 else k)
+            for s, tok in zip(top.values.tolist(), top.indices.tolist()):
+                if mistake == "last token only":
+                    new = s
+                elif mistake == "mean log-probability":
+                    new = (score * (len(seq) - 1) + s) / len(seq)
+                else:
+                    new = score + s
+                candidates.append((seq + [tok], new))
         beams = sorted(candidates, key=lambda c: c[1], reverse=True)[:k]
+    if mistake == "last beam returned":
+        return beams[-1][0]
     return max(beams, key=lambda c: c[1])[0]
+
+
+_BEAM_MISTAKES = {
+    "last token only": "you ranked hypotheses by their last token's log-probability; rank them "
+    "by the SUM of their tokens' log-probabilities",
+    "probabilities added": "you added the tokens' probabilities; a sequence's probability is "
+    "their PRODUCT: add log-probabilities (log_softmax), not probabilities (softmax)",
+    "logits added": "you added raw logits; logits are not log-probabilities until "
+    "log_softmax normalises them over the vocabulary",
+    "one token per beam": "after the first step each of your hypotheses grows by its own best "
+    "token only, so the beam never branches again: extend each by its k best tokens and rank "
+    "all the candidates together",
+    "mean log-probability": "you ranked by the mean log-probability per token (length "
+    "normalisation); this exercise ranks by the sum",
+    "last beam returned": "you returned the last hypothesis of the final beam, the least "
+    "probable one; return the one with the highest score",
+}
 
 
 def _well_formed(got, model, where: str) -> list[int]:
@@ -139,6 +184,11 @@ def check_beam_search(fn) -> None:
     )
 
 
+_WIDTH_HINT = (
+    "you return greedy decoding's sequence, as if k were 1: keep the {k} best partial "
+    "sequences at every step"
+)
+
 _RESTORE_HINT = (
     "call model.eval() inside beam_search, and give the caller's mode back: decorate it with "
     "helpers.restores_mode (or save model.training and restore it in a finally block)"
@@ -164,7 +214,7 @@ def _call_in_train_mode(fn, model, src, k: int, where: str):
 
 def _check_beam_search(fn) -> int:
     models, sources = _models(), _sources()
-    checks = 0
+    checks, first_failure, always_greedy = 0, None, True
     for m, model in enumerate(models):
         for i in range(sources.size(0)):
             src = sources[i : i + 1]
@@ -193,6 +243,7 @@ def _check_beam_search(fn) -> int:
                 w = f"{where}, k={k}"
                 got = _well_formed(_call_in_train_mode(fn, model, src, k, w), model, w)
                 lp = _log_prob(model, src, got)
+                always_greedy &= got == greedy
                 book = _book_beam_search(model, src, k)
                 book_lp = _log_prob(model, src, book)
                 if lp >= book_lp - 1e-4:
@@ -207,22 +258,38 @@ def _check_beam_search(fn) -> int:
                         w,
                         _RESTORE_HINT,
                     )
-                if lp < greedy_lp - 1e-4:
-                    fail(
-                        f"your sequence {got} has log-probability {lp:.4f}, greedy decoding's "
-                        f"{greedy} {greedy_lp:.4f}, beam search of width {k} {book_lp:.4f}: "
-                        "yours found a less probable sequence than both",
-                        w,
-                        "rank hypotheses by the SUM of their tokens' log-probabilities (not by "
-                        "the last token's), and keep a finished hypothesis with its score",
-                    )
-                fail(
+                message = (
                     f"your sequence {got} has log-probability {lp:.4f}; beam search of "
-                    f"width {k} finds {book} with {book_lp:.4f} (greedy: {greedy_lp:.4f})",
-                    w,
-                    f"keep the {k} best partial sequences at every step, each extended by "
-                    "its best next tokens, and rank them all together",
+                    f"width {k} finds {book} with {book_lp:.4f} (greedy: {greedy_lp:.4f})"
                 )
+                named = [  # the known mistakes that give the reader's sequence here
+                    hint
+                    for mistake, hint in _BEAM_MISTAKES.items()
+                    if got == _book_beam_search(model, src, k, mistake)
+                ]
+                if len(named) == 1 and got != greedy:  # one mistake explains it: name it
+                    fail(message, w, named[0])
+                if first_failure is None:  # several (or none) explain it: look further
+                    width_hint = _WIDTH_HINT.format(k=k)
+                    if lp < greedy_lp - 1e-4:
+                        first_failure = (
+                            f"{message}: yours is less probable than both",
+                            w,
+                            "rank hypotheses by the SUM of their tokens' log-probabilities, and "
+                            "keep a finished hypothesis with its score",
+                            width_hint,
+                        )
+                    else:
+                        first_failure = (
+                            message,
+                            w,
+                            f"keep the {k} best partial sequences at every step, each extended "
+                            "by its best next tokens, and rank them all together",
+                            width_hint,
+                        )
+    if first_failure is not None:
+        message, where, hint, width_hint = first_failure
+        fail(message, where, width_hint if always_greedy else hint)  # greedy's at every k?
     return checks
 
 
@@ -279,3 +346,181 @@ def check_wilson_interval(fn) -> None:
                 _wilson_hint(correct, n, conf, (low, high)),
             )
     passed("check_wilson_interval", len(cases), "equal to helpers.wilson_interval")
+
+
+_GREEDY_MAX_LEN = 10  # the checker models' max_len
+
+
+def _greedy_models() -> list[Transformer]:
+    """Two small random models with dropout 0.3. The output layer is louder (some rows reach
+    <eos> early, some late) and never picks <pad> or <bos> by itself."""
+    models = []
+    for seed, eos_bias in ((123, 4.0), (129, 1.0)):
+        torch.manual_seed(seed)
+        m = Transformer(
+            VOCAB_SIZE,
+            VOCAB_SIZE,
+            d_model=16,
+            num_heads=2,
+            dff=32,
+            num_layers=1,
+            max_len=_GREEDY_MAX_LEN,
+            dropout=0.3,
+        )
+        with torch.no_grad():
+            m.out_proj.weight.mul_(4.0)
+            m.out_proj.bias[PAD_ID] = m.out_proj.bias[BOS_ID] = -30.0
+            m.out_proj.bias[EOS_ID] += eos_bias
+        models.append(m.eval())
+    return models
+
+
+def _greedy_cases():
+    """(where, model index, max_len, called in training mode). With max_len 10 every row
+    finishes, at different steps; with max_len 5 some rows do not."""
+    return [
+        ("random model 0, max_len 10, called in training mode", 0, 10, True),
+        ("random model 1, max_len 10, called in training mode", 1, 10, True),
+        ("random model 0, max_len 5, called in eval mode", 0, 5, False),
+        ("random model 1, max_len 5, called in training mode", 1, 5, True),
+    ]
+
+
+@torch.no_grad()
+def _greedy_variant(model, src: torch.Tensor, max_len: int, mistake: str) -> torch.Tensor:
+    """What greedy decoding with a known mistake returns (in the model's current mode)."""
+    memory, src_mask = model.encode(src)
+    B = src.size(0)
+    out = torch.full((B, 1), BOS_ID, dtype=torch.long)
+    finished = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len if mistake == "one step too many" else max_len - 1):
+        logits = model.decode(out, memory, src_mask, need_weights=False)[0]  # [B, t, V]
+        if mistake == "argmax over positions":
+            nxt = logits.argmax(1)[:, -1]
+        elif mistake == "first position":
+            nxt = logits[:, 0].argmax(-1)
+        else:
+            nxt = logits[:, -1].argmax(-1)
+        if mistake != "no padding":
+            nxt = nxt.masked_fill(finished, PAD_ID)
+        out = torch.cat([out, nxt[:, None]], dim=1)
+        finished |= nxt == EOS_ID
+        if mistake == "stops at the first row" and finished.any():
+            break
+        if mistake != "never stops early" and finished.all():
+            break
+    return out
+
+
+_GREEDY_MISTAKES = {
+    "no padding": "a row that has produced <eos> goes on producing tokens: keep a `finished` "
+    "flag per row and overwrite its next tokens with <pad> (nxt.masked_fill(finished, PAD_ID))",
+    "stops at the first row": "you stopped when the first row finished; stop when EVERY row has "
+    "produced <eos> (finished.all()), or at max_len",
+    "never stops early": "you went on to max_len after every row had finished; stop as soon as "
+    "every row has produced <eos> (finished.all())",
+    "one step too many": "your output is one token longer than max_len allows: max_len counts "
+    "<bos>, so the loop runs at most max_len - 1 times",
+    "argmax over positions": "you took the argmax over the positions, not over the "
+    "vocabulary: the logits are [B, t, V], so pick logits[:, -1].argmax(-1)",
+    "first position": "you read the logits of the first position at every step; the next "
+    "token is predicted by the LAST position: logits[:, -1]",
+}
+
+_GREEDY_MODE_HINT = (
+    "call model.eval() inside your function, and give the caller's mode back: save "
+    "was_training = model.training and call model.train(was_training) in a finally block "
+    "(or decorate it with helpers.restores_mode)"
+)
+
+
+def check_greedy_decode(fn) -> None:
+    """Exercise 11.4: fn(model, src, max_len) is greedy decoding of the batch src [B, Ls]:
+    int64 [B, <= max_len], <bos> first, <pad> after a row's <eos>, stopping when every row has
+    finished or at max_len; it decodes in eval mode and gives the caller's mode back. Compared
+    with helpers.greedy_decode, token for token."""
+    with _one_thread():
+        checks = _check_greedy_decode(fn)
+    passed(
+        "check_greedy_decode",
+        checks,
+        "equal to helpers.greedy_decode; <eos>, max_len and the caller's mode handled",
+    )
+
+
+def _check_greedy_decode(fn) -> int:
+    models, (src, _) = _greedy_models(), make_reversal_dataset(6, seed=111, min_len=2, max_len=8)
+    checks = 0
+    for where, m, max_len, in_training in _greedy_cases():
+        model = models[m]
+        want = greedy_decode(model, src, max_len)
+        model.train(in_training)
+        try:
+            with torch.random.fork_rng():
+                torch.manual_seed(11)  # the same dropout masks on every run of the checker
+                got = call(fn, model, src, max_len, where=where)
+            if in_training and not model.training:
+                fail(
+                    "the model was in training mode before your call and is in eval mode after it",
+                    where,
+                    _GREEDY_MODE_HINT,
+                )
+            if not in_training and model.training:
+                fail(
+                    "the model was in eval mode before your call and is in training mode "
+                    "after it: you switched to training mode whatever the caller's mode was",
+                    where,
+                    "save was_training = model.training first and give it back with "
+                    "model.train(was_training)",
+                )
+        finally:
+            model.eval()
+        got = expect_tensor("the result", got, where)
+        if got.dim() != 2 or got.size(0) != src.size(0):
+            fail(
+                f"the result has shape {tuple(got.shape)}, expected ({src.size(0)}, L): one "
+                "row per source",
+                where,
+            )
+        if got.dtype != torch.long:
+            fail(f"the result has dtype {got.dtype}, expected torch.int64 (token ids)", where)
+        checks += 1
+        if torch.equal(got, want):
+            continue
+        if in_training and torch.equal(call(fn, model, src, max_len, where=where), want):
+            fail(
+                "called in training mode your tokens differ from greedy decoding's; called "
+                "in eval mode they are equal: dropout was on while you decoded",
+                where,
+                _GREEDY_MODE_HINT,
+            )
+        if (got[:, 0] != BOS_ID).any():
+            fail(
+                f"your output starts with token {int(got[0, 0])}, not <bos> ({BOS_ID})",
+                where,
+                "the decoder's input starts as a column of <bos> (torch.full((B, 1), BOS_ID)), "
+                "and the output keeps it",
+            )
+        for mistake, hint in _GREEDY_MISTAKES.items():
+            wrong = _greedy_variant(model, src, max_len, mistake)
+            if not torch.equal(wrong, want) and torch.equal(got, wrong):
+                fail("your output differs from helpers.greedy_decode's", where, hint)
+        if got.size(1) > max_len:
+            fail(
+                f"your output has {got.size(1)} tokens per row, more than max_len = {max_len}",
+                where,
+                "max_len counts <bos>",
+            )
+        if got.size(1) != want.size(1):
+            fail(
+                f"your output has {got.size(1)} tokens per row, greedy decoding {want.size(1)}",
+                where,
+                "stop when every row has produced <eos>, or at max_len",
+            )
+        row = int((got != want).any(1).nonzero()[0, 0])
+        fail(
+            f"row {row} is {got[row].tolist()}, greedy decoding gives {want[row].tolist()}",
+            where,
+            "append the argmax of the last position's logits at every step",
+        )
+    return checks
