@@ -4,6 +4,10 @@ A fresh nn.LayerNorm is the identity map followed by normalisation (weight 1, bi
 every LayerNorm of a fresh layer computes the same function: a layer that used ln1 where it
 should use ln2 would still match torch's. These tests give each LayerNorm its own weight and
 bias first, as training does.
+
+The model's LayerNorms are torch's nn.LayerNorm, and so are those of the torch reference the
+other tests compare with: a change to nn.LayerNorm would change both sides. The last test
+checks every LayerNorm the model runs against chapter 5's formula, written out here.
 """
 
 import torch
@@ -59,3 +63,41 @@ def test_encoder_layer_reads_ln2_before_the_feed_forward():
         silent_back, _ = layer(x, None)
     assert not torch.allclose(before, after, atol=1e-4)
     torch.testing.assert_close(silent, silent_back, atol=0, rtol=0)
+
+
+def layer_norm_formula(x, weight, bias, eps):
+    """Chapter 5's formula: mean and biased variance over the last dimension, eps inside the
+    root, then scale and shift."""
+    x = x.double()
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return ((x - mean) / torch.sqrt(var + eps) * weight.double() + bias.double()).float()
+
+
+def test_every_layernorm_of_the_model_computes_chapter_5s_formula():
+    """Each LayerNorm the library's model runs, given what it really receives (captured with
+    forward hooks) and a tiny copy of it (where eps matters), gives the formula's output."""
+    torch.manual_seed(6)
+    m = Transformer(13, 13, d_model=8, num_heads=2, dff=16, num_layers=2, max_len=16).eval()
+    randomise_layernorms(m, seed=1)
+    seen = []
+
+    def hook(module, inputs, output):
+        seen.append((module, inputs[0].detach(), output.detach()))
+
+    handles = [
+        mod.register_forward_hook(hook) for mod in m.modules() if isinstance(mod, nn.LayerNorm)
+    ]
+    src, tgt = make_reversal_dataset(3, seed=7)
+    with torch.no_grad():
+        m(src, tgt[:, :-1])
+    for h in handles:
+        h.remove()
+    assert len(seen) == 12
+    for module, x, out in seen:
+        w, b, eps = module.weight, module.bias, module.eps
+        torch.testing.assert_close(out, layer_norm_formula(x, w, b, eps), atol=1e-5, rtol=1e-5)
+        tiny = 1e-3 * x
+        with torch.no_grad():
+            got = module(tiny)
+        torch.testing.assert_close(got, layer_norm_formula(tiny, w, b, eps), atol=1e-5, rtol=1e-5)
