@@ -994,3 +994,25 @@ def hf_to_sdpa(attention_mask):
 
 
 check_hf_to_sdpa(hf_to_sdpa)
+
+# %% [markdown]
+# ### Exercise 7.4 (implement): both masks of one batch
+#
+# Write `decoder_masks(src, tgt_in)` for `src [B, L_s]` and `tgt_in [B, L_t]` that returns the
+# pair `(self_mask, cross_mask)` the decoder takes: `self_mask` as in Exercise 7.2,
+# `[B, 1, L_t, L_t]`, and `cross_mask`, the source padding, `[B, 1, 1, L_s]`. Both `bool`, True =
+# blocked. `check_decoder_masks(decoder_masks)` compares them on two batches, the first with
+# $L_s \ne L_t$, and names a mask built from the wrong sequence, a causal cross mask or a swapped
+# pair.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 7.4
+from helpers.exercises import check_decoder_masks
+
+
+def decoder_masks(src, tgt_in):
+    cross_mask = (src == PAD_ID)[:, None, None, :]  # [B, 1, 1, L_s]: the source's <pad> keys
+    return decoder_self_mask(tgt_in), cross_mask  # the target's <pad> keys, and the future
+
+
+check_decoder_masks(decoder_masks)

@@ -149,3 +149,77 @@ def lib_decode_causal_only(self, tgt_in, memory, src_mask, need_weights=True):
 def lib_decode_source_padding(self, tgt_in, memory, src_mask, need_weights=True):
     """Transformer.decode with the source padding mask in the self-attention mask."""
     return _decode_with(self, tgt_in, memory, src_mask, need_weights, lambda c, p: c | src_mask)
+
+
+# --- exercise 7.4: decoder_masks(src, tgt_in) -> (self_mask, cross_mask) ---
+
+
+def decoder_masks(src, tgt_in):
+    """The book's answer to exercise 7.4."""
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), _pad_keys(src)
+
+
+def self_mask_source_padding(src, tgt_in):
+    return _future(tgt_in.size(1)) | _pad_keys(src), _pad_keys(src)
+
+
+def cross_mask_target_padding(src, tgt_in):
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), _pad_keys(tgt_in)
+
+
+def cross_mask_causal(src, tgt_in):
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), _pad_keys(src) | _future(tgt_in.size(1))
+
+
+def masks_swapped(src, tgt_in):
+    return _pad_keys(src), _future(tgt_in.size(1)) | _pad_keys(tgt_in)
+
+
+def cross_mask_blocks_nothing(src, tgt_in):
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), torch.zeros_like(_pad_keys(src))
+
+
+def self_mask_causal_only(src, tgt_in):
+    return _future(tgt_in.size(1))[None, None].expand(len(tgt_in), 1, -1, -1), _pad_keys(src)
+
+
+PAIR_MISTAKES = {
+    "self_mask_source_padding": (self_mask_source_padding, r"uses the source's padding"),
+    "cross_mask_target_padding": (cross_mask_target_padding, r"uses the target's padding"),
+    "cross_mask_causal": (cross_mask_causal, r"the causal mask is in the cross-attention mask"),
+    "masks_swapped": (masks_swapped, r"the two masks come back swapped"),
+    "cross_mask_blocks_nothing": (
+        cross_mask_blocks_nothing,
+        r"cross-attention mask blocks nothing",
+    ),
+    "self_mask_causal_only": (self_mask_causal_only, r"self-attention mask has no padding part"),
+}
+
+
+def _decode_masks(self, tgt_in, memory, src_mask, need_weights, pick):
+    from helpers.masks import make_causal_mask, make_padding_mask
+
+    causal = make_causal_mask(tgt_in.size(1), tgt_in.device)
+    self_mask, cross_mask = pick(causal, make_padding_mask(tgt_in), src_mask)
+    h, cross_w = self.decoder(tgt_in, memory, self_mask, cross_mask, need_weights=need_weights)
+    return self.out_proj(h), cross_w
+
+
+def lib_decode_cross_target_padding(self, tgt_in, memory, src_mask, need_weights=True):
+    return _decode_masks(self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (c | t, t))
+
+
+def lib_decode_cross_causal(self, tgt_in, memory, src_mask, need_weights=True):
+    return _decode_masks(
+        self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (c | t, s | c)
+    )
+
+
+def lib_decode_masks_swapped(self, tgt_in, memory, src_mask, need_weights=True):
+    return _decode_masks(self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (s, c | t))
+
+
+def lib_decode_cross_blocks_nothing(self, tgt_in, memory, src_mask, need_weights=True):
+    return _decode_masks(
+        self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (c | t, None)
+    )

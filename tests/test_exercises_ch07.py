@@ -2,9 +2,14 @@
 
 import pytest
 import torch
-from mistakes_ch07 import EXERCISE_MISTAKES
+from mistakes_ch07 import EXERCISE_MISTAKES, PAIR_MISTAKES, decoder_masks
 
-from helpers.exercises import ExerciseError, check_decoder_self_mask, check_hf_to_sdpa
+from helpers.exercises import (
+    ExerciseError,
+    check_decoder_masks,
+    check_decoder_self_mask,
+    check_hf_to_sdpa,
+)
 
 PAD = 0
 
@@ -89,3 +94,27 @@ def test_hf_to_sdpa_rejects_a_float_mask():
 def test_hf_to_sdpa_rejects_a_flat_mask():
     with pytest.raises(ExerciseError, match="add the two singleton dims"):
         check_hf_to_sdpa(lambda m: m == 1)
+
+
+def test_decoder_masks_accepts_the_solution(capsys):
+    check_decoder_masks(decoder_masks)
+    assert "check_decoder_masks: all" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(PAIR_MISTAKES))
+def test_decoder_masks_catalogue_each_mistake_named(name):
+    wrong, fragment = PAIR_MISTAKES[name]
+    with pytest.raises(ExerciseError, match=fragment):
+        check_decoder_masks(wrong)
+
+
+def test_decoder_masks_names_the_silent_slip_when_lengths_agree():
+    """With L_s = L_t the source padding in the self mask raises nothing: it is still named."""
+    from mistakes_ch07 import self_mask_source_padding
+
+    def only_when_equal(src, tgt_in):
+        f = self_mask_source_padding if src.size(1) == tgt_in.size(1) else decoder_masks
+        return f(src, tgt_in)
+
+    with pytest.raises(ExerciseError, match=r"(?s)L_s = L_t.*uses the source's padding"):
+        check_decoder_masks(only_when_equal)

@@ -8,7 +8,7 @@ from ..masks import make_causal_mask, make_padding_mask
 from ..vocab import PAD_ID
 from ._common import ExerciseError, call, expect_equal, expect_tensor, fail, passed
 
-__all__ = ["check_decoder_self_mask", "check_hf_to_sdpa"]
+__all__ = ["check_decoder_masks", "check_decoder_self_mask", "check_hf_to_sdpa"]
 
 _TGT_CASES = {
     "tgt_in [[1, 5, 4, 3], [1, 7, 2, 0]] (sequence 1 padded)": torch.tensor(
@@ -212,3 +212,115 @@ def check_hf_to_sdpa(fn) -> None:
     if not torch.allclose(got, want, atol=1e-6):
         fail("SDPA with your mask differs from SDPA with the book's mask converted by ~")
     passed("check_hf_to_sdpa", n + 1, "SDPA gives the same output")
+
+
+_PAIR_CASES = {
+    "src [2, 7], tgt_in [2, 5] (L_s != L_t, both padded)": (
+        torch.tensor([[3, 4, 5, 6, 7, 8, 2], [9, 10, 2, PAD_ID, PAD_ID, PAD_ID, PAD_ID]]),
+        torch.tensor([[1, 8, 7, 6, 5], [1, 10, 9, PAD_ID, PAD_ID]]),
+    ),
+    "src [3, 4], tgt_in [3, 4] (L_s = L_t)": (
+        torch.tensor([[3, 4, 5, 2], [6, 2, PAD_ID, PAD_ID], [7, 8, 2, PAD_ID]]),
+        torch.tensor([[1, 5, 4, 3], [1, 6, 2, PAD_ID], [1, 8, 7, PAD_ID]]),
+    ),
+}
+
+
+def _pair_mistakes(src, tgt_in):
+    """(hint, thunk): what each known mistake returns (or raises) on these inputs."""
+    Lt = tgt_in.size(1)
+    causal = make_causal_mask(Lt)
+    src_pad, tgt_pad = make_padding_mask(src), make_padding_mask(tgt_in)
+    return [
+        (
+            "the self-attention mask uses the source's padding: the decoder's keys are target "
+            "positions, so block the <pad> of tgt_in: causal | padding(tgt_in)",
+            lambda: (causal | src_pad, src_pad),
+        ),
+        (
+            "the cross-attention mask uses the target's padding: its keys are the source "
+            "positions (memory), so it is the padding mask of src, [B, 1, 1, L_s]",
+            lambda: (causal | tgt_pad, tgt_pad),
+        ),
+        (
+            "the causal mask is in the cross-attention mask: the source is fully known, so every "
+            "target position may read every real source token; the padding of src alone",
+            lambda: (causal | tgt_pad, src_pad | causal),
+        ),
+        (
+            "the two masks come back swapped: return (self_mask, cross_mask)",
+            lambda: (src_pad, causal | tgt_pad),
+        ),
+        (
+            "the cross-attention mask blocks nothing: the queries would read the source's <pad> "
+            "positions; use the padding mask of src",
+            lambda: (causal | tgt_pad, torch.zeros_like(src_pad)),
+        ),
+        (
+            "the self-attention mask has no padding part: block the <pad> keys of tgt_in too",
+            lambda: (causal.expand(len(tgt_in), -1, -1, -1), src_pad),
+        ),
+    ]
+
+
+def _same_pair(got, wrong) -> bool:
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return False
+    for g, w in zip(got, wrong):
+        if not (isinstance(g, torch.Tensor) and g.dtype == w.dtype):
+            return False
+        try:
+            shape = torch.broadcast_shapes(g.shape, w.shape)
+        except RuntimeError:
+            return False
+        if g.dim() != w.dim() or not torch.equal(g.expand(shape), w.expand(shape)):
+            return False
+    return True
+
+
+def check_decoder_masks(fn) -> None:
+    """Exercise 7.4: fn(src [B, L_s], tgt_in [B, L_t]) -> (self_mask, cross_mask), the two masks
+    the decoder takes for one batch: self_mask bool [B, 1, L_t, L_t] (future OR target padding),
+    cross_mask bool [B, 1, 1, L_s] (source padding), True = blocked. Compared on two inputs, the
+    first with L_s != L_t. Used in chapter 7.
+    """
+    n = 0
+    for where, (src, tgt_in) in _PAIR_CASES.items():
+        mistakes = _pair_mistakes(src, tgt_in)
+        try:
+            got = fn(src.clone(), tgt_in.clone())
+        except ExerciseError:
+            raise
+        except Exception as err:
+            for hint, thunk in mistakes:
+                try:
+                    thunk()
+                except RuntimeError as wrong_err:
+                    if str(wrong_err) == str(err):
+                        fail(f"your code raised {type(err).__name__}: {err}", where, hint)
+            fail(f"your code raised {type(err).__name__}: {err}", where)
+        if not (isinstance(got, tuple) and len(got) == 2):
+            fail(
+                f"fn should return a pair (self_mask, cross_mask), got {type(got).__name__}",
+                where,
+            )
+        B, Ls, Lt = src.size(0), src.size(1), tgt_in.size(1)
+        want = (_expected_self_mask(tgt_in), make_padding_mask(src))
+        if not _same_pair(got, want) or any(g.shape != w.shape for g, w in zip(got, want)):
+            for hint, thunk in mistakes:
+                try:
+                    wrong = thunk()
+                except RuntimeError:
+                    continue
+                if _same_pair(got, wrong):
+                    fail("the masks differ from the book's", where, hint)
+        for name, g, w, shape in (
+            ("self_mask", got[0], want[0], (B, 1, Lt, Lt)),
+            ("cross_mask", got[1], want[1], (B, 1, 1, Ls)),
+        ):
+            g = expect_tensor(name, g, where)
+            if g.dtype != torch.bool:
+                fail(f"{name} has dtype {g.dtype}, expected torch.bool", where, "True = blocked")
+            expect_equal(name, g, w, where, f"{name} is {list(shape)}")
+            n += 1
+    passed("check_decoder_masks", n, "self: causal | target padding; cross: source padding")
