@@ -8,11 +8,13 @@ band" shows it.
 The loss is compared in windows of WINDOW steps (the mean loss of steps k-9..k), on a log
 scale; the exact match at the steps where it was recorded. At each point the band runs from the
 lowest to the highest seed, widened by a margin measured on the seeds themselves: each seed is
-held out in turn and compared with the band of the others, and the margin is CPU_MARGIN times
-the largest distance by which a held-out seed left that band. A run on another CPU is a run
-with other low bits, like another seed; CPU_MARGIN = 2 is the stated allowance for it. A run
-leaves the band at a point only if it is also out at the next point (on the same side): one
-spike is not a trend, and the held-out margin is measured with the same rule.
+held out in turn and compared with the band of the others, and the margin at a point is
+CPU_MARGIN times the largest distance by which a held-out seed left that band within NEIGHBOURS
+points either side (the runs spread little early and much late, so one margin for all points
+would be too wide early or too narrow late). A run on another CPU is a run with other low bits,
+like another seed; CPU_MARGIN = 2 is the stated allowance for it. A run leaves the band at a
+point only if it is also out at the next point (on the same side): one spike is not a trend,
+and the held-out margin is measured with the same rule.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 
 WINDOW = 10
 CPU_MARGIN = 2.0
+NEIGHBOURS = 5
 RECORD = "training_band"
 
 
@@ -41,15 +44,18 @@ def _lasting(excess: np.ndarray) -> np.ndarray:
     return np.minimum(excess, nxt)
 
 
-def _held_out_margin(curves: np.ndarray) -> float:
-    """The largest lasting distance by which one curve leaves the min-max band of the others."""
-    worst = 0.0
+def _held_out_margin(curves: np.ndarray) -> np.ndarray:
+    """Per point: CPU_MARGIN times the largest lasting distance by which one curve leaves the
+    min-max band of the others, at this point or within NEIGHBOURS points of it."""
+    worst = np.zeros(curves.shape[1])
     for i in range(curves.shape[0]):
         others = np.delete(curves, i, axis=0)
         above = _lasting(curves[i] - others.max(axis=0))
         below = _lasting(others.min(axis=0) - curves[i])
-        worst = max(worst, float(np.max(np.maximum(above, below).clip(min=0))))
-    return worst
+        worst = np.maximum(worst, np.maximum(above, below).clip(min=0))
+    n = worst.size
+    near = [worst[max(0, t - NEIGHBOURS) : t + NEIGHBOURS + 1].max() for t in range(n)]
+    return CPU_MARGIN * np.asarray(near)
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,8 @@ class TrainingBand:
     em_steps: np.ndarray
     em_low: np.ndarray
     em_high: np.ndarray
-    loss_margin: float  # log10 units, added on each side
-    em_margin: float  # exact-match units, added on each side
+    loss_margin: np.ndarray  # per point, log10 units, added on each side
+    em_margin: np.ndarray  # per point, exact-match units, added on each side
     seeds: tuple
     ln_v: float
 
@@ -92,8 +98,8 @@ def training_band(record: dict | None = None) -> TrainingBand:
     n_windows = record["steps"] // WINDOW
     logs = np.log10(np.stack([_windows(r["loss"], n_windows) for r in runs]))
     em = np.asarray([r["exact_match"] for r in runs], dtype=float)
-    loss_margin = CPU_MARGIN * _held_out_margin(logs)
-    em_margin = CPU_MARGIN * _held_out_margin(em)
+    loss_margin = _held_out_margin(logs)
+    em_margin = _held_out_margin(em)
     from ..vocab import VOCAB_SIZE
 
     return TrainingBand(
