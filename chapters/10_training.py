@@ -17,11 +17,11 @@
 # # 10. Training: from random weights to a model that reverses digits
 #
 # This chapter trains the Transformer of chapters 01-07 on the reversal data of chapter 09.
-# You write the training loop by hand: teacher forcing, the loss, Adam and the warmup schedule.
-# Then a check shows that `helpers.train_reversal` takes the same first 40 steps, bit for bit.
-# That helper trains the book's model to the end. It adds what the 40 steps do not cover: new
-# passes over the data, scores on the validation set, and a rule for when to stop. Last, the
-# model is scored on 10,000 test sequences that the stopping rule never saw.
+# You write the complete training loop by hand: epochs, teacher forcing, the loss, Adam and the
+# warmup schedule, scores on the validation set, and a rule for when to stop. A check shows
+# that `helpers.train_reversal` computes the same thing, bit for bit. That helper then trains
+# the book's model. Last, the model is scored on 10,000 test sequences that the stopping rule
+# never saw.
 #
 # ![Loss and accuracy of the book's recipe over one training run](figures/10_training.png)
 
@@ -324,14 +324,13 @@ plt.show()
 #
 # ## Adam with betas (0.9, 0.98)
 #
-# Adam {cite}`kingma2015` keeps two running averages for every weight. The first is the
-# average of the gradient: it sets the direction of the step. `beta1` is the weight on its old
-# value; with 0.9 it reaches back over roughly $1/(1-0.9) = 10$ steps. The second is the
-# average of the squared gradient, and each step is divided by its square root. `beta2` is the
-# weight on its old value. PyTorch's default `beta2 = 0.999` averages over roughly the last
-# 1000 steps; `0.98` averages over about 50. So the step size follows changes in the
-# gradient's size sooner. `eps = 1e-9` is the constant added to the denominator (PyTorch's
-# default is `1e-8`). All three values come from {cite}`vaswani2017`, and this chapter does
+# Adam {cite}`kingma2015` keeps two running averages for every weight.
+# `beta1 = 0.9`: the average of the gradient, which sets the step's direction, keeps 0.9 of its
+# old value at each step, so it spans roughly the last $1/(1-0.9) = 10$ steps.
+# `beta2 = 0.98`: the average of the squared gradient, whose square root divides each step,
+# keeps 0.98 of its old value, so it spans about the last 50 steps (PyTorch's default 0.999:
+# about 1,000). `eps = 1e-9` is the constant added to the denominator (PyTorch's default is
+# `1e-8`). All three values come from {cite}`vaswani2017`, and this chapter does
 # not measure their effect. The cell prints PyTorch's defaults and the line of
 # `helpers.train` that builds the optimiser.
 
@@ -452,28 +451,50 @@ print(timing_label())
 # %% [markdown]
 # ## The training loop by hand
 #
-# Here are all the pieces in one loop. It trains the book's recipe, `BOOK_RECIPE`, for its
-# first 40 steps:
-#
+# Here are all the pieces in one loop, the complete one: it runs until its stopping rule ends
+# it. To keep it short, it trains the book's recipe on 1,280 training pairs instead of 20,000,
+# in batches of 64, and stops at 70 % exact match. The cell prints what changed.
+
+# %%
+cfg = dataclasses.replace(
+    BOOK_RECIPE,
+    train_size=1280,
+    batch_size=64,
+    max_steps=240,
+    cooldown=140,
+    eval_gate=0.6,
+    target_exact_match=0.7,
+)
+per_epoch = cfg.train_size // cfg.batch_size  # full batches in one pass over the data
+book = dataclasses.asdict(BOOK_RECIPE)
+print({k: v for k, v in dataclasses.asdict(cfg).items() if v != book[k]})
+print(f"one epoch: {per_epoch} batches of {cfg.batch_size}; dropout {cfg.dropout}")
+
+# %% [markdown]
 # - `build_model(cfg)` seeds torch with `cfg.seed` and builds the model of chapters 01-07 at
-#   the recipe's sizes;
-# - a `torch.Generator`, seeded from the config, shuffles the 20,000 training pairs, and the
-#   shuffled list is cut into full batches of 128;
-# - each batch is cut to its longest sequence, which drops the columns that are padding in
-#   every row (exercise 9.2);
-# - the learning rate is the Noam factor times the cooldown ramp;
-# - the recipe trains on one thread, and so does the loop.
+#   the recipe's sizes.
+# - A `torch.Generator`, seeded once, shuffles the training pairs at the start of every epoch.
+#   Each shuffle is cut into full batches.
+# - Each batch is cut to its longest sequence, which drops the columns that are padding in
+#   every row (exercise 9.2).
+# - One step: teacher forcing, the loss, Adam, then the schedule advances.
+# - At every 10th step whose batch was at least 60 % exactly right, the model scores the
+#   validation set: in eval mode, without gradients, then back in training mode. The last step
+#   is always scored.
+# - Training stops at the first score that reaches the target.
+# - The recipe trains on one thread, and so does the loop.
 #
-# The first loss is above ln 13, the loss of a uniform guess. It falls as the learning rate
-# warms up.
+# The recipe has no dropout, so here the mode switch changes nothing; exercise 10.4 trains
+# with dropout. The first loss is above ln 13, the loss of a uniform guess.
 
 # %% tags=["nbval-ignore-output"]
-cfg = BOOK_RECIPE
-HAND_STEPS = 40
 saved_threads = torch.get_num_threads()
 torch.set_num_threads(cfg.threads)  # the thread count sets the order of the float sums
 
 hand_model = build_model(cfg)  # seeded: the same initial weights every time
+src_hand, tgt_hand = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
+src_len, tgt_len = (src_hand != PAD_ID).sum(1), (tgt_hand != PAD_ID).sum(1)
+src_ev, tgt_ev = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
 noam = noam_lambda(cfg.d_model, cfg.warmup)
 
 
@@ -482,25 +503,30 @@ def lr_at(step):
     return noam(step) * min(1.0, (cfg.max_steps - step) / cfg.cooldown)
 
 
+def all_right(logits, labels):
+    """bool [B]: the argmax is right at every position that is not padding."""
+    return ((logits.argmax(-1) == labels) | (labels == PAD_ID)).all(1)
+
+
 opt = torch.optim.Adam(hand_model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
 sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
-
-gen = torch.Generator().manual_seed(cfg.seed)  # draws the order of the batches
-perm = torch.randperm(len(src_train), generator=gen)
+gen = torch.Generator().manual_seed(cfg.seed)  # draws the order of the batches, every epoch
 B = cfg.batch_size
-batches = [perm[i : i + B] for i in range(0, len(perm) - B + 1, B)]  # full batches only
-src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
 
-hand_losses = []
+hand_losses, hand_evals, batches = [], [], []
 hand_model.train()
-for step in range(1, HAND_STEPS + 1):
+for step in range(1, cfg.max_steps + 1):
+    if not batches:  # a new epoch: a new shuffle, cut into full batches
+        perm = torch.randperm(len(src_hand), generator=gen)
+        batches = [perm[i : i + B] for i in range(0, len(perm) - B + 1, B)]
     idx = batches.pop()  # from the end of the list, as the helper does
-    src = src_train[idx, : int(src_len[idx].max())]  # cut the all-padding columns
-    tgt = tgt_train[idx, : int(tgt_len[idx].max())]
-    logits = hand_model(src, tgt[:, :-1])  # teacher forcing
+    src = src_hand[idx, : int(src_len[idx].max())]  # cut the all-padding columns
+    tgt = tgt_hand[idx, : int(tgt_len[idx].max())]
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing
+    logits = hand_model(src, tgt_in)
     loss = F.cross_entropy(
         logits.reshape(-1, VOCAB_SIZE),
-        tgt[:, 1:].reshape(-1),
+        tgt_out.reshape(-1),
         ignore_index=PAD_ID,
         label_smoothing=cfg.label_smoothing,
     )
@@ -509,54 +535,60 @@ for step in range(1, HAND_STEPS + 1):
     opt.step()
     sched.step()
     hand_losses.append(loss.item())
-    if step == 1 or step % 5 == 0:
-        print(f"step {step:2d}: loss {loss.item():.3f}, next lr {sched.get_last_lr()[0]:.2e}")
-print(f"ln 13 = {math.log(VOCAB_SIZE):.3f}")
-# measured: 3.03 at step 1 and 1.61 at step 40 (pinned kernel)
-assert hand_losses[0] > math.log(VOCAB_SIZE) and hand_losses[-1] < 0.7 * hand_losses[0]
+    batch_right = all_right(logits, tgt_out).float().mean().item()  # before this update
+    if (step % cfg.eval_every == 0 and batch_right >= cfg.eval_gate) or step == cfg.max_steps:
+        hand_model.eval()
+        with torch.no_grad():
+            right = all_right(hand_model(src_ev, tgt_ev[:, :-1]), tgt_ev[:, 1:])
+        hand_model.train()
+        score = right.sum().item() / len(src_ev)
+        hand_evals.append((step, score))
+        print(f"step {step}: batch {batch_right:.0%} exactly right, validation {score:.1%}")
+        if score >= cfg.target_exact_match:
+            break
+print(f"first loss {hand_losses[0]:.3f} (ln 13 = {math.log(VOCAB_SIZE):.3f}), last {loss:.3f}")
+print(f"stopped after step {step}: {step / per_epoch:.1f} passes over the training data")
+# measured on four kernel paths: stopped after step 160 or 170
+assert hand_losses[0] > math.log(VOCAB_SIZE) and score >= cfg.target_exact_match
+assert 3 * per_epoch < step < cfg.max_steps  # several epochs, and stopped by the rule
 
 # %% [markdown]
-# ## The helper takes the same first steps
+# ## The helper computes the same thing
 #
-# `helpers.train_reversal(cfg)` contains this loop. With `stop_after=40` it ends after 40 steps,
-# still on the schedule of the full `cfg.max_steps`. The same operations in the same order, on
-# the same number of threads, give the same bits. So the weights must be equal, not just close,
-# and `torch.equal` compares them exactly. The helper also scored the validation set at its last
-# step, and the weights still agree: scoring does not touch them.
-#
-# The check covers these 40 steps and no more. They stay inside the first pass over the
-# training data (the cell prints how many batches one pass holds), so the reshuffle at the
-# start of the next pass is not compared. Nor is the rule that stops training. The 40 steps
-# also end long before the cooldown, which starts after step 100. So the cell compares the
-# hand-written schedule with the helper's `lr_factor` at all 500 steps.
+# `helpers.train_reversal(cfg)` contains this loop. With `confirm=False` it skips one thing the
+# loop above does not do: a check of the final score with greedy decoding (chapter 11). The
+# same operations in the same order, on the same number of threads, give the same bits. So the
+# weights must be equal, not just close, and `torch.equal` compares them exactly. So are the
+# losses, the steps at which each loop scored the validation set, and the step where it
+# stopped. The stop lies several epochs in, so the reshuffles are compared too. The cell also
+# compares the hand-written schedule with the helper's `lr_factor` at all 240 steps, cooldown
+# included.
 
-# %%
-helper_run = train_reversal(cfg, progress=False, stop_after=HAND_STEPS)
+# %% tags=["nbval-ignore-output"]
+helper_run = train_reversal(cfg, progress=False, confirm=False)
 torch.set_num_threads(saved_threads)
+h = helper_run.history
 hand_state, helper_state = hand_model.state_dict(), helper_run.model.state_dict()
 same = [torch.equal(hand_state[k], helper_state[k]) for k in hand_state]
-same_loss = sum(a == b for a, b in zip(hand_losses, helper_run.history["loss"]))
-print(f"helper: {helper_run.steps} steps, evaluated at steps {helper_run.history['eval_step']}")
-print(f"one pass over the training data: {len(src_train) // cfg.batch_size} batches of {B}")
+same_loss = sum(a == b for a, b in zip(hand_losses, h["loss"]))
+hand_steps = [s for s, _ in hand_evals]
+print(f"stopped after step: by hand {len(hand_losses)}, helper {helper_run.steps}")
+print(f"validation scored after steps: by hand {hand_steps}, helper {h['eval_step']}")
+print(f"{same_loss} of {len(hand_losses)} losses equal")
 print(f"{sum(same)} of {len(same)} weight tensors equal, bit for bit")
-print(f"{same_loss} of {HAND_STEPS} losses equal")
 assert hand_state.keys() == helper_state.keys() and all(same)
-assert same_loss == HAND_STEPS == helper_run.steps
+assert same_loss == len(hand_losses) == helper_run.steps and hand_steps == h["eval_step"]
+assert [e for _, e in hand_evals] == h["exact_match"]
 helper_factor = lr_factor(cfg)
 same_lr = sum(lr_at(s) == helper_factor(s) for s in range(cfg.max_steps))
-print(
-    f"learning-rate factor: {same_lr} of {cfg.max_steps} steps equal"
-    f" (the cooldown starts after step {cfg.max_steps - cfg.cooldown})"
-)
+print(f"learning-rate factor: {same_lr} of {cfg.max_steps} steps equal")
 assert same_lr == cfg.max_steps and helper_factor(cfg.max_steps - 1) < 0.01 * helper_factor(100)
 
 # %% [markdown]
 # ## The training function
 #
 # Besides the loop, `helpers.train_reversal(cfg)` keeps a history of each batch's loss, token
-# accuracy and share of exactly right sequences. It shows a `tqdm.auto` progress bar. At every
-# `eval_every`-th step whose training batch is at least `eval_gate` exactly right, it scores
-# the validation set. It stops at the first evaluation that reaches the target.
+# accuracy and share of exactly right sequences. It shows a `tqdm.auto` progress bar.
 #
 # `helpers.load_or_train(cfg)` stores the trained model on disk, under a name derived from every
 # field of the config. Later chapters load this model instead of training it again. The
@@ -686,16 +718,14 @@ _ = assert_within_measured_spread("book.test_correct", test_all.exact_match, sca
 # ([the kernel paths](../appendix/experiment_kernel_paths.ipynb)). Your model's score may
 # differ from the book's by that much.
 #
-# Why can the test score be lower than the 99.5 % that stopped training? A score on 1,000
-# sequences is noisy, and training kept a high one. It scored the same 1,000 validation
-# sequences at check after check, and stopped at the first score of 99.5 % or more. A check
-# that lands high by chance is the one that stops training. So the stopping score tends to be
-# higher than the model's score on new sequences.
+# Why can the test score be lower than the 99.5 % that stopped training? Training stopped at
+# the first of many checks on the same 1,000 validation sequences to reach 99.5 %, so it kept a
+# score that was high by chance, and a score on 1,000 sequences is only known to within the
+# 95 % interval the cell prints first.
 #
-# The cell shows that noise on the stopped model itself. It prints the 95 % interval of the
-# stopping score. Then it scores the 10,000 test sequences in ten blocks of 1,000, each block
-# a validation-sized sample. The blocks differ, and the highest of them is above the model's
-# score on all 10,000: picking a high score out of several overstates the model.
+# The cell then scores the 10,000 test sequences in ten blocks of 1,000, each a
+# validation-sized sample. The blocks differ, and the highest is above the score on all
+# 10,000: picking a high score out of several overstates the model.
 
 # %% tags=["nbval-ignore-output"]
 val_n = BOOK_RECIPE.eval_size
@@ -802,9 +832,9 @@ print(
 # %% [markdown]
 # ## Summary
 #
-# - Built: the training loop by hand (teacher forcing, cross-entropy with `ignore_index`, Adam
-#   with the Noam schedule and a linear cooldown). `helpers.train_reversal` takes the same first
-#   40 steps: every weight is equal bit for bit.
+# - Built: the complete training loop by hand (epochs, teacher forcing, cross-entropy with
+#   `ignore_index`, Adam with the Noam schedule and a cooldown, a gated evaluation, the stopping
+#   rule). `helpers.train_reversal` computes the same run: every weight equal, bit for bit.
 # - Trained: the book's recipe, until a validation check reaches 99.5 %.
 # - Measured: the model's exact match on the 10,000 test sequences, which stopping never looked
 #   at, with a 95 % Wilson interval. It is reported on all of them and on the unseen ones.
@@ -888,3 +918,67 @@ def smoothed_cross_entropy(logits, labels, eps, ignore_index):
 
 check_smoothed_cross_entropy(smoothed_cross_entropy)
 
+
+# %% [markdown]
+# ### Exercise 10.4 (implement): the complete training loop
+#
+# Write `train_loop(cfg)` for any `TrainConfig` with `bucket=0`, dropout included. It trains
+# `build_model(cfg)` as this chapter's loop does and returns `(model, losses, eval_steps)`: the
+# trained model, the loss of every step, and the steps after which it scored the validation
+# set. Take each epoch's batches from `epoch_batches(lengths, cfg.batch_size, cfg.bucket, gen)`
+# and the schedule from `lr_factor(cfg)`, both in `helpers.train`. The checker runs it on three
+# 12-step configs of a tiny model with dropout and compares it with
+# `train_reversal(cfg, confirm=False)`, bit for bit. When they differ, it runs the classic
+# mistakes on the same config and names the one that matches: labels not shifted, padding in
+# the loss, the schedule stepped twice or never, no `zero_grad`, eval mode never undone, no
+# reshuffle, an evaluation that ignores the gate or comes a step early, and more.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 10.4
+from helpers.exercises import check_training_loop
+from helpers.train import epoch_batches, sequence_correct
+
+
+def train_loop(cfg):
+    model = build_model(cfg)
+    src_all, tgt_all = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
+    src_ev, tgt_ev = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
+    src_ev, tgt_ev = src_ev[: cfg.eval_size], tgt_ev[: cfg.eval_size]
+    src_len, tgt_len = (src_all != PAD_ID).sum(1), (tgt_all != PAD_ID).sum(1)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    gen = torch.Generator().manual_seed(cfg.seed)  # created once: each epoch a new order
+    losses, eval_steps, batches = [], [], []
+    model.train()
+    for step in range(1, cfg.max_steps + 1):
+        if not batches:
+            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
+        idx = batches.pop()
+        src = src_all[idx, : int(src_len[idx].max())]
+        tgt = tgt_all[idx, : int(tgt_len[idx].max())]
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(
+            logits.reshape(-1, VOCAB_SIZE),
+            tgt[:, 1:].reshape(-1),
+            ignore_index=PAD_ID,
+            label_smoothing=cfg.label_smoothing,
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        batch_right = sequence_correct(logits, tgt[:, 1:]).float().mean().item()
+        if (step % cfg.eval_every == 0 and batch_right >= cfg.eval_gate) or step == cfg.max_steps:
+            model.eval()  # dropout off while scoring
+            with torch.no_grad():
+                right = sequence_correct(model(src_ev, tgt_ev[:, :-1]), tgt_ev[:, 1:])
+            model.train()  # and back on for the next step
+            eval_steps.append(step)
+            target = cfg.target_exact_match
+            if target is not None and right.sum().item() / len(src_ev) >= target:
+                break
+    return model, losses, eval_steps
+
+
+check_training_loop(train_loop)

@@ -1,6 +1,12 @@
-"""Exercise 10.2's and 10.3's checkers accept the book's solutions and reject the usual slips."""
+"""Exercise 10.2's, 10.3's and 10.4's checkers accept the book's solutions and reject the usual
+slips; exercise 10.4's catalogue (tests/mistakes_ch10.py) is rejected mistake by mistake, each
+with its own message."""
 
+import functools
+
+import mistakes_ch10
 import pytest
+import torch
 import torch.nn.functional as F
 
 from helpers import PAD_ID, VOCAB_SIZE
@@ -8,6 +14,7 @@ from helpers.exercises import (
     ExerciseError,
     check_smoothed_cross_entropy,
     check_teacher_forcing_loss,
+    check_training_loop,
 )
 
 
@@ -138,3 +145,50 @@ def test_a_near_miss_in_half_precision_is_rejected():
         check_smoothed_cross_entropy(half_smoothed)
     with pytest.raises(ExerciseError, match="expected"):
         check_teacher_forcing_loss(half_teacher_forcing)
+
+
+# ---------------------------------------------------------------- exercise 10.4
+
+
+def test_the_training_loop_solution_passes(capsys):
+    check_training_loop(mistakes_ch10.loop)
+    assert "check_training_loop: all 3 checks passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong,match",
+    list(mistakes_ch10.CATALOGUE.items()),
+    ids=[f.__name__ for f in mistakes_ch10.CATALOGUE],
+)
+def test_each_training_loop_mistake_is_named(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_training_loop(wrong)
+
+
+def test_the_training_loop_messages_are_all_different():
+    fragments = list(mistakes_ch10.CATALOGUE.values())
+    assert len(set(fragments)) == len(fragments)
+
+
+def test_a_loss_summed_in_another_order_is_close_but_not_bit_for_bit():
+    """The right mean over the real labels, summed in another order than F.cross_entropy's:
+    the checker says the numbers agree up to float rounding rather than naming a mistake."""
+    with pytest.raises(ExerciseError, match="up to float rounding, not bit for bit"):
+        check_training_loop(functools.partial(mistakes_ch10.loop, loss_by_hand=True))
+
+
+def test_the_checkers_configs_show_the_gate_and_the_stop():
+    """The three configs the checker trains: the first evaluates at every 4th step and at the
+    end, the second's gate is never met (only the last step is scored), the third stops at
+    its first evaluation. Each catalogued mistake changes one of these runs."""
+    from helpers.exercises.ch10 import _loop, _loop_configs
+    from helpers.train import train_reversal
+
+    expected = [[4, 8, 12], [12], [4]]
+    for (where, cfg), steps in zip(_loop_configs(), expected):
+        run = train_reversal(cfg, progress=False, confirm=False)
+        assert run.history["eval_step"] == steps, where
+        model, losses, eval_steps = _loop(cfg)
+        assert losses == run.history["loss"] and eval_steps == steps, where
+        state = run.model.state_dict()
+        assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items()), where

@@ -391,3 +391,35 @@ def test_the_log_matches_a_hand_loop_over_epochs_and_the_cooldown():
     assert used_lr[0] == cfg.lr_scale * lr_factor(cfg)(0) and h["lr"][-1] == 0.0
     state = model.state_dict()
     assert all(torch.equal(v, state[k]) for k, v in run.model.state_dict().items())
+
+
+def test_scoring_the_validation_set_does_not_change_training():
+    """With dropout, a run that scores the validation set at every 2nd step trains exactly as
+    one that scores it only at the end: the evaluation runs in eval mode (no dropout draws),
+    and training goes on in training mode afterwards (dropout back on). A loop that leaves the
+    model in eval mode, or scores it in training mode, changes the later losses."""
+    cfg = dataclasses.replace(TINY, dropout=0.1, max_steps=8, eval_every=1000)
+    quiet = train_reversal(cfg, progress=False, confirm=False)
+    busy = train_reversal(dataclasses.replace(cfg, eval_every=2), progress=False, confirm=False)
+    assert busy.history["eval_step"] == [2, 4, 6, 8] and quiet.history["eval_step"] == [8]
+    assert busy.history["loss"] == quiet.history["loss"]
+    state = quiet.model.state_dict()
+    assert all(torch.equal(v, state[k]) for k, v in busy.model.state_dict().items())
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_teacher_forced_exact_match_scores_in_eval_mode_and_restores_the_mode(mode):
+    cfg = dataclasses.replace(TINY, dropout=0.5)
+    model = build_model(cfg)
+    model.train(mode == "train")
+    src, tgt = make_reversal_dataset(64, seed=5)
+    model.eval()
+    with torch.no_grad():
+        logits = model(src, tgt[:, :-1])
+    labels = tgt[:, 1:]
+    expected = ((logits.argmax(-1) == labels) | (labels == PAD_ID)).all(1).float().mean().item()
+    model.train(mode == "train")
+    rng = torch.get_rng_state()
+    assert teacher_forced_exact_match(model, src, tgt) == expected
+    assert model.training == (mode == "train")  # the caller's mode is given back
+    assert torch.equal(torch.get_rng_state(), rng)  # no dropout mask was drawn

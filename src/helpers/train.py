@@ -176,8 +176,9 @@ def train_reversal(
     parts with it). on_step(step, model, loss): called after every optimizer step, e.g. to
     measure something every k steps (tools/explore_ch18_sharpness.py); the model is put back in
     training mode after it. stop_after: end after this many steps (at most cfg.max_steps) with
-    the schedule of the full cfg.max_steps, cooldown included; chapter 10 compares these first
-    steps with its hand-written loop. The last step taken is always evaluated.
+    the schedule of the full cfg.max_steps, cooldown included (the first steps of a longer
+    run, bit for bit). The last step taken is always evaluated. Chapter 10 writes this loop by
+    hand and compares it with train_reversal(cfg, confirm=False), bit for bit.
 
     history: per step "step", "loss", "token_acc" (teacher-forced, on the training batch),
     "batch_exact" (the batch's share of sequences right at every position), "lr"; per

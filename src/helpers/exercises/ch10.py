@@ -3,24 +3,35 @@
 check_smoothed_cross_entropy(fn)   fn(logits [N, V], labels [N], eps, ignore_index) -> loss:
                                    cross-entropy with label smoothing, by hand (exercise 10.3);
 check_teacher_forcing_loss(fn)     fn(model, src, tgt) -> loss: the training loss of one batch,
-                                   with the one-position shift and padding ignored (exercise 10.2).
+                                   with the one-position shift and padding ignored (exercise 10.2);
+check_training_loop(fn)            fn(cfg) -> (model, losses, eval_steps): the complete training
+                                   loop, equal to train_reversal bit for bit (exercise 10.4).
 
-Both compare the reader's number with PyTorch's F.cross_entropy on fixed inputs. When the number
-differs, they compute the usual wrong variants (smoothing spread over V - 1 classes, padding
-averaged in, target not shifted, ...) and name the one the reader's number matches.
+The first two compare the reader's number with PyTorch's F.cross_entropy on fixed inputs. When
+the number differs, they compute the usual wrong variants (smoothing spread over V - 1 classes,
+padding averaged in, target not shifted, ...) and name the one the reader's number matches. The
+third runs the reader's loop and train_reversal on three tiny configs; when they differ, it runs
+each known mistake (labels not shifted, padding in the loss, the scheduler stepped twice or
+never, no zero_grad, eval mode never undone, no reshuffle, an ungated or misplaced evaluation,
+...) on the same config and names the one whose losses and evaluation steps the reader's match.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
 
 from ..data import make_reversal_dataset
 from ..model import Transformer
+from ..recipes import TrainConfig
+from ..train import build_model, epoch_batches, lr_factor, sequence_correct, train_reversal
 from ..vocab import PAD_ID, VOCAB_SIZE
 from ._common import call, expect_tensor, fail, passed
 
-__all__ = ["check_smoothed_cross_entropy", "check_teacher_forcing_loss"]
+__all__ = ["check_smoothed_cross_entropy", "check_teacher_forcing_loss", "check_training_loop"]
 
 # A right answer computes the same float32 sums as F.cross_entropy, in another order: about
 # 1e-7 relative here. A near miss (the logits rounded to a 16-bit float before the loss) is off
@@ -169,3 +180,234 @@ def check_teacher_forcing_loss(fn) -> None:
             )
         checks += 1
     passed("check_teacher_forcing_loss", checks)
+
+
+# ---------------------------------------------------------------- exercise 10.4
+
+# Three 12-step runs of a tiny model with dropout: 3 batches per epoch, so 12 steps cross three
+# epoch boundaries; warmup 4 and a cooldown over the last 8 steps, so every lr is distinct.
+_LOOP_CFG = TrainConfig(
+    d_model=16,
+    num_heads=2,
+    dff=32,
+    num_layers=1,
+    dropout=0.1,
+    train_size=96,
+    val_size=64,
+    eval_size=64,
+    batch_size=32,
+    warmup=4,
+    cooldown=8,
+    max_steps=12,
+    eval_every=4,
+    eval_gate=0.0,
+    target_exact_match=None,
+    threads=1,
+)
+
+
+def _loop_configs() -> list[tuple[str, TrainConfig]]:
+    base = "a 12-step run (3 batches per epoch, dropout 0.1, eval_every 4"
+    return [
+        (f"{base}, eval_gate 0, no target)", _LOOP_CFG),
+        (
+            f"{base}, eval_gate 0.5, which no batch of this young model reaches)",
+            dataclasses.replace(_LOOP_CFG, eval_gate=0.5),
+        ),
+        (
+            f"{base}, target_exact_match 0.0, which the first evaluation reaches)",
+            dataclasses.replace(_LOOP_CFG, target_exact_match=0.0),
+        ),
+    ]
+
+
+def _loop(cfg: TrainConfig, mistake: str | None = None):
+    """train_reversal(cfg, confirm=False) written out, or what a known mistake makes of it:
+    (model, losses, eval_steps)."""
+    model = build_model(cfg)
+    src_all, tgt_all = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
+    src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
+    src_val, tgt_val = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
+    src_len, tgt_len = (src_all != PAD_ID).sum(1), (tgt_all != PAD_ID).sum(1)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    losses, eval_steps, batches = [], [], []
+    model.train()
+    for step in range(1, cfg.max_steps + 1):
+        if not batches:
+            if mistake == "no reshuffle":
+                gen = torch.Generator().manual_seed(cfg.seed)
+            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
+        idx = batches.pop(0) if mistake == "front" else batches.pop()
+        src, tgt = src_all[idx], tgt_all[idx]
+        if mistake != "untrimmed":
+            src, tgt = src[:, : int(src_len[idx].max())], tgt[:, : int(tgt_len[idx].max())]
+        tgt_in = tgt[:, :-1]
+        tgt_out = tgt_in if mistake == "labels not shifted" else tgt[:, 1:]
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(
+            logits.reshape(-1, VOCAB_SIZE),
+            tgt_out.reshape(-1),
+            ignore_index=-100 if mistake == "padding counted" else PAD_ID,
+            label_smoothing=cfg.label_smoothing,
+        )
+        if mistake != "no zero_grad":
+            opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if mistake != "scheduler never":
+            sched.step()
+        if mistake == "scheduler twice":
+            sched.step()
+        losses.append(loss.item())
+        batch_exact = sequence_correct(logits, tgt_out).float().mean().item()
+        counted = step - 1 if mistake == "off by one" else step
+        gate = (
+            batch_exact > cfg.eval_gate
+            if mistake == "strict gate"
+            else (batch_exact >= cfg.eval_gate or mistake == "not gated")
+        )
+        last = step == cfg.max_steps and mistake != "no final evaluation"
+        if (counted % cfg.eval_every == 0 and gate) or last:
+            if mistake != "eval in train mode":
+                model.eval()
+            with torch.no_grad():
+                right = sequence_correct(model(src_val, tgt_val[:, :-1]), tgt_val[:, 1:])
+            if mistake != "eval never undone":
+                model.train()
+            eval_steps.append(step)
+            score, target = int(right.sum()) / len(src_val), cfg.target_exact_match
+            if target is not None and (
+                score > target if mistake == "strict stop" else score >= target
+            ):
+                break
+    return model, losses, eval_steps
+
+
+_LOOP_HINTS = {
+    "labels not shifted": "the labels are not shifted: the loss scores tgt[:, :-1], the "
+    "decoder's own input, so each position only has to copy it; score tgt[:, 1:]",
+    "padding counted": "padding is counted in the loss: pass ignore_index=PAD_ID to "
+    "F.cross_entropy, so that the mean runs over the real labels only",
+    "scheduler twice": "the schedule advances twice per step: call sched.step() once, after "
+    "opt.step()",
+    "scheduler never": "the learning rate never changes: call sched.step() after every opt.step()",
+    "no zero_grad": "the gradients pile up from step to step: call opt.zero_grad() before "
+    "loss.backward()",
+    "eval never undone": "after the first evaluation, training went on in eval mode, with "
+    "dropout off: call model.train() once the validation set is scored",
+    "eval in train mode": "the validation set was scored in training mode: dropout was on, and "
+    "its random draws changed the masks of the later steps; call model.eval() before scoring",
+    "no reshuffle": "every epoch repeats the first epoch's batches: draw each epoch's batches "
+    "from the same generator, created once before the loop",
+    "front": "the batches are taken from the front of the list: take them with batches.pop(), "
+    "from the end, as train_reversal does",
+    "untrimmed": "the batch keeps its all-padding columns: cut src and tgt to the batch's "
+    "longest sequence, as train_reversal does (dropout draws a random mask for every column, "
+    "so the width changes the masks)",
+    "not gated": "you evaluated at every eval_every-th step: evaluate only when that step's "
+    "batch is at least cfg.eval_gate exactly right",
+    "strict gate": "a batch exactly at the gate counts: evaluate when its share of exactly right "
+    "sequences is >= cfg.eval_gate",
+    "off by one": "the evaluations come one step early: count steps from 1 and evaluate after "
+    "step k when k % cfg.eval_every == 0",
+    "no final evaluation": "the last step is evaluated too, whatever the gate says, as "
+    "train_reversal does",
+    "strict stop": "training did not stop at the first evaluation that reached the target: "
+    "stop when the score is >= cfg.target_exact_match (a score equal to it counts)",
+}
+
+_MISTAKE_RUNS: dict = {}  # (cfg, mistake) -> (losses, eval_steps, state), computed once
+
+
+def _mistake_run(cfg: TrainConfig, mistake: str):
+    if (cfg, mistake) not in _MISTAKE_RUNS:
+        model, losses, eval_steps = _loop(cfg, mistake)
+        _MISTAKE_RUNS[cfg, mistake] = (losses, eval_steps, model.state_dict())
+    return _MISTAKE_RUNS[cfg, mistake]
+
+
+def _unpack_loop(got, where: str):
+    if not (isinstance(got, tuple) and len(got) == 3):
+        fail(
+            f"fn should return a triple (model, losses, eval_steps), got {type(got).__name__}",
+            where,
+        )
+    model, losses, eval_steps = got
+    if not isinstance(model, torch.nn.Module):
+        fail(f"the first item should be the trained model, got {type(model).__name__}", where)
+    try:
+        losses = [float(x) for x in losses]
+        eval_steps = [int(s) for s in eval_steps]
+    except (TypeError, ValueError) as err:
+        fail(
+            f"losses should be a list of numbers and eval_steps a list of step numbers ({err})",
+            where,
+        )
+    return model, losses, eval_steps
+
+
+def _close(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(
+        math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-6) for x, y in zip(a, b)
+    )
+
+
+def _difference(losses, eval_steps, state, want_losses, want_steps, want_state) -> str:
+    """The first thing that differs from train_reversal's run, in words ('' if nothing)."""
+    if len(losses) != len(want_losses):
+        return f"your loop took {len(losses)} steps, train_reversal {len(want_losses)}"
+    if eval_steps != want_steps:
+        return f"you evaluated after steps {eval_steps}, train_reversal after steps {want_steps}"
+    for step, (x, y) in enumerate(zip(losses, want_losses), start=1):
+        if x != y:
+            return f"the loss of step {step} is {x:.6f}, train_reversal's is {y:.6f}"
+    if state.keys() != want_state.keys():
+        return "the model's weights have other names than build_model(cfg)'s"
+    for name, value in want_state.items():
+        if not torch.equal(state[name], value):
+            return f"the weight {name} differs from train_reversal's"
+    return ""
+
+
+def check_training_loop(fn) -> None:
+    """Exercise 10.4: fn(cfg) -> (model, losses, eval_steps) trains build_model(cfg) as
+    train_reversal(cfg, confirm=False) does. Compared bit for bit (every weight, every loss,
+    the steps evaluated, hence the stop) on three 12-step runs of a tiny model with dropout;
+    when they differ, the known mistakes are run on the same config and the one that matches is
+    named. Used in chapter 10.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the configs train on one thread: the learner's loop too
+    try:
+        for where, cfg in _loop_configs():
+            model, losses, eval_steps = _unpack_loop(call(fn, cfg, where=where), where)
+            want = train_reversal(cfg, progress=False, confirm=False)
+            want_run = (want.history["loss"], want.history["eval_step"], want.model.state_dict())
+            what = _difference(losses, eval_steps, model.state_dict(), *want_run)
+            if not what:
+                continue
+            for mistake, hint in _LOOP_HINTS.items():
+                m_losses, m_steps, m_state = _mistake_run(cfg, mistake)
+                if not _difference(m_losses, m_steps, m_state, *want_run):
+                    continue  # this mistake changes nothing on this config
+                if m_steps == eval_steps and _close(losses, m_losses):
+                    fail(what, where, hint)
+            near = eval_steps == want_run[1] and _close(losses, want_run[0])
+            fail(
+                what,
+                where,
+                "your numbers agree with train_reversal's up to float rounding, not bit for bit: "
+                "the same operations in the same order give the same bits (cut each batch to its "
+                "longest sequence; F.cross_entropy on the flattened logits)"
+                if near
+                else "",
+            )
+    finally:
+        torch.set_num_threads(threads)
+    passed(
+        "check_training_loop",
+        3,
+        "same weights, losses and evaluation steps as train_reversal, bit for bit",
+    )
