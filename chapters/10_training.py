@@ -478,7 +478,7 @@ print(f"one epoch: {per_epoch} batches of {cfg.batch_size}; dropout {cfg.dropout
 # - Each batch is cut to its longest sequence, which drops the columns that are padding in
 #   every row (exercise 9.2).
 # - One step: teacher forcing, the loss, Adam, then the schedule advances.
-# - At every 10th step whose batch was at least 60 % exactly right, the model scores the
+# - At every 10th step whose batch was at least 60 % exactly right, the model is scored on the
 #   validation set: in eval mode, without gradients, then back in training mode. The last step
 #   is always scored.
 # - Training stops at the first score that reaches the target.
@@ -558,7 +558,7 @@ assert 3 * per_epoch < step < cfg.max_steps  # several epochs, and stopped by th
 # `helpers.train_reversal(cfg)` contains this loop. With `confirm=False` it skips one thing the
 # loop above does not do: a check of the final score with greedy decoding (chapter 11). The
 # same operations in the same order, on the same number of threads, give the same bits. So the
-# weights must be equal, not just close, and `torch.equal` compares them exactly. So are the
+# weights must be equal, not just close, and `torch.equal` compares them exactly. So must the
 # losses, the steps at which each loop scored the validation set, and the step where it
 # stopped. The stop lies several epochs in, so the reshuffles are compared too. The cell also
 # compares the hand-written schedule with the helper's `lr_factor` at all 240 steps, cooldown
