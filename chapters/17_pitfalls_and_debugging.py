@@ -18,7 +18,8 @@
 #
 # Many Transformer bugs do not crash: the model runs and does the wrong thing.
 # We reproduce nineteen pitfalls, most of them silent, each in a few lines, and fix them.
-# Then `helpers.check_model` runs a debugging order on one batch and catches nine breaks.
+# Then `helpers.check_model` runs a debugging order that catches nine broken models and three
+# broken training steps. Last, runs meet the band of the book's training curve.
 #
 # ![What check_model flags for a healthy model and nine broken ones](figures/17_pitfalls_and_debugging.png)
 
@@ -89,8 +90,10 @@ from helpers import (
     Transformer,
     apply_default_init,
     check_model,
+    compare_with_band,
     describe,
     fully_masked_rows,
+    load_or_train,
     make_causal_mask,
     make_padding_mask,
     make_reversal_dataset,
@@ -115,8 +118,8 @@ def new_model(**kw):
 
 # %% [markdown]
 # Many pitfalls live in the *textbook* attention formula: `masked_fill` with $-\infty$, then
-# softmax. `helpers` guards against several of them, so we reproduce them with the bare formula.
-# A context manager swaps it into `helpers` models inside a `with` block.
+# softmax. `helpers` guards against them, so we use the bare formula. A context manager swaps it
+# into `helpers` models inside a `with` block.
 
 # %%
 def attention_textbook(q, k, v, blocked=None, fill=float("-inf"), scale=None):
@@ -238,10 +241,10 @@ assert (w[0, :, 0, 1:] == 0).all()  # position 0 cannot see source tokens 1..5
 #
 # **Symptom:** NaN in the outputs, the loss and the gradients.
 #
-# If a query may attend to no key, the textbook softmax computes $0/0$. One empty example is
-# enough. The loss is a mean over the batch, so it is NaN. The input gradients stay per example:
-# example 0's are finite. A shared weight, like `W_v`, sums the gradients of all examples, so its
-# whole gradient is NaN. One optimizer step then writes NaN into the whole weight.
+# If a query may attend to no key, the textbook softmax computes $0/0$. The loss is a mean over
+# the batch, so it is NaN. The input gradients stay per example: example 0's are finite. A shared
+# weight, like `W_v`, sums the gradients of all examples, so its whole gradient is NaN. One
+# optimizer step then writes NaN into the whole weight.
 
 # %%
 ids = torch.tensor([[5, 6, 7, 2], [PAD_ID] * 4])  # the second example is empty
@@ -524,11 +527,10 @@ for n_new in (1, 3):
     print(f"  explicit mask: {may_see.int().tolist()}")
     print(f"  is_causal:     {top_left.int().tolist()}; max |difference| {gap:.2f}")
     assert gap > 0.1
-torch.testing.assert_close(by_flag[..., :1, :], v5[..., :1, :])  # query 0 reads key 0 alone
+    torch.testing.assert_close(by_flag[..., :1, :], v5[..., :1, :])  # query 0 reads key 0 alone
 
 # %% [markdown]
 # With one new query, `is_causal=True` lets it see key 0 alone: its output is that key's value.
-# Nothing fails: the shapes are right.
 #
 # **Fix:** with a cache, pass an explicit mask (as `helpers` does), or
 # `torch.nn.attention.bias.causal_lower_right(L_q, L_k)`, which aligns the mask with the
@@ -728,10 +730,10 @@ assert gap > 0 and not list(fresh.parameters())
 #
 # **Symptom:** an overflow error, or $-\infty$ and NaN.
 #
-# A large negative constant is a simple way to mask. The Annotated Transformer {cite}`rush2018`
-# fills with `-1e9`. In float16 the largest finite magnitude is 65,504, so `-1e9` does not fit.
-# `masked_fill` refuses it. The additive form turns it into $-\infty$, which brings back the NaN of
-# pitfall 3 for any fully masked row. bfloat16 has float32's range, so `-1e9` fits there.
+# The Annotated Transformer {cite}`rush2018` fills with `-1e9`. In float16 the largest finite
+# magnitude is 65,504, so `-1e9` does not fit. `masked_fill` refuses it. The additive form turns
+# it into $-\infty$, which brings back the NaN of pitfall 3 for any fully masked row. bfloat16 has
+# float32's range, so `-1e9` fits there.
 
 # %%
 scores16 = torch.randn(2, 4, generator=torch.Generator().manual_seed(13)).half()
@@ -796,8 +798,7 @@ assert entropies == sorted(entropies) and entropies[-1] > 0.97 * math.log(Lk)
 # %% [markdown]
 # Without scaling, one key takes most of the weight (0.815 on average): the softmax is near
 # saturation. With $\sqrt{d_{model}}$, every key gets nearly $1/32$, and the entropy is within a
-# few percent of uniform. The layer starts out averaging. Training would have to grow the scores
-# $\sqrt{8}$-fold to undo it.
+# few percent of uniform. The layer starts out averaging.
 #
 # **Fix:** divide by `math.sqrt(d_k)`. Hugging Face's BART writes `scaling = head_dim ** -0.5`
 # (exercise 16.2). Chapter 03 measures the variance argument.
@@ -840,8 +841,8 @@ assert ratios["book init"] < 2 and ratios["PyTorch defaults"] > 10
 #
 # **Symptom:** random outputs at inference.
 #
-# Dropout is on in training mode, and a module starts in training mode. A model left that way
-# gives a different answer every time it is asked:
+# Dropout is on in training mode, where a module starts. Such a model answers differently every
+# time:
 
 # %% tags=["nbval-ignore-output"]
 model = new_model()
@@ -868,7 +869,7 @@ assert changed > 0 and changed_eval == 0
 #
 # About a third of the target positions in a batch of reversal data are padding. Without
 # `ignore_index`, the loss and the accuracy count them. A model that predicts PAD everywhere then
-# looks partly right. Take exactly that degenerate model:
+# looks partly right. Take that model:
 
 # %%
 pad_share = (tgt_out == PAD_ID).float().mean().item()
@@ -897,8 +898,8 @@ assert acc_all == pad_share > 0.25 and acc_real == 0 and loss_all < 0.75 * loss_
 #
 # Label smoothing replaces the one-hot target with $1 - \varepsilon$ on the right class plus
 # $\varepsilon / V$ over all $V$ classes. `F.cross_entropy` with `ignore_index` leaves the PAD
-# positions out entirely, smoothing included. A hand-written version must do the same. The easy
-# mistake is to smooth every row and average over all of them:
+# positions out entirely, smoothing included. The easy mistake is to smooth every row and average
+# over all of them:
 
 # %%
 eps = 0.1
@@ -932,10 +933,9 @@ assert abs(by_hand_forgot - builtin) > 0.01
 #
 # **Symptom:** the loss rises far above $\ln V$.
 #
-# Chapter 10's Noam schedule runs through `LambdaLR` with a base learning rate of 1.0. The
-# schedule's factor is then the actual learning rate. It warms up from almost 0 (0.0011 at the
-# first step here). Forget to create the scheduler, and Adam runs at 1.0 from the first step.
-# Twenty steps of a small model (two layers, width 32) on 32 pairs show the divergence.
+# Chapter 10's schedule runs through `LambdaLR` with a base learning rate of 1.0, so its factor is
+# the learning rate: almost 0 at first (0.0011 here). Forget the scheduler, and Adam runs at 1.0.
+# Twenty steps of a small model on 32 pairs:
 #
 # :::{dropdown} Going deeper: what the source articles say
 # The articles this book was written from recommend warmup. One lists a learning rate that is too
@@ -977,32 +977,33 @@ assert runs["with the schedule"][-1] < runs["with the schedule"][0] - 0.5  # it 
 assert min(runs["schedule forgotten"][5:]) > 3 * math.log(V)  # far worse than a uniform guess
 
 # %% [markdown]
-# With the schedule, the loss falls. At a learning rate of 1.0 it jumps within a few steps to many
-# times $\ln V$, the loss of a uniform guess, and stays there.
+# With the schedule, the loss falls. At 1.0 it jumps to many times $\ln V$ and stays there.
 #
-# **Fix:** check the learning rate the optimizer actually uses (`opt.param_groups[0]["lr"]`) at
-# the first steps, and warm up to a small peak (chapter 10).
+# **Fix:** check the rate the optimizer uses (`opt.param_groups[0]["lr"]`) at the first steps,
+# and warm up to a small peak (chapter 10).
 
 # %% [markdown]
 # ## A debugging order
 #
 # When a model does not learn, check in this order. Each step assumes the ones before it.
 #
-# 1. **Shapes**: one forward pass on a fixed small batch; logits are `[B, Lt, V]`; two passes in
-#    eval mode agree.
-# 2. **Masks**: no query row is fully masked. Changing *future* target tokens leaves earlier
-#    logits unchanged (causality probe). Cutting off a sequence's padding leaves its logits
-#    unchanged (padding-invariance probe).
+# 1. **Shapes**: logits are `[B, Lt, V]`; two passes in eval mode agree.
+# 2. **Masks**: no query row is fully masked. Future target tokens do not change earlier logits
+#    (causality probe). Cutting off padding does not change logits (padding-invariance probe).
+#    Cached decoding: no `is_causal=True` (pitfall 8, [masks](#masks-where-attention-may-look)).
 # 3. **Data**: the decoder input starts with BOS, and BOS is not PAD. Ids are inside the
 #    vocabulary. No source row is empty. The target is the decoder input shifted by one.
-# 4. **Loss at init**: near $\ln V$; far above it points to an initialisation or output-scale
-#    problem. The embeddings entering the first LayerNorm are of order 1.
-# 5. **Gradients**: every parameter gets one, and none is huge. No tensor takes part in the
-#    forward pass while hidden from the optimizer.
+# 4. **Loss at init**: near $\ln V$; far above it, suspect the initialisation or output scale.
+#    The embeddings entering the first LayerNorm are of order 1.
+# 5. **Gradients**: every parameter gets one, and none is huge. No tensor in the forward pass is
+#    hidden from the optimizer.
+# 6. **Overfit one batch**: your training step, repeated on one small batch, drives its loss
+#    near zero.
 #
 # At every step, look for NaN or inf, and where it first appears.
 #
-# `helpers.check_model(model, batch)` runs this order on one batch and prints a short report.
+# `helpers.check_model(model, batch)` runs steps 1-5 on one batch and prints a short report. Step 6
+# needs your training step ([below](#overfit-one-batch)).
 #
 # :::{dropdown} Going deeper: what `check_model` looks at
 # It judges the model only by what it does: the masks its attention modules receive (through
@@ -1020,9 +1021,8 @@ assert report.ok and not report.failures
 assert healthy.training and all(p.grad is None for p in healthy.parameters())  # left as found
 
 # %% [markdown]
-# The healthy model's initial loss is 1.37 times $\ln V$, not $\ln V$. Random logits cost more
-# than a uniform guess, and the more they spread, the more. So `check_model` flags an initial loss
-# only above 2 times $\ln V$.
+# The healthy model's initial loss is 1.37 times $\ln V$: random logits cost more than a uniform
+# guess. So `check_model` flags an initial loss only above 2 times $\ln V$.
 #
 # :::{dropdown} Going deeper: why the initial loss is above $\ln V$
 # A model that knows nothing is not a uniform guess. Its logits are random, with some spread $s$
@@ -1072,8 +1072,8 @@ assert class_means.max() - class_means.min() > spread  # some classes score abov
 # :::
 
 # %% [markdown]
-# Now nine ways to break it: seven models, each built in a few lines from a healthy one, and two
-# batches with a data bug. Next to each are the checks we expect it to fail:
+# Now nine ways to break it: seven models and two batches with a data bug. Next to each are the
+# checks we expect it to fail:
 
 # %%
 class CausalVariant(Transformer):
@@ -1159,8 +1159,8 @@ for name, model, batch, expected in cases:
     assert set(flagged) == expected, (name, flagged)
 
 # %% [markdown]
-# Every break is flagged, each by the check designed for it, and the healthy model by none.
-# Figure 17.1 lays the ten reports side by side, with the checks in debugging order.
+# Every break is flagged, each by the check designed for it, and the healthy model by none
+# (Figure 17.1).
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def draw_report_grid():
@@ -1190,8 +1190,8 @@ plt.show()
 
 # %% [markdown]
 # The full report finds the plain list twice. The hidden layers stay in training mode, so two
-# eval-mode passes differ. And their weights take part in the autograd graph without being
-# parameters of the model. The report names the attribute:
+# eval-mode passes differ. And their weights are in the autograd graph but are not parameters. The
+# report names the attribute:
 
 # %% tags=["nbval-ignore-output"]
 print(reports["decoder layers in a plain list"])
@@ -1202,7 +1202,7 @@ assert (
 
 # %% [markdown]
 # The NaN is traced to the first module whose output is not finite, which points at the faulty
-# weight. The probes that compare logits are skipped rather than report a meaningless difference:
+# weight. The probes that compare logits are skipped:
 
 # %%
 for check in ("activations finite", "parameters finite", "causality probe"):
@@ -1215,20 +1215,132 @@ elapsed = time.perf_counter() - t0
 print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 
 # %% [markdown]
+# ## Overfit one batch
+#
+# Step 6 tests the training step. Pass `check_model` a function that builds your optimiser and
+# schedule for a model and returns your step. It trains a copy of the model for 50 steps on the
+# batch. Its loss, with the target shifted by one, must end below $0.2 \ln V$. The book's step
+# (chapter 10), with three classic mistakes as options:
+
+# %%
+from helpers import BOOK_RECIPE
+from helpers.train import build_model, lr_factor
+
+
+def make_train_step(model, mistake=None):
+    """Chapter 10's Adam and schedule for `model`, and one training step on a batch (src, tgt)."""
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = None  # "schedule forgotten": Adam keeps its lr of 1.0
+    if mistake != "schedule forgotten":  # LambdaLR sets lr = 1.0 x factor(0) when it is created
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(BOOK_RECIPE))
+
+    def step(src, tgt):
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+        if mistake == "labels not shifted":
+            tgt_out = tgt_in
+        logits = model(src, tgt_in)
+        loss = F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=PAD_ID)
+        if mistake == "zero_grad after backward":
+            loss.backward()
+            opt.zero_grad()  # the gradients are gone before the step
+        else:
+            opt.zero_grad()
+            loss.backward()
+        opt.step()
+        if sched is not None and mistake != "schedule never stepped":
+            sched.step()
+        return loss.item()
+
+    return step
+
+
+# %% [markdown]
+# The model is a fresh one of the book's trained size (`BOOK_RECIPE`):
+
+# %% tags=["nbval-ignore-output"]
+overfit = {}
+for mistake in (None, "zero_grad after backward", "schedule never stepped", "labels not shifted"):
+    overfit[mistake] = check_model(
+        build_model(BOOK_RECIPE), (src, tgt), verbose=False,
+        make_train_step=lambda m, mistake=mistake: make_train_step(m, mistake),
+    )  # fmt: skip
+    f, label = overfit[mistake]["overfit one batch"], mistake or "the book's step"
+    print(f"{label:<26} {f.status:<4} {f.message}")
+assert overfit[None].ok
+for mistake, words in [("zero_grad after backward", "never stepped"),
+                       ("schedule never stepped", "scheduler.step()"),
+                       ("labels not shifted", "labels are misaligned")]:  # fmt: skip
+    assert overfit[mistake].failed_checks == ["overfit one batch"], mistake
+    assert words in overfit[mistake]["overfit one batch"].message, mistake
+
+# %% [markdown]
+# Each broken step fails with its own message. Unshifted labels are the subtle one: the step's own
+# loss falls, as the decoder copies the token it was given.
+#
+# :::{dropdown} Going deeper: the other two, and the limit
+# With `zero_grad` after `backward`, no weight moves. Without `sched.step()`, the learning rate
+# keeps its first, tiny value.
+#
+# The limit lies between two measured ranges, over ten seeds: where the book's step ends after 50
+# steps, and where a schedule never stepped ends. `check_model`'s docstring gives both. Another
+# recipe may need more steps (`overfit_steps`).
+# :::
+
+# %% [markdown]
+# ## Is my run healthy?
+#
+# The book ships the band of its training curve, over several seeds: the loss at every step and
+# the validation exact match every 10 steps
+# ([The training band](../appendix/experiment_training_band.ipynb)).
+# `helpers.compare_with_band(history)` says where a run leaves it, and what that usually means.
+# First, chapter 10's model (its seed is not in the band):
+
+# %% tags=["nbval-ignore-output"]
+book_run = load_or_train(BOOK_RECIPE, progress=False, verbose=False)
+healthy_band = compare_with_band(book_run.history)
+assert healthy_band.ok
+
+# %% [markdown]
+# Two broken runs of 60 steps:
+
+# %% tags=["nbval-ignore-output"]
+pool_src, pool_tgt = make_reversal_dataset(20 * BOOK_RECIPE.batch_size, seed=17)
+
+
+def short_run(mistake, steps=60):
+    """`steps` steps of the book's recipe with make_train_step(mistake); the loss per step."""
+    model = build_model(BOOK_RECIPE).train()
+    step = make_train_step(model, mistake)
+    order = torch.randperm(len(pool_src), generator=torch.Generator().manual_seed(0))
+    batches = order.view(20, BOOK_RECIPE.batch_size)  # 20 batches, seen in turn
+    return {"loss": [step(pool_src[batches[k % 20]], pool_tgt[batches[k % 20]])
+                     for k in range(steps)]}  # fmt: skip
+
+
+band_of = {}
+for mistake in ("schedule forgotten", "zero_grad after backward"):
+    print(f"--- {mistake}")
+    band_of[mistake] = compare_with_band(short_run(mistake))
+assert band_of["schedule forgotten"].loss_side == "above"
+assert "learning rate is too high" in str(band_of["schedule forgotten"])
+assert band_of["zero_grad after backward"].loss_side == "above"
+assert "not falling" in str(band_of["zero_grad after backward"])
+
+# %% [markdown]
+# Without its schedule, the loss leaves the band at once. With `zero_grad` after `backward`, it
+# stays flat while the band falls.
+
+# %% [markdown]
 # ## Summary
 #
-# - Nineteen pitfalls, each reproduced in a few lines, then fixed. Most of them run without an
-#   error.
-# - A debugging order (shapes, masks, data, loss at init, gradients, and NaN/inf at every step),
-#   and `helpers.check_model`, which runs it on one batch by probing what the model does.
-# - It flags each of nine breaks (seven models, two batches) with the checks designed for them
-#   and passes the healthy model (Figure 17.1).
-# - The healthy model starts at 1.37 times $\ln V$: random logits cost more than a uniform guess
-#   (for independent logits of spread $s$, at most $\ln V + s^2/2$, by Jensen's inequality).
-#   `check_model` flags an initial loss only above 2 times $\ln V$.
+# - Nineteen pitfalls, most of them silent, each reproduced and fixed.
+# - A debugging order, and `helpers.check_model`, which runs it on one batch by probing what the
+#   model does. It flags nine breaks and passes the healthy model (Figure 17.1).
+# - Given your training step, it overfits one batch; three broken steps fail.
+# - `helpers.compare_with_band` says where a run leaves the band of the book's training curve.
 # - The one thing to remember: most of these bugs are silent. Reproduce a suspicion in a few
-#   lines, and assert what the right answer must satisfy. The probes need no training: they run
-#   before the first step (chapter 08 turns causality and padding invariance into unit tests).
+#   lines, and assert what the right answer must satisfy. The probes need no training (chapter
+#   08 turns two of them into unit tests).
 #
 # ## Exercises
 #
@@ -1286,10 +1398,8 @@ assert set(empty_report.failed_checks) == {"fully masked rows", "source rows"}
 #
 # `BuggyTransformer` (printed below) has two of this chapter's pitfalls. Run `check_model` on it
 # to find them, then write `FixedTransformer`, a subclass of it that overrides what is wrong.
-# `check_fixed_model(FixedTransformer)` first checks that it is such a subclass: a model written
-# from a healthy `helpers.Transformer` fixes nothing. It then builds one (with smaller sizes),
-# runs `check_model` on a batch, and checks that, with the same weights as a `helpers.Transformer`,
-# it computes the same logits.
+# `check_fixed_model(FixedTransformer)` checks that it is such a subclass, runs `check_model` on
+# one (smaller), and compares its logits with a `helpers.Transformer` holding the same weights.
 
 # %%
 from helpers.exercises.ch17 import BuggyTransformer
