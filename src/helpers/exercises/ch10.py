@@ -318,14 +318,19 @@ _LOOP_HINTS = {
     "stop when the score is >= cfg.target_exact_match (a score equal to it counts)",
 }
 
-_MISTAKE_RUNS: dict = {}  # (cfg, mistake) -> (losses, eval_steps, state), computed once
+_RUNS: dict = {}  # (cfg, mistake or None) -> (losses, eval_steps, state), computed once
 
 
-def _mistake_run(cfg: TrainConfig, mistake: str):
-    if (cfg, mistake) not in _MISTAKE_RUNS:
-        model, losses, eval_steps = _loop(cfg, mistake)
-        _MISTAKE_RUNS[cfg, mistake] = (losses, eval_steps, model.state_dict())
-    return _MISTAKE_RUNS[cfg, mistake]
+def _mistake_run(cfg: TrainConfig, mistake: str | None):
+    """What the loop with this mistake gives on cfg; mistake None: train_reversal's run."""
+    if (cfg, mistake) not in _RUNS:
+        if mistake is None:
+            run = train_reversal(cfg, progress=False, confirm=False)
+            model, losses, eval_steps = run.model, run.history["loss"], run.history["eval_step"]
+        else:
+            model, losses, eval_steps = _loop(cfg, mistake)
+        _RUNS[cfg, mistake] = (losses, eval_steps, model.state_dict())
+    return _RUNS[cfg, mistake]
 
 
 def _unpack_loop(got, where: str):
@@ -383,8 +388,7 @@ def check_training_loop(fn) -> None:
     try:
         for where, cfg in _loop_configs():
             model, losses, eval_steps = _unpack_loop(call(fn, cfg, where=where), where)
-            want = train_reversal(cfg, progress=False, confirm=False)
-            want_run = (want.history["loss"], want.history["eval_step"], want.model.state_dict())
+            want_run = _mistake_run(cfg, None)
             what = _difference(losses, eval_steps, model.state_dict(), *want_run)
             if not what:
                 continue
