@@ -2,6 +2,7 @@
 #
 #   make book      install what is needed (once), then build the HTML book
 #   make test      install what is needed (once), then run every check
+#   make check     the fast inner loop: lint, pairing, unit tests not marked slow/integration
 #   make lab       open the chapters in JupyterLab
 #   make execute   re-execute notebooks in a fresh kernel (NB=chapters/03_x.py for one)
 #
@@ -32,11 +33,12 @@ export PYTHONHASHSEED := 0
 .DEFAULT_GOAL := help
 .PHONY: help venv book test lint format test-unit test-pairing test-conventions test-notebooks \
         test-pytest test-book test-portable doctor lab execute clean distclean check-browser \
-        record-gpu
+        record-gpu check test-fast
 
 help:
 	@echo "make book     build the book into _build/html/index.html (installs first if needed)"
 	@echo "make test     lint, unit tests, pairing, notebook conventions, nbval, book build with -W"
+	@echo "make check    the fast inner loop: lint, pairing, unit tests not marked slow/integration"
 	@echo "make lint     ruff (lint + format check) and codespell; make format applies ruff"
 	@echo "make test-portable  the notebooks with the numerics pin broken: must pass anyway"
 	@echo "make doctor   this machine's numerics, and whether it shows the book's exact digits"
@@ -83,7 +85,7 @@ lint: $(SETUP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/codespell src tests tools chapters/*.py chapters/*.md appendix/*.py appendix/*.md \
-	  README.md _config.yml _toc.yml
+	  chapters/data/README.md README.md CONTRIBUTING.md CHANGELOG.md _config.yml _toc.yml
 
 # Apply ruff's formatting and safe fixes to the package, tests and tools. Chapters are
 # formatted by tools/execute_notebooks.py when they are executed.
@@ -95,6 +97,16 @@ test-unit: $(SETUP)
 	@if [ -d tests ]; then \
 	  echo "$(BIN)/python -m pytest tests/ -q"; $(BIN)/python -m pytest tests/ -q; $(PYTEST_ALLOW_EMPTY); \
 	else echo "no tests/ folder yet: no unit tests to run"; fi
+
+# The inner loop while editing (CONTRIBUTING.md): what `make test` checks first, less the
+# notebooks and the tests marked slow or integration (tests/conftest.py's MARKED table, the
+# markers registered in pytest.ini). `make test` still runs every test.
+FAST_TESTS := -m "not slow and not integration"
+check: lint test-pairing test-fast
+	@echo "make check: lint, pairing and the fast unit tests passed (make test runs everything)"
+
+test-fast: $(SETUP)
+	$(BIN)/python -m pytest tests/ -q $(FAST_TESTS) -n 2
 
 test-pairing: $(SETUP)
 	$(BIN)/python tools/check_pairing.py
