@@ -990,7 +990,8 @@ assert min(runs["schedule forgotten"][5:]) > 3 * math.log(V)  # far worse than a
 # 1. **Shapes**: logits are `[B, Lt, V]`; two passes in eval mode agree.
 # 2. **Masks**: no query row is fully masked. Future target tokens do not change earlier logits
 #    (causality probe). Cutting off padding does not change logits (padding-invariance probe).
-#    Cached decoding: no `is_causal=True` (pitfall 8, [masks](#masks-where-attention-may-look)).
+#    Cached decoding: `is_causal=True` only if $L_q = L_k$ (pitfall 8,
+#    [masks](#masks-where-attention-may-look)).
 # 3. **Data**: the decoder input starts with BOS, and BOS is not PAD. Ids are inside the
 #    vocabulary. No source row is empty. The target is the decoder input shifted by one.
 # 4. **Loss at init**: near $\ln V$; far above it, suspect the initialisation or output scale.
@@ -1272,6 +1273,9 @@ for mistake, words in [("zero_grad after backward", "never stepped"),
                        ("labels not shifted", "labels are misaligned")]:  # fmt: skip
     assert overfit[mistake].failed_checks == ["overfit one batch"], mistake
     assert words in overfit[mistake]["overfit one batch"].message, mistake
+first_lr = lr_factor(BOOK_RECIPE)(0)  # what LambdaLR sets at creation: lr = 1.0 x factor(0)
+print(f"the schedule's first learning rate: {first_lr:.1e}")
+assert first_lr < 1e-3
 
 # %% [markdown]
 # Each broken step fails with its own message. Unshifted labels are the subtle one: the step's own
@@ -1337,7 +1341,7 @@ assert "not falling" in str(band_of["zero_grad after backward"])
 # - A debugging order, and `helpers.check_model`, which runs it on one batch by probing what the
 #   model does. It flags nine breaks and passes the healthy model (Figure 17.1).
 # - Given your training step, it overfits one batch; three broken steps fail.
-# - `helpers.compare_with_band` says where a run leaves the band of the book's training curve.
+# - `helpers.compare_with_band` says where a run leaves the book's training band.
 # - The one thing to remember: most of these bugs are silent. Reproduce a suspicion in a few
 #   lines, and assert what the right answer must satisfy. The probes need no training (chapter
 #   08 turns two of them into unit tests).
