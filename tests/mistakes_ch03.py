@@ -240,3 +240,146 @@ MHA_MISTAKES = {
     MHAKVFromQuery: "keys and values are projections of q",
     MHAMaskNotOverHeads: "lines up its batch dimension with the heads",
 }
+
+
+# --- Library counterparts, for tests/plant_mistake.py ---
+# Attention mistakes plant as helpers.attention:MultiHeadAttention._attention_by_hand (the path
+# that returns the weights; the SDPA path is left as it is), the padding and causal ones as
+# helpers.masks:make_padding_mask / make_causal_mask.
+
+
+def _lib_attention(self, Q, K, V, attn_mask, scale=None, dim=-1, fill=None, after=False):
+    """The library's _attention_by_hand, with one of the mistakes above when asked."""
+    scale = 1 / math.sqrt(self.d_k) if scale is None else scale
+    scores = Q @ K.transpose(-2, -1) * scale
+    if attn_mask is not None and not after:
+        fill = torch.finfo(scores.dtype).min if fill is None else fill
+        scores = scores.masked_fill(attn_mask, fill)
+    weights = scores.softmax(dim=dim)
+    if attn_mask is not None:
+        weights = weights.masked_fill(attn_mask if after else attn_mask.all(-1, keepdim=True), 0)
+    return self.attn_drop(weights) @ V, weights
+
+
+def lib_no_scale(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, scale=1.0)
+
+
+def lib_scale_d_k(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, scale=1 / self.d_k)
+
+
+def lib_scale_d_model(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, scale=1 / math.sqrt(self.d_model))
+
+
+def lib_softmax_over_queries(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, dim=-2)
+
+
+def lib_mask_inverted(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, None if attn_mask is None else ~attn_mask)
+
+
+def lib_fill_minus_1e9(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, fill=-1e9)
+
+
+def lib_mask_after_softmax(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, after=True)
+
+
+def lib_mask_ignored(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, None)
+
+
+def lib_padding_not_unsqueezed(ids, pad_id=0):  # as helpers.masks.make_padding_mask
+    return ids == pad_id
+
+
+def lib_padding_unsqueezed_once(ids, pad_id=0):
+    return (ids == pad_id)[:, None, :]
+
+
+def lib_causal_ignored(L, device=None):  # as helpers.masks.make_causal_mask
+    return torch.zeros(1, 1, L, L, dtype=torch.bool, device=device)
+
+
+def lib_causal_diagonal_0(L, device=None):
+    return torch.ones(L, L, dtype=torch.bool, device=device).triu(diagonal=0)[None, None]
+
+
+def _lib_heads(self, Q, K, V, attn_mask, need_weights):
+    if need_weights:
+        return self._attention_by_hand(Q, K, V, attn_mask)
+    return self._attention_sdpa(Q, K, V, attn_mask), None
+
+
+def lib_mha_merge_without_transpose(self, x):  # as MultiHeadAttention.merge_heads
+    return x.reshape(x.size(0), x.size(2), self.d_model)
+
+
+def lib_mha_merge_view_after_transpose(self, x):  # as MultiHeadAttention.merge_heads
+    return x.transpose(1, 2).view(x.size(0), x.size(2), self.d_model)
+
+
+def lib_mha_split_without_transpose(self, q, k, v, attn_mask=None, need_weights=True):
+    def split(x):  # as MultiHeadAttention.forward, with the matching merge
+        return x.view(x.size(0), self.h, x.size(1), self.d_k)
+
+    Q, K, V = split(self.W_q(q)), split(self.W_k(k)), split(self.W_v(v))
+    out, w = _lib_heads(self, Q, K, V, attn_mask, need_weights)
+    return self.W_o(out.reshape(q.size(0), q.size(1), self.d_model)), w
+
+
+def lib_mha_no_wo(self, q, K, V, attn_mask=None, need_weights=True):  # as .attend
+    out, w = _lib_heads(self, self.split_heads(self.W_q(q)), K, V, attn_mask, need_weights)
+    return self.merge_heads(out), w
+
+
+def lib_mha_wo_bias_per_head(self, q, K, V, attn_mask=None, need_weights=True):  # as .attend
+    out, w = _lib_heads(self, self.split_heads(self.W_q(q)), K, V, attn_mask, need_weights)
+    cols = [slice(i * self.d_k, (i + 1) * self.d_k) for i in range(self.h)]
+    W, b = self.W_o.weight, self.W_o.bias
+    return sum(F.linear(out[:, i], W[:, c], b) for i, c in enumerate(cols)), w
+
+
+def lib_mha_qk_swapped(self, q, k, v, attn_mask=None, need_weights=True):  # as .forward
+    Q, K, V = (self.split_heads(W(x)) for W, x in ((self.W_k, q), (self.W_q, k), (self.W_v, v)))
+    out, w = _lib_heads(self, Q, K, V, attn_mask, need_weights)
+    return self.W_o(self.merge_heads(out)), w
+
+
+def lib_mha_kv_from_query(self, q, k, v, attn_mask=None, need_weights=True):  # as .forward
+    K, V = self.project_kv(q, q)
+    return self.attend(q, K, V, attn_mask, need_weights)
+
+
+# catalogue entry -> (library target, its counterpart); lib_scale_d_model and the padding mask
+# broadcast over heads each serve two entries; the -inf variant of diagonal=0 plants as
+# diagonal=0 (the library chooses its own fill value)
+_A, _M = "helpers.attention:MultiHeadAttention.", "helpers.masks:"
+PLANTS = {
+    sdpa_no_scale: (_A + "_attention_by_hand", lib_no_scale),
+    sdpa_scale_d_k: (_A + "_attention_by_hand", lib_scale_d_k),
+    sdpa_scale_d_model: (_A + "_attention_by_hand", lib_scale_d_model),
+    sdpa_softmax_over_queries: (_A + "_attention_by_hand", lib_softmax_over_queries),
+    sdpa_mask_inverted: (_A + "_attention_by_hand", lib_mask_inverted),
+    sdpa_padding_not_unsqueezed: (_M + "make_padding_mask", lib_padding_not_unsqueezed),
+    sdpa_padding_unsqueezed_once: (_M + "make_padding_mask", lib_padding_unsqueezed_once),
+    sdpa_fill_minus_1e9: (_A + "_attention_by_hand", lib_fill_minus_1e9),
+    sdpa_mask_after_softmax: (_A + "_attention_by_hand", lib_mask_after_softmax),
+    sdpa_mask_ignored: (_A + "_attention_by_hand", lib_mask_ignored),
+    sdpa_causal_ignored: (_M + "make_causal_mask", lib_causal_ignored),
+    sdpa_causal_diagonal_0: (_M + "make_causal_mask", lib_causal_diagonal_0),
+    sdpa_causal_diagonal_0_inf: (_M + "make_causal_mask", lib_causal_diagonal_0),
+    MHAMergeWithoutTranspose: (_A + "merge_heads", lib_mha_merge_without_transpose),
+    MHAMergeViewAfterTranspose: (_A + "merge_heads", lib_mha_merge_view_after_transpose),
+    MHASplitWithoutTranspose: (_A + "forward", lib_mha_split_without_transpose),
+    MHANoWo: (_A + "attend", lib_mha_no_wo),
+    MHAWoBiasPerHead: (_A + "attend", lib_mha_wo_bias_per_head),
+    MHAScaleDModel: (_A + "_attention_by_hand", lib_scale_d_model),
+    MHAQKSwapped: (_A + "forward", lib_mha_qk_swapped),
+    MHAKVFromQuery: (_A + "forward", lib_mha_kv_from_query),
+    MHAMaskNotOverHeads: (_M + "make_padding_mask", lib_padding_unsqueezed_once),
+}

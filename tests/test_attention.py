@@ -80,3 +80,14 @@ def test_scale_is_sqrt_dk():
     Q, K = m.split_heads(m.W_q(x)), m.split_heads(m.W_k(x))
     expected = (Q @ K.transpose(-2, -1) / math.sqrt(8)).softmax(-1)
     torch.testing.assert_close(w, expected)
+
+
+def test_causal_mask_blocks_exactly_the_future():
+    # query i gives no weight to a key j > i, and some weight to every key j <= i (its own
+    # included): catches a missing causal mask and one built with triu(diagonal=0)
+    m = mha()
+    x = torch.randn(2, 5, 32)
+    _, w = m(x, x, x, attn_mask=make_causal_mask(5))
+    future = torch.ones(5, 5, dtype=torch.bool).triu(diagonal=1)
+    assert (w[..., future] == 0).all()
+    assert (w[..., ~future] > 0).all()
