@@ -51,6 +51,10 @@ def rms_no_sqrt(self, x):
     return x / (x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def rms_no_eps(self, x):
+    return x / x.pow(2).mean(-1, keepdim=True).sqrt() * self.weight
+
+
 # --- LayerNorm (exercise 5.4) ---
 
 
@@ -93,6 +97,16 @@ def ln_not_centred(self, x):  # RMSNorm with a bias
 def ln_numerator_not_centred(self, x):
     var = x.var(-1, keepdim=True, unbiased=False)
     return x / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+def ln_variance_around_zero(self, x):  # mean(x**2) where the variance is mean((x - mean)**2)
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+def ln_no_eps(self, x):
+    c = x - x.mean(-1, keepdim=True)
+    return c / x.var(-1, keepdim=True, unbiased=False).sqrt() * self.weight + self.bias
 
 
 def ln_weight_bias_swapped(self, x):
@@ -174,6 +188,31 @@ def enc_ffn_unnormalised(layer, x, pad_mask, need_weights=True):
     return x + layer.ffn(x), w
 
 
+def enc_attention_unnormalised(layer, x, pad_mask, need_weights=True):
+    a, w = layer.mha(x, x, x, attn_mask=pad_mask, need_weights=need_weights)
+    x = x + layer.drop(a)
+    return x + layer.ffn(layer.ln2(x)), w
+
+
+def enc_layernorms_swapped(layer, x, pad_mask, need_weights=True):
+    h = layer.ln2(x)
+    a, w = layer.mha(h, h, h, attn_mask=pad_mask, need_weights=need_weights)
+    x = x + layer.drop(a)
+    return x + layer.ffn(layer.ln1(x)), w
+
+
+def enc_mask_inverted(layer, x, pad_mask, need_weights=True):  # True = keep, the SDPA convention
+    inverted = None if pad_mask is None else ~pad_mask
+    return enc_correct(layer, x, inverted, need_weights)
+
+
+def enc_no_residual_dropout(layer, x, pad_mask, need_weights=True):  # eval mode cannot see it
+    h = layer.ln1(x)
+    a, w = layer.mha(h, h, h, attn_mask=pad_mask, need_weights=need_weights)
+    x = x + a
+    return x + layer.ffn(layer.ln2(x)), w
+
+
 def enc_final_layernorm(layer, x, pad_mask, need_weights=True):
     x, w = enc_correct(layer, x, pad_mask, need_weights)
     return F.layer_norm(x, x.shape[-1:]), w
@@ -227,3 +266,22 @@ def encoder_unweighted_final_ln(self, src, pad_mask, need_weights=False):
     for layer in self.layers:
         x, _ = layer(x, pad_mask, need_weights=need_weights)
     return F.layer_norm(x, x.shape[-1:])
+
+
+def encoder_ln_at_start(self, src, pad_mask, need_weights=False):  # Post-Norm habit, misplaced
+    x = self.ln_final(self.embed(src))
+    for layer in self.layers:
+        x, _ = layer(x, pad_mask, need_weights=need_weights)
+    return x
+
+
+def encoder_mask_inverted(self, src, pad_mask, need_weights=False):
+    inverted = None if pad_mask is None else ~pad_mask
+    return encoder_correct(self, src, inverted, need_weights)
+
+
+def encoder_no_unpack(self, src, pad_mask, need_weights=False):  # x becomes a (x, weights) pair
+    x = self.embed(src)
+    for layer in self.layers:
+        x = layer(x, pad_mask, need_weights=need_weights)
+    return self.ln_final(x)

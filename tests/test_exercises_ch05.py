@@ -5,6 +5,7 @@ import mistakes_ch05 as m
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from helpers.exercises import (
     ExerciseError,
@@ -54,6 +55,7 @@ RMS_CATALOGUE = [
     (m.rms_sum_not_mean, "not by the root of the sum of squares"),
     (m.rms_std, r"x.std\(\) is not the root mean square"),
     (m.rms_no_sqrt, "take the square root"),
+    (m.rms_no_eps, "eps is missing: divide by sqrt"),
 ]
 
 
@@ -105,6 +107,8 @@ LN_CATALOGUE = [
     (m.ln_sequence_dim, r"over the sequence dimension \(dim -2\)"),
     (m.ln_not_centred, "without centring this is RMSNorm"),
     (m.ln_numerator_not_centred, "the numerator is x - mean"),
+    (m.ln_variance_around_zero, r"not the mean of x\*\*2"),
+    (m.ln_no_eps, r"eps is missing: \(x - mean\)"),
     (m.ln_weight_bias_swapped, "weight and bias are swapped"),
     (m.ln_no_bias, "add self.bias after scaling"),
     (m.ln_no_weight, "multiply by self.weight before adding"),
@@ -139,6 +143,37 @@ def test_layer_norm_rejects_missing_or_misinitialised_parameters():
 def test_layer_norm_refuses_torch_layer_norm():
     with pytest.raises(ExerciseError, match="uses nn.LayerNorm"):
         check_layer_norm(nn.LayerNorm)
+    calls_f = layer_norm_class(lambda s, x: F.layer_norm(x, s.weight.shape, s.weight, s.bias))
+    with pytest.raises(ExerciseError, match="calls torch.nn.functional.layer_norm"):
+        check_layer_norm(calls_f)
+    calls_torch = layer_norm_class(
+        lambda s, x: torch.layer_norm(x, s.weight.shape, s.weight, s.bias, s.eps)
+    )
+    with pytest.raises(ExerciseError, match="calls torch.layer_norm"):
+        check_layer_norm(calls_torch)
+
+
+def test_rms_norm_refuses_torch_rms_norm():
+    with pytest.raises(ExerciseError, match="through nn.RMSNorm"):
+        check_rms_norm(nn.RMSNorm)
+    with pytest.raises(ExerciseError, match="calls torch.nn.functional.rms_norm"):
+        check_rms_norm(rms_norm_class(lambda s, x: F.rms_norm(x, s.weight.shape, s.weight, s.eps)))
+
+
+def test_checkers_leave_the_global_random_stream_alone():
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    check_encoder_layer_forward(m.enc_correct)
+    check_encoder_forward(m.encoder_correct)
+    assert torch.equal(torch.rand(3), want)
+
+
+def test_refuses_calling_the_module_itself():
+    with pytest.raises(ExerciseError, match=r"calls layer\(x, pad_mask\) itself"):
+        check_encoder_layer_forward(lambda layer, x, pad_mask: layer(x, pad_mask))
+    with pytest.raises(ExerciseError, match=r"calls encoder\(src, pad_mask\) itself"):
+        check_encoder_forward(lambda encoder, src, pad_mask: encoder(src, pad_mask))
 
 
 # --- 5.5 the Pre-Norm encoder layer ---
@@ -159,6 +194,10 @@ ENC_CATALOGUE = [
     (m.enc_dropout_on, "dropout is still on"),
     (m.enc_ffn_unnormalised, "the feed-forward reads ln2"),
     (m.enc_final_layernorm, "returns the stream without normalising it"),
+    (m.enc_attention_unnormalised, "the attention reads ln1"),
+    (m.enc_layernorms_swapped, "ln1 and ln2 are swapped"),
+    (m.enc_mask_inverted, r"not ~pad_mask"),
+    (m.enc_no_residual_dropout, r"through layer.drop before adding it"),
 ]
 
 
@@ -195,6 +234,9 @@ STACK_CATALOGUE = [
     (m.encoder_layers_read_embedding, "each layer reads the previous layer's output"),
     (m.encoder_layers_reversed, "the layers run in the order of encoder.layers"),
     (m.encoder_unweighted_final_ln, "not a bare F.layer_norm"),
+    (m.encoder_ln_at_start, "not on the embedding"),
+    (m.encoder_mask_inverted, "not ~pad_mask"),
+    (m.encoder_no_unpack, "unpack it in the loop"),
 ]
 
 

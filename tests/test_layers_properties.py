@@ -6,8 +6,9 @@ should use ln2 would still match torch's. These tests give each LayerNorm its ow
 bias first, as training does.
 
 The model's LayerNorms are torch's nn.LayerNorm, and so are those of the torch reference the
-other tests compare with: a change to nn.LayerNorm would change both sides. The last test
-checks every LayerNorm the model runs against chapter 5's formula, written out here.
+other tests compare with: a change to nn.LayerNorm would change both sides. One test
+checks every LayerNorm the model runs against chapter 5's formula, written out here. The last
+one shows the encoder layer's residual dropout, which no eval-mode comparison can see.
 """
 
 import torch
@@ -101,3 +102,26 @@ def test_every_layernorm_of_the_model_computes_chapter_5s_formula():
         with torch.no_grad():
             got = module(tiny)
         torch.testing.assert_close(got, layer_norm_formula(tiny, w, b, eps), atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_layer_drops_out_the_attention_update_in_training():
+    """In training mode the attention's result passes through the layer's residual dropout
+    before it joins the stream: with the feed-forward silenced and no dropout inside the
+    attention, each entry of the update is either 0 or the attention's output / (1 - p).
+    Eval mode cannot show this dropout, so a layer that left it out would pass every eval test."""
+    torch.manual_seed(8)
+    p = 0.5
+    layer = EncoderLayer(16, 2, 32, dropout=p).train()
+    layer.mha.attn_drop.p = 0.0  # the attention itself deterministic
+    with torch.no_grad():
+        layer.ffn.net[2].weight.zero_()  # the feed-forward adds nothing
+        layer.ffn.net[2].bias.zero_()
+        x = torch.randn(4, 6, 16)
+        h = layer.ln1(x)
+        a, _ = layer.mha(h, h, h)
+        update = layer(x, None)[0] - x
+    dropped = update == 0
+    assert not (a == 0).any()
+    share = dropped.float().mean().item()
+    assert 0.35 < share < 0.65, share  # 384 entries at p = 0.5: six standard errors either side
+    torch.testing.assert_close(update[~dropped], a[~dropped] / (1 - p))

@@ -7,13 +7,15 @@ The catalogue of those mistakes, one small function each, is `tests/mistakes_ch0
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..layers import Encoder, EncoderLayer
 from ..masks import make_padding_mask
-from ._common import call, expect_close, expect_shape, fail, passed
+from ._common import ExerciseError, call, expect_close, expect_shape, fail, passed
 
 __all__ = [
     "check_rms_norm",
@@ -23,6 +25,43 @@ __all__ = [
 ]
 
 _D = 16
+
+
+@contextlib.contextmanager
+def _watch_built_ins(*names: str):
+    """Record calls to the named functions of torch.nn.functional and torch while the reader's
+    code runs: the exercises ask for the formula, not the built-in (nn.RMSNorm and
+    nn.LayerNorm call them too)."""
+    used: list[str] = []
+    saved = []
+    for module in (F, torch):
+        for name in names:
+            original = getattr(module, name, None)
+            if original is None:
+                continue
+
+            def wrapper(*args, _original=original, _name=f"{module.__name__}.{name}", **kwargs):
+                used.append(_name)
+                return _original(*args, **kwargs)
+
+            saved.append((module, name, original))
+            setattr(module, name, wrapper)
+    try:
+        yield used
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+@contextlib.contextmanager
+def _watch_calls(module: nn.Module):
+    """Record whether `module` itself is called (forward pre-hook) while the reader's code runs."""
+    calls: list[int] = []
+    handle = module.register_forward_pre_hook(lambda m, args: calls.append(1))
+    try:
+        yield calls
+    finally:
+        handle.remove()
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -74,6 +113,11 @@ def _variants(x: torch.Tensor, w: torch.Tensor, eps: float) -> list[tuple[str, t
             "take the square root: divide by sqrt(mean(x**2) + eps), not by mean(x**2) + eps",
             x / (ms + eps) * w,
         ),
+        (
+            "eps is missing: divide by sqrt(mean(x**2) + eps). Without it a tiny vector is "
+            "blown up to RMS 1, and a vector of zeros divides by zero",
+            x / ms.sqrt() * w,
+        ),
     ]
 
 
@@ -115,8 +159,15 @@ def check_rms_norm(cls) -> None:
         layer.weight.copy_(w)
         ref.weight.copy_(w)
     for where, x in _inputs().items():
-        with torch.no_grad():
+        with torch.no_grad(), _watch_built_ins("rms_norm") as used:
             got = call(layer, x, where=where)
+        if used:
+            fail(
+                f"the layer calls {used[0]} (directly or through nn.RMSNorm)",
+                where,
+                "write the formula out yourself: x / sqrt(mean(x**2) + eps) * weight",
+            )
+        with torch.no_grad():
             expected = ref(x)
         expect_shape("output", got, x.shape, where, "RMSNorm keeps the shape of its input")
         if not _close(got, expected):
@@ -189,6 +240,15 @@ def _ln_variants(x, w, b, eps) -> list[tuple[str, torch.Tensor]]:
             x / torch.sqrt(var + eps) * w + b,
         ),
         (
+            "the variance is the mean of (x - mean)**2, around the mean, not the mean of x**2",
+            (x - mu) / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w + b,
+        ),
+        (
+            "eps is missing: (x - mean) / sqrt(var + eps). Without it a nearly constant "
+            "vector is blown up to standard deviation 1",
+            (x - mu) / var.sqrt() * w + b,
+        ),
+        (
             "weight and bias are swapped: multiply by self.weight, then add self.bias",
             y * b + w,
         ),
@@ -204,8 +264,14 @@ def _ln_variants(x, w, b, eps) -> list[tuple[str, torch.Tensor]]:
 def _outputs(layer, inputs):
     out = {}
     for where, x in inputs.items():
-        with torch.no_grad():
+        with torch.no_grad(), _watch_built_ins("layer_norm") as used:
             got = call(layer, x, where=where)
+        if used:
+            fail(
+                f"the layer calls {used[0]}",
+                where,
+                "write the formula out yourself: (x - mean) / sqrt(var + eps) * weight + bias",
+            )
         expect_shape("output", got, x.shape, where, "LayerNorm keeps the shape of its input")
         out[where] = got.detach().float()
     return out
@@ -269,12 +335,13 @@ _DL, _H, _DFF = 32, 4, 64
 
 
 def _layer() -> EncoderLayer:
-    torch.manual_seed(55)
-    layer = EncoderLayer(_DL, _H, _DFF).eval()
-    with torch.no_grad():  # LayerNorms that are not the identity and not alike
-        for ln in (layer.ln1, layer.ln2):
-            ln.weight.uniform_(0.5, 1.5)
-            ln.bias.uniform_(-0.3, 0.3)
+    with torch.random.fork_rng():  # leave the reader's random stream as it was
+        torch.manual_seed(55)
+        layer = EncoderLayer(_DL, _H, _DFF).eval()
+        with torch.no_grad():  # LayerNorms that are not the identity and not alike
+            for ln in (layer.ln1, layer.ln2):
+                ln.weight.uniform_(0.5, 1.5)
+                ln.bias.uniform_(-0.3, 0.3)
     return layer
 
 
@@ -295,14 +362,21 @@ def _enc_cases():
 
 
 def _enc_reference(layer, x, pad_mask, mistake=None):
-    """The layer's forward (dropout off), or what a known mistake computes instead."""
+    """The layer's forward, or what a known mistake computes instead."""
     if mistake == "post-norm":
         a, w = layer.mha(x, x, x, attn_mask=pad_mask)
-        x = layer.ln1(x + a)
+        x = layer.ln1(x + layer.drop(a))
         return layer.ln2(x + layer.ffn(x)), w
-    ln2 = layer.ln1 if mistake == "one layernorm" else layer.ln2
-    h = layer.ln1(x)
-    a, w = layer.mha(h, h, h, attn_mask=None if mistake == "no pad mask" else pad_mask)
+    ln1, ln2 = layer.ln1, layer.ln2
+    if mistake == "one layernorm":
+        ln2 = layer.ln1
+    elif mistake == "layernorms swapped":
+        ln1, ln2 = layer.ln2, layer.ln1
+    h = x if mistake == "attention unnormalised" else ln1(x)
+    mask = {"no pad mask": None, "mask inverted": ~pad_mask}.get(mistake, pad_mask)
+    a, w = layer.mha(h, h, h, attn_mask=mask)
+    if mistake != "no residual dropout":
+        a = layer.drop(a)
     if mistake == "no attention residual":
         x = a
     elif mistake == "residual from normalised":
@@ -328,6 +402,12 @@ _ENC_HINTS = {
     "reads the <pad> positions",
     "ffn unnormalised": "the feed-forward reads ln2(x), the normalised stream, like the "
     "attention reads ln1(x)",
+    "attention unnormalised": "the attention reads ln1(x), the normalised stream: "
+    "h = layer.ln1(x), then layer.mha(h, h, h, ...)",
+    "layernorms swapped": "ln1 and ln2 are swapped: the attention reads ln1(x), the "
+    "feed-forward ln2(x)",
+    "mask inverted": "the mask is inverted: pad_mask is True where a key is blocked, so "
+    "pass it as it is (attn_mask=pad_mask), not ~pad_mask",
 }
 
 
@@ -343,7 +423,15 @@ def check_encoder_layer_forward(fn) -> None:
     for where, x, pad_mask in _enc_cases():
         with torch.no_grad():
             expected, expected_w = layer(x, pad_mask)
-            got = call(fn, layer, x, pad_mask, where=where)
+            with _watch_calls(layer) as calls:
+                got = call(fn, layer, x, pad_mask, where=where)
+        if calls:
+            fail(
+                "fn calls layer(x, pad_mask) itself",
+                where,
+                "write the forward pass from the layer's parts: layer.ln1, layer.mha, "
+                "layer.drop, layer.ln2 and layer.ffn",
+            )
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(
                 f"fn should return a pair (output, attention weights), got {type(got).__name__}",
@@ -392,6 +480,38 @@ def check_encoder_layer_forward(fn) -> None:
             hint="the weights come from mha(ln1(x), ln1(x), ln1(x), attn_mask=pad_mask)",
         )
         n += 2
+    # training mode, the same random seed on both sides: the dropouts must be the layer's own,
+    # in the order of its forward pass (eval mode cannot see a missing layer.drop)
+    where, x, pad_mask = next(_enc_cases())
+    where += ", training mode (dropout on), the same random seed"
+    layer.train()
+    try:
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(551)
+            expected, _ = layer(x, pad_mask)
+            torch.manual_seed(551)
+            out = call(fn, layer, x, pad_mask, where=where)[0]
+            torch.manual_seed(551)
+            no_drop, _ = _enc_reference(layer, x, pad_mask, "no residual dropout")
+    finally:
+        layer.eval()
+    if not _close(out, expected) and _close(out, no_drop):
+        fail(
+            "the output differs from helpers.EncoderLayer's in training mode",
+            where,
+            "pass the attention's result through layer.drop before adding it: "
+            "x = x + layer.drop(a). In eval mode layer.drop does nothing, so only training "
+            "shows it",
+        )
+    expect_close(
+        "output",
+        out,
+        expected,
+        where=where,
+        hint="use the layer's own dropouts (inside layer.mha, layer.drop, inside layer.ffn), "
+        "in the order of the forward pass",
+    )
+    n += 1
     passed("check_encoder_layer_forward", n, "same output and weights as helpers.EncoderLayer")
 
 
@@ -399,8 +519,9 @@ def check_encoder_layer_forward(fn) -> None:
 
 
 def _encoder() -> Encoder:
-    torch.manual_seed(56)
-    encoder = Encoder(13, _DL, _H, _DFF, num_layers=3, max_len=16).eval()
+    with torch.random.fork_rng():  # leave the reader's random stream as it was
+        torch.manual_seed(56)
+        encoder = Encoder(13, _DL, _H, _DFF, num_layers=3, max_len=16).eval()
     g = torch.Generator().manual_seed(560)
     with torch.no_grad():  # LayerNorms that are not the identity, as after training
         for ln in encoder.modules():
@@ -413,14 +534,17 @@ def _encoder() -> Encoder:
 def _stack_reference(encoder, src, pad_mask, mistake=None):
     """The encoder's forward, or what a known mistake computes instead."""
     emb = encoder.embed(src)
+    if mistake == "ln at the start":
+        emb = encoder.ln_final(emb)
     x = emb
     layers = list(encoder.layers)
+    mask = {"no pad mask": None, "mask inverted": ~pad_mask}.get(mistake, pad_mask)
     for layer in reversed(layers) if mistake == "reversed" else layers:
         inp = emb if mistake == "reads embedding" else x
-        x, _ = layer(inp, None if mistake == "no pad mask" else pad_mask)
+        x, _ = layer(inp, mask)
         if mistake == "ln every layer":
             x = encoder.ln_final(x)
-    if mistake in ("no final ln", "ln every layer"):
+    if mistake in ("no final ln", "ln every layer", "ln at the start"):
         return x
     if mistake == "unweighted final ln":
         return F.layer_norm(x, (_DL,))
@@ -437,6 +561,10 @@ _STACK_HINTS = {
     "reversed": "the layers run in the order of encoder.layers, first to last",
     "unweighted final ln": "use encoder.ln_final, with its learned weight and bias, not a "
     "bare F.layer_norm",
+    "ln at the start": "encoder.ln_final goes at the exit, after the last layer, not on the "
+    "embedding: each Pre-Norm layer already normalises its own input",
+    "mask inverted": "the mask is inverted: pad_mask is True where a key is blocked, so pass "
+    "it as it is, not ~pad_mask",
 }
 
 
@@ -453,7 +581,25 @@ def check_encoder_forward(fn) -> None:
         where = f"src {list(src.shape)}, pad_mask {list(pad_mask.shape)} (a padded batch)"
         with torch.no_grad():
             expected = encoder(src, pad_mask)
-            got = call(fn, encoder, src, pad_mask, where=where)
+            try:
+                with _watch_calls(encoder) as calls:
+                    got = call(fn, encoder, src, pad_mask, where=where)
+            except ExerciseError as err:
+                if "'tuple' object" in str(err):
+                    fail(
+                        str(err).split(": ", 1)[-1],
+                        where,
+                        "each layer returns a pair (x, weights): unpack it in the loop, "
+                        "x, _ = layer(x, pad_mask)",
+                    )
+                raise
+        if calls:
+            fail(
+                "fn calls encoder(src, pad_mask) itself",
+                where,
+                "write the forward pass from the encoder's parts: encoder.embed, the layers "
+                "of encoder.layers, encoder.ln_final",
+            )
         if isinstance(got, tuple):
             fail(
                 "fn returned a tuple",
