@@ -524,14 +524,15 @@ assert 0.65 < shares[4][0] < 0.68 and 0.48 < shares[4][1] < 0.51
 # The factor 4 comes from the original paper ($d = 512$, $d_{ff} = 2048$
 # {cite}`vaswani2017`); the paper gives no derivation for it. Models that replace GELU
 # with a gated unit such as SwiGLU have *three* $d \times d_{ff}$ matrices, and shrink $d_{ff}$ to
-# $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget (exercise 4.3 builds one).
+# $\tfrac{2}{3} \cdot 4d$ to keep the same $8d^2$ budget {cite}`shazeer2020` (exercise 4.3
+# builds one).
 #
 # :::{dropdown} Going deeper: the FFN's arithmetic per token
 # The parameters are also the compute. Every FFN weight is used exactly once per token
 # (one multiply-add), so the FFN costs $2\,d\,d_{ff}$ multiply-adds per token whatever the
-# sequence length. Attention's projections cost $4d^2$ per token too, but its two
-# length-dependent products ($QK^\top$ and the weighted sum of values) cost $2\,L\,d$
-# per query. The FFN dominates those until $L$ reaches $d_{ff}$.
+# sequence length. Attention's four projections also cost a fixed amount per token, $4d^2$.
+# Its two length-dependent products ($QK^\top$ and the weighted sum of values) cost
+# $2\,L\,d$ per query. The FFN dominates those until $L$ reaches $d_{ff}$.
 #
 # For the reversal task ($L \le 14$) the FFN does 37 times more arithmetic per token than
 # attention's two length-dependent products. By this count, attention's length-dependent
@@ -681,7 +682,8 @@ assert rel < 0.01
 # %% [markdown]
 # ### Exercise 4.3 (implement): a gated feed-forward block (SwiGLU)
 #
-# Some recent language models replace `Linear -> GELU -> Linear` with a *gated* unit:
+# Some recent language models replace `Linear -> GELU -> Linear` with a *gated* unit
+# {cite}`shazeer2020`:
 #
 # $$
 # \operatorname{FFN}_{\text{SwiGLU}}(x) = W_{\text{down}}\,\big(\operatorname{SiLU}(W_{\text{gate}}\,x)
@@ -691,10 +693,10 @@ assert rel < 0.01
 # with three bias-free linear layers: `w_gate` and `w_up` ($d \to d_{ff}$) and `w_down`
 # ($d_{ff} \to d$); $\odot$ is the elementwise product. Write `SwiGLUFeedForward(d_model,
 # dff)` with those three attribute names and check it with
-# `check_swiglu_ffn(SwiGLUFeedForward)`. The checker names the mistake when it recognises
-# one: the SiLU on the wrong branch, another activation or none, a missing gate or
-# `w_down`. Then choose $d_{ff}$ so that at $d = 128$ it has about as many parameters as
-# this chapter's FFN with $d_{ff} = 512$.
+# `check_swiglu_ffn(SwiGLUFeedForward)` (import it from `helpers.exercises`). The checker
+# names the mistake when it recognises one: the SiLU on the wrong branch, another
+# activation or none, a missing gate or `w_down`. Then choose $d_{ff}$ so that at $d = 128$
+# it has about as many parameters as this chapter's FFN with $d_{ff} = 512$.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 4.3

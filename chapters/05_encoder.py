@@ -729,7 +729,9 @@ assert [name for name, _ in TwoHeads().named_parameters()] == [
 # encoder both ways, 5 seeds each, for 400 steps at a constant learning rate without warmup.
 # Pre-Norm ended ahead on every seed at each of three learning rates; at $2 \times 10^{-3}$
 # its held-out exact match beat Post-Norm's by 0.95 on average (95 % interval 0.87 to 1.03
-# over the 5 paired seeds). That is one budget without warmup;
+# over the 5 paired seeds). Exact match is the share of sequences reversed without an error,
+# so a gap of 0.95 spans nearly its whole range. The interval reaches past 1 only because a
+# $t$ interval knows nothing of that bound. That is one budget without warmup;
 # it says nothing about Post-Norm with the warmup of the original paper.
 
 # %% [markdown]
@@ -888,7 +890,7 @@ assert (once - x64).abs().max() > 0.1 and no_eps_gap < 1e-12
 # `nn.Module` with one parameter `weight` of shape `[d_model]` initialised to ones, without
 # using `nn.RMSNorm` or `F.rms_norm`. `check_rms_norm(RMSNorm)` compares it with
 # `nn.RMSNorm` on three inputs and names the mistake when it recognises one (centring,
-# $\epsilon$ outside the root, a missing root, the wrong dimension, `x.std()`).
+# $\epsilon$ missing or outside the root, a missing root, the wrong dimension, `x.std()`).
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.3
@@ -918,8 +920,8 @@ check_rms_norm(RMSNorm)
 # `check_layer_norm(LayerNorm)` compares it with `nn.LayerNorm` given the same weight and
 # bias. Its inputs have only $d = 4$ features, so dividing by $d - 1$ shows. One input is
 # tiny, so that $\epsilon$ matters. It names the mistake when it recognises one: the
-# unbiased variance, $\epsilon$ outside the root, the wrong dimension, no centring, weight
-# and bias swapped or missing.
+# unbiased variance or one taken around 0, $\epsilon$ missing or outside the root, the wrong
+# dimension, no centring, weight and bias swapped or missing.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.4
@@ -945,19 +947,23 @@ check_layer_norm(LayerNorm)
 # ### Exercise 5.5 (implement): the Pre-Norm layer's forward pass
 #
 # Write `encoder_layer_forward(layer, x, pad_mask)`, the forward pass of a
-# `helpers.EncoderLayer` in eval mode. Use only the layer's own sub-modules: `layer.ln1`,
-# `layer.ln2`, `layer.mha`, `layer.ffn` and `layer.drop`. Return the pair
-# `(x_out, weights)`, with the attention weights `[B, h, L, L]` that `layer.mha` gives back.
+# `helpers.EncoderLayer`, without calling `layer` itself. Use only its sub-modules:
+# `layer.ln1`, `layer.ln2`, `layer.mha`, `layer.ffn` and `layer.drop` (the dropout on the
+# attention's result). Return the pair `(x_out, weights)`, with the attention weights
+# `[B, h, L, L]` that `layer.mha` gives back.
 # `check_encoder_layer_forward(encoder_layer_forward)` compares it with `layer(x, pad_mask)`
-# on two padded batches. It gives the two LayerNorms different weights, so a swapped one
-# shows. It names the mistake when it recognises one: the Post-Norm order, a missing
-# residual or mask, one LayerNorm for both sub-layers, dropout left on, a normalised output.
+# on two padded batches in eval mode. Then it compares once in training mode, with the same
+# random seed on both sides, so that a missing `layer.drop` shows. It gives the two
+# LayerNorms different weights, so a swapped one shows. It names the mistake when it
+# recognises one: the Post-Norm order, a missing residual, a missing or inverted mask, a
+# LayerNorm skipped, shared or swapped, dropout left on in eval mode or missing in
+# training, a normalised output.
 #
 # Then write the stack: `encoder_forward(encoder, src, pad_mask)` returns the memory of a
 # `helpers.Encoder` from `encoder.embed`, `encoder.layers` and `encoder.ln_final`.
 # `check_encoder_forward(encoder_forward)` compares it with `encoder(src, pad_mask)`. It
-# names a missing or misplaced final LayerNorm, a missing mask, and layers that do not
-# read each other's output.
+# names a missing or misplaced final LayerNorm, a missing or inverted mask, a layer's pair
+# left unpacked, and layers that do not read each other's output.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 5.5
