@@ -64,6 +64,7 @@ from helpers import (
     from_hf_attention_mask,
     to_hf_attention_mask,
     to_sdpa_mask,
+    xavier_init_linears,
 )
 
 _ = torch.manual_seed(0)
@@ -704,6 +705,21 @@ for k in theory:
     assert abs(measured[k] / theory[k] - 1) < 0.03
 print(f"ratio xavier/default: {measured['xavier'] / measured['default']:.2f}")
 
+torch.manual_seed(1)
+by_hand = nn.Linear(128, 128)
+nn.init.xavier_uniform_(by_hand.weight)
+nn.init.zeros_(by_hand.bias)
+torch.manual_seed(1)  # the same draws again
+by_helpers = nn.Linear(128, 128)
+xavier_init_linears(by_helpers)
+weight_gap = (by_hand.weight - by_helpers.weight).abs().max().item()
+nonzero_bias = int((by_helpers.bias != 0).sum())
+print(
+    f"helpers.xavier_init_linears vs by hand: largest |weight difference| {weight_gap},"
+    f" nonzero biases {nonzero_bias}"
+)
+assert weight_gap == 0 and nonzero_bias == 0
+
 # %% [markdown]
 # For a square layer the default shrinks a unit-variance input by about $1/\sqrt 3$: the ratio
 # of the two standard deviations above is about $\sqrt 3 \approx 1.73$. Xavier keeps it near 1.
@@ -958,9 +974,9 @@ assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
 # mask in this book's convention: `bool`, True = blocked, shape `[B, 1, L, L]`, blocking every
 # key in the future of its query **or** equal to `<pad>` (`PAD_ID` is 0). Do not use `helpers`'
 # mask functions. `check_decoder_self_mask(decoder_self_mask)` compares it with the book's mask on
-# three inputs, the first with $B \ne L$. It names the mistake when it recognises it: the
-# polarity, the diagonal, `tril` for `triu`, AND instead of OR, a padding mask left `[B, L]`,
-# padding on the queries, a float or `uint8` mask, a missing head axis.
+# three inputs, the first with $B \ne L$. When your mask is wrong, it names the usual slips:
+# the polarity, the diagonal, `tril` for `triu`, AND for OR, a padding mask left `[B, L]`, a
+# float or `uint8` mask, among others.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 7.2
@@ -1002,8 +1018,8 @@ check_hf_to_sdpa(hf_to_sdpa)
 # pair `(self_mask, cross_mask)` the decoder takes: `self_mask` as in Exercise 7.2,
 # `[B, 1, L_t, L_t]`, and `cross_mask`, the source padding, `[B, 1, 1, L_s]`. Both `bool`, True =
 # blocked. `check_decoder_masks(decoder_masks)` compares them on two batches, the first with
-# $L_s \ne L_t$, and names a mask built from the wrong sequence, a causal cross mask or a swapped
-# pair.
+# $L_s \ne L_t$. It names the usual slips, such as a mask built from the wrong sequence, a causal
+# cross mask or a swapped pair.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 7.4

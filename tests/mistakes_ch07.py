@@ -70,6 +70,33 @@ def int64_mask(tgt_in):
     return (_future(tgt_in.size(1)) | _pad_keys(tgt_in)).long()
 
 
+def causal_4d_padding_flat(tgt_in):
+    """The causal mask given its [1, 1, L, L] axes, the padding mask left [B, L]."""
+    return _future(tgt_in.size(1))[None, None] | (tgt_in == PAD)
+
+
+def additive_float_mask(tgt_in):
+    """The 0 / -inf float mask of nn.Transformer.generate_square_subsequent_mask."""
+    blocked = _future(tgt_in.size(1)) | _pad_keys(tgt_in)
+    return torch.zeros(blocked.shape).masked_fill(blocked, float("-inf"))
+
+
+def batch_on_heads(tgt_in):
+    """The padding mask as [1, B, 1, L]: the batch lines up with the heads."""
+    return _future(tgt_in.size(1)) | (tgt_in == PAD)[None, :, None, :]
+
+
+def padding_inverted(tgt_in):
+    """tgt_in != PAD_ID: the real tokens blocked, the <pad> keys open."""
+    return _future(tgt_in.size(1)) | (tgt_in != PAD)[:, None, None, :]
+
+
+def tril_below_diagonal(tgt_in):
+    """tril(diagonal=-1): the past blocked instead of the future."""
+    L = tgt_in.size(1)
+    return torch.ones(L, L, dtype=torch.bool).tril(-1) | _pad_keys(tgt_in)
+
+
 EXERCISE_MISTAKES = {
     # name -> (wrong answer, a fragment of the message the checker gives)
     "causal_diagonal_0": (causal_diagonal_0, r"the diagonal is blocked too"),
@@ -82,6 +109,11 @@ EXERCISE_MISTAKES = {
     "polarity_reversed": (polarity_reversed, r"the polarity is reversed"),
     "padding_on_queries": (padding_on_queries, r"padding blocks keys \(the last dim\)"),
     "int64_mask": (int64_mask, r"return a bool tensor"),
+    "causal_4d_padding_flat": (causal_4d_padding_flat, r"Add the head and query axes first"),
+    "additive_float_mask": (additive_float_mask, r"a float mask of 0 and -inf"),
+    "batch_on_heads": (batch_on_heads, r"the batch sits on the head axis"),
+    "padding_inverted": (padding_inverted, r"the padding part is inverted"),
+    "tril_below_diagonal": (tril_below_diagonal, r"tril\(\.\.\., diagonal=-1\) blocks the past"),
 }
 
 
@@ -183,6 +215,29 @@ def self_mask_causal_only(src, tgt_in):
     return _future(tgt_in.size(1))[None, None].expand(len(tgt_in), 1, -1, -1), _pad_keys(src)
 
 
+def cross_mask_causal_first(src, tgt_in):
+    """causal | src_pad (the other order): the error names other sizes than src_pad | causal."""
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), _future(tgt_in.size(1)) | _pad_keys(src)
+
+
+def self_mask_from_src(src, tgt_in):
+    """Exercise 7.2's function called on src: an [L_s, L_s] self-attention mask."""
+    return _future(src.size(1)) | _pad_keys(src), _pad_keys(src)
+
+
+def cross_mask_reversed(src, tgt_in):
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), (src != PAD)[:, None, None, :]
+
+
+def cross_mask_flat(src, tgt_in):
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in), src == PAD
+
+
+def self_mask_diagonal_0(src, tgt_in):
+    """An exercise 7.2 mistake inside the pair."""
+    return _future(tgt_in.size(1), 0) | _pad_keys(tgt_in), _pad_keys(src)
+
+
 PAIR_MISTAKES = {
     "self_mask_source_padding": (self_mask_source_padding, r"uses the source's padding"),
     "cross_mask_target_padding": (cross_mask_target_padding, r"uses the target's padding"),
@@ -193,6 +248,14 @@ PAIR_MISTAKES = {
         r"cross-attention mask blocks nothing",
     ),
     "self_mask_causal_only": (self_mask_causal_only, r"self-attention mask has no padding part"),
+    "cross_mask_causal_first": (
+        cross_mask_causal_first,
+        r"the causal mask is in the cross-attention mask",
+    ),
+    "self_mask_from_src": (self_mask_from_src, r"self-attention mask is built from src"),
+    "cross_mask_reversed": (cross_mask_reversed, r"the cross-attention mask is reversed"),
+    "cross_mask_flat": (cross_mask_flat, r"a \[B, L_s\] mask lines B up with the queries"),
+    "self_mask_diagonal_0": (self_mask_diagonal_0, r"(?s)Exercise 7\.2.*the diagonal is blocked"),
 }
 
 
@@ -223,3 +286,80 @@ def lib_decode_cross_blocks_nothing(self, tgt_in, memory, src_mask, need_weights
     return _decode_masks(
         self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (c | t, None)
     )
+
+
+# --- exercise 7.3: hf_to_sdpa(attention_mask) -> bool [B, 1, 1, L], True = may attend ---
+
+
+def hf_reversed(attention_mask):
+    """This book's polarity (True = blocked) where SDPA wants True = may attend."""
+    return (attention_mask == 0)[:, None, None, :]
+
+
+def hf_float(attention_mask):
+    return attention_mask.float()[:, None, None, :]
+
+
+def hf_flat(attention_mask):
+    return attention_mask == 1
+
+
+def hf_one_axis(attention_mask):
+    return (attention_mask == 1)[:, None, :]
+
+
+def hf_bitwise_not(attention_mask):
+    """~ on the integer mask, then .bool(): every value is non-zero, so all True."""
+    return (~attention_mask).bool()[:, None, None, :]
+
+
+def hf_bitwise_not_twice(attention_mask):
+    """A bitwise ~, .bool(), then a logical ~: all False."""
+    return ~(~attention_mask).bool()[:, None, None, :]
+
+
+HF_MISTAKES = {
+    "hf_reversed": (hf_reversed, r"the mask is reversed"),
+    "hf_float": (hf_float, r"SDPA adds a float mask"),
+    "hf_flat": (hf_flat, r"add the two singleton dims"),
+    "hf_one_axis": (hf_one_axis, r"one singleton axis is missing"),
+    "hf_bitwise_not": (hf_bitwise_not, r"~ on an integer mask is a bitwise NOT"),
+    "hf_bitwise_not_twice": (hf_bitwise_not_twice, r"~ on an integer mask is a bitwise NOT"),
+}
+
+
+# --- library-shaped versions of the mistakes added after the first catalogue ---
+
+
+def lib_causal_additive(L, device=None):
+    """The 0 / -inf float causal mask (nn.Transformer's convention)."""
+    blocked = torch.ones(L, L, dtype=torch.bool, device=device).triu(1)
+    return torch.zeros(L, L, device=device).masked_fill(blocked, float("-inf"))[None, None]
+
+
+def lib_causal_tril_below(L, device=None):
+    return torch.ones(L, L, dtype=torch.bool, device=device).tril(-1)[None, None]
+
+
+def lib_padding_batch_on_heads(ids, pad_id=PAD):
+    return (ids == pad_id)[None, :, None, :]
+
+
+def lib_decode_cross_reversed(self, tgt_in, memory, src_mask, need_weights=True):
+    return _decode_masks(self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (c | t, ~s))
+
+
+def lib_decode_cross_flat(self, tgt_in, memory, src_mask, need_weights=True):
+    return _decode_masks(
+        self, tgt_in, memory, src_mask, need_weights, lambda c, t, s: (c | t, s[:, 0, 0, :])
+    )
+
+
+def lib_decode_self_from_src(self, tgt_in, memory, src_mask, need_weights=True):
+    """The self-attention mask built from the source: causal(L_s) | source padding."""
+    from helpers.masks import make_causal_mask
+
+    def pick(c, t, s):
+        return make_causal_mask(s.size(-1), s.device) | s, s
+
+    return _decode_masks(self, tgt_in, memory, src_mask, need_weights, pick)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from mistakes_ch07 import EXERCISE_MISTAKES, PAIR_MISTAKES, decoder_masks
+from mistakes_ch07 import EXERCISE_MISTAKES, HF_MISTAKES, PAIR_MISTAKES, decoder_masks
 
 from helpers.exercises import (
     ExerciseError,
@@ -57,12 +57,16 @@ def test_self_mask_catalogue_each_mistake_named(name):
 
 
 def test_self_mask_catalogue_messages_are_distinct():
+    # causal_4d_padding_flat is padding_not_unsqueezed written another way: the same hint
+    variants = {"causal_4d_padding_flat"}
     messages = set()
-    for wrong, _ in EXERCISE_MISTAKES.values():
+    for name, (wrong, _) in EXERCISE_MISTAKES.items():
+        if name in variants:
+            continue
         with pytest.raises(ExerciseError) as err:
             check_decoder_self_mask(wrong)
         messages.add(str(err.value).split("Hint: ")[-1])
-    assert len(messages) == len(EXERCISE_MISTAKES)
+    assert len(messages) == len(EXERCISE_MISTAKES) - len(variants)
 
 
 def test_self_mask_rejects_a_missing_part():
@@ -96,6 +100,19 @@ def test_hf_to_sdpa_rejects_a_flat_mask():
         check_hf_to_sdpa(lambda m: m == 1)
 
 
+@pytest.mark.parametrize("name", sorted(HF_MISTAKES))
+def test_hf_to_sdpa_catalogue_each_mistake_named(name):
+    wrong, fragment = HF_MISTAKES[name]
+    with pytest.raises(ExerciseError, match=fragment):
+        check_hf_to_sdpa(wrong)
+
+
+def test_hf_to_sdpa_accepts_bool_of_a_0_1_mask(capsys):
+    """attention_mask.bool() is right for a 0/1 mask: 1 -> True = may attend."""
+    check_hf_to_sdpa(lambda m: m.bool()[:, None, None, :])
+    assert "check_hf_to_sdpa: all" in capsys.readouterr().out
+
+
 def test_decoder_masks_accepts_the_solution(capsys):
     check_decoder_masks(decoder_masks)
     assert "check_decoder_masks: all" in capsys.readouterr().out
@@ -106,6 +123,27 @@ def test_decoder_masks_catalogue_each_mistake_named(name):
     wrong, fragment = PAIR_MISTAKES[name]
     with pytest.raises(ExerciseError, match=fragment):
         check_decoder_masks(wrong)
+
+
+def test_decoder_masks_accepts_a_list_pair(capsys):
+    check_decoder_masks(lambda src, tgt_in: list(decoder_masks(src, tgt_in)))
+    assert "check_decoder_masks: all" in capsys.readouterr().out
+
+
+def test_decoder_masks_names_the_lengths_when_no_mistake_is_known():
+    """A raise between L_t and L_s that matches no catalogued slip still says which lengths met."""
+    from mistakes_ch07 import _future, _pad_keys
+
+    def odd(src, tgt_in):
+        return _future(tgt_in.size(1)) | _pad_keys(tgt_in), _pad_keys(src) | _future(5)
+
+    with pytest.raises(ExerciseError, match=r"L_t = 5\) met one of the source's length \(L_s = 7"):
+        check_decoder_masks(odd)
+
+
+def test_self_mask_checker_does_not_crash_on_a_flat_causal_mask():
+    with pytest.raises(ExerciseError, match=r"expected rank 4"):
+        check_decoder_self_mask(lambda t: torch.ones(t.size(1), t.size(1)).bool().triu(1))
 
 
 def test_decoder_masks_names_the_silent_slip_when_lengths_agree():

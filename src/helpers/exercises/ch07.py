@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from ..masks import make_causal_mask, make_padding_mask
@@ -52,6 +54,11 @@ def _self_mask_mistakes(tgt_in: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
             "a key must be blocked if it is in the future OR padding: combine with |, not &",
             causal & pad,
         ),
+        (
+            "the padding part is inverted: it blocks the real tokens; block the keys where "
+            "tgt_in == PAD_ID",
+            causal | ~pad,
+        ),
         ("the causal part is missing: block every key j > i", pad.expand(-1, -1, L, -1)),
         (
             "the padding part is missing: also block the <pad> keys",
@@ -72,6 +79,9 @@ _NO_UNSQUEEZE = (
 _DTYPE_HINTS = {
     "float": "a float 0/1 mask is added to the scores by SDPA, so 1.0 is a small bonus, "
     "not a block; build the mask from comparisons and |, which give bool",
+    "additive": "a float mask of 0 and -inf is added to the scores (the convention of "
+    "nn.Transformer.generate_square_subsequent_mask); this book's mask is bool, True = "
+    "blocked: build it from comparisons and |, which give bool",
     torch.uint8: "masked_fill refuses a uint8 mask (it wants bool), and ~ on uint8 flips every "
     "bit; build the mask from comparisons and |, which give bool",
 }
@@ -95,19 +105,66 @@ def _match(got: torch.Tensor, candidates, where: str, what: str) -> None:
             fail(what, where, hint)
 
 
+_SIZES = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _mismatched_sizes(err: Exception) -> set[int]:
+    """The two sizes a broadcasting RuntimeError names, e.g. {2, 4}; empty for other errors."""
+    m = _SIZES.search(str(err)) if isinstance(err, RuntimeError) else None
+    return {int(m[1]), int(m[2])} if m else set()
+
+
 def _call_mask_fn(fn, tgt_in: torch.Tensor, where: str):
-    """Run fn; a broadcasting error that the padding mask without unsqueeze raises is named."""
+    """Run fn; a broadcasting error between B and L (a padding mask left [B, L]) is named."""
     try:
         return fn(tgt_in.clone())
     except ExerciseError:
         raise
     except Exception as err:
-        try:
-            _flat_padding(tgt_in)
-        except RuntimeError as flat_err:
-            if str(flat_err) == str(err):
-                fail(f"your code raised {type(err).__name__}: {err}", where, _NO_UNSQUEEZE)
+        B, L = tgt_in.shape
+        if B != L and _mismatched_sizes(err) == {B, L}:
+            fail(f"your code raised {type(err).__name__}: {err}", where, _NO_UNSQUEEZE)
         fail(f"your code raised {type(err).__name__}: {err}", where)
+
+
+def _dtype_hint(got: torch.Tensor) -> str:
+    if got.is_floating_point():
+        return _DTYPE_HINTS["additive" if bool((got < 0).any()) else "float"]
+    return _DTYPE_HINTS.get(
+        got.dtype,
+        "return a bool tensor: an integer or float 0/1 mask means something else to "
+        "masked_fill and to SDPA",
+    )
+
+
+def _check_self_mask_shape(got: torch.Tensor, tgt_in: torch.Tensor, where: str, name: str):
+    """Name the shape slips of a [B, 1, L, L] self-attention mask."""
+    B, L = tgt_in.shape
+    flat_shape = got.dim() == 2 and tuple(got.shape) == (L, L) and B in (1, L)
+    if flat_shape and torch.equal(got, _flat_padding(tgt_in).expand(L, L)):
+        fail(f"{name} has shape {tuple(got.shape)}, expected {(B, 1, L, L)}", where, _NO_UNSQUEEZE)
+    if got.dim() == 3 and tuple(got.shape) == (B, L, L):
+        fail(
+            f"{name} has shape {tuple(got.shape)}, expected {(B, 1, L, L)}: the head axis is "
+            "missing",
+            where,
+            "against scores [B, h, L, L], a [B, L, L] mask lines B up with the heads; keep "
+            "a head axis of size 1: [B, 1, L, L]",
+        )
+    if B != 1 and tuple(got.shape) == (1, B, L, L):
+        fail(
+            f"{name} has shape {tuple(got.shape)}, expected {(B, 1, L, L)}: the batch sits on "
+            "the head axis",
+            where,
+            "the batch comes first: (tgt_in == PAD_ID)[:, None, None, :] is [B, 1, 1, L]; "
+            "[None, :, None, :] puts B where the heads go",
+        )
+    if got.dim() != 4:
+        fail(
+            f"{name} has shape {tuple(got.shape)}, expected rank 4, [B, 1, L, L]",
+            where,
+            "keep the head dimension (size 1) so that the mask broadcasts to [B, h, L, L]",
+        )
 
 
 def check_decoder_self_mask(fn) -> None:
@@ -120,35 +177,8 @@ def check_decoder_self_mask(fn) -> None:
         got = expect_tensor("mask", _call_mask_fn(fn, tgt_in, where), where)
         expected = _expected_self_mask(tgt_in)
         if got.dtype != torch.bool:
-            hint = _DTYPE_HINTS.get(
-                "float" if got.is_floating_point() else got.dtype,
-                "return a bool tensor: an integer or float 0/1 mask means something else to "
-                "masked_fill and to SDPA",
-            )
-            fail(f"mask has dtype {got.dtype}, expected torch.bool", where, hint)
-        B, L = tgt_in.shape
-        if got.dim() == 2 and tuple(got.shape) == (L, L):
-            flat = _flat_padding(tgt_in)
-            if torch.equal(got, flat.expand(L, L)):
-                fail(
-                    f"mask has shape {tuple(got.shape)}, expected {(B, 1, L, L)}",
-                    where,
-                    _NO_UNSQUEEZE,
-                )
-        if got.dim() == 3 and tuple(got.shape) == (B, L, L):
-            fail(
-                f"mask has shape {tuple(got.shape)}, expected {(B, 1, L, L)}: the head axis is "
-                "missing",
-                where,
-                "against scores [B, h, L, L], a [B, L, L] mask lines B up with the heads; keep "
-                "a head axis of size 1: [B, 1, L, L]",
-            )
-        if got.dim() != 4:
-            fail(
-                f"mask has shape {tuple(got.shape)}, expected rank 4, [B, 1, L, L]",
-                where,
-                "keep the head dimension (size 1) so that the mask broadcasts to [B, h, L, L]",
-            )
+            fail(f"mask has dtype {got.dtype}, expected torch.bool", where, _dtype_hint(got))
+        _check_self_mask_shape(got, tgt_in, where, "mask")
         if not torch.equal(got, expected):
             _match(got, _self_mask_mistakes(tgt_in), where, "the mask differs from the book's")
         expect_equal(
@@ -193,6 +223,26 @@ def check_hf_to_sdpa(fn) -> None:
                 "a [B, L] mask lines B up with the query dimension of the scores [B, h, Lq, Lk]: "
                 "add the two singleton dims, [:, None, None, :]",
             )
+        if got.dim() == 3 and got.numel() == B * L:
+            fail(
+                f"mask has shape {tuple(got.shape)}, expected (B, 1, 1, L) = {(B, 1, 1, L)}",
+                where,
+                "one singleton axis is missing: the scores are [B, h, Lq, Lk], so the mask "
+                "needs both, [:, None, None, :]",
+            )
+        bitwise = (~hf).bool()[:, None, None, :]  # ~ on integers: ~1 = -2, ~0 = -1
+        if (
+            bool((hf == 0).any())  # on a mask without padding the right answer is all True
+            and tuple(got.shape) == tuple(expected.shape)
+            and (torch.equal(got, bitwise) or torch.equal(got, ~bitwise))
+        ):
+            fail(
+                "the mask is all True or all False",
+                where,
+                "~ on an integer mask is a bitwise NOT: ~1 = -2 and ~0 = -1 are both non-zero, "
+                "so .bool() makes them all True. SDPA's True = may attend is already Hugging "
+                "Face's 1 = keep: compare, attention_mask == 1",
+            )
         if tuple(got.shape) == tuple(expected.shape) and torch.equal(got, ~expected):
             fail(
                 "the mask is reversed",
@@ -228,7 +278,7 @@ _PAIR_CASES = {
 
 def _pair_mistakes(src, tgt_in):
     """(hint, thunk): what each known mistake returns (or raises) on these inputs."""
-    Lt = tgt_in.size(1)
+    Lt, Ls = tgt_in.size(1), src.size(1)
     causal = make_causal_mask(Lt)
     src_pad, tgt_pad = make_padding_mask(src), make_padding_mask(tgt_in)
     return [
@@ -236,6 +286,11 @@ def _pair_mistakes(src, tgt_in):
             "the self-attention mask uses the source's padding: the decoder's keys are target "
             "positions, so block the <pad> of tgt_in: causal | padding(tgt_in)",
             lambda: (causal | src_pad, src_pad),
+        ),
+        (
+            "the self-attention mask is built from src: its queries and keys are target "
+            "positions, so build it from tgt_in, [B, 1, L_t, L_t]",
+            lambda: (make_causal_mask(Ls) | src_pad, src_pad),
         ),
         (
             "the cross-attention mask uses the target's padding: its keys are the source "
@@ -255,6 +310,11 @@ def _pair_mistakes(src, tgt_in):
             "the cross-attention mask blocks nothing: the queries would read the source's <pad> "
             "positions; use the padding mask of src",
             lambda: (causal | tgt_pad, torch.zeros_like(src_pad)),
+        ),
+        (
+            "the cross-attention mask is reversed: True = blocked, so True at the <pad> "
+            "positions of src (src == PAD_ID)",
+            lambda: (causal | tgt_pad, ~src_pad),
         ),
         (
             "the self-attention mask has no padding part: block the <pad> keys of tgt_in too",
@@ -278,6 +338,47 @@ def _same_pair(got, wrong) -> bool:
     return True
 
 
+def _as_pair(got):
+    return tuple(got) if isinstance(got, list) and len(got) == 2 else got
+
+
+def _named_pair_mistake(got, src, tgt_in):
+    """The hint of the catalogued mistake that gives `got` on these inputs, or None."""
+    for hint, thunk in _pair_mistakes(src, tgt_in):
+        try:
+            wrong = thunk()
+        except RuntimeError:  # this mistake raises on these inputs: it cannot be `got`
+            continue
+        if _same_pair(got, wrong):
+            return hint
+    return None
+
+
+def _explain_raise(fn, err, where, src, tgt_in) -> None:
+    """fn raised on (src, tgt_in): name the slip from an input where it runs, or the lengths."""
+    raised = f"your code raised {type(err).__name__}: {err}"
+    for where2, (src2, tgt2) in _PAIR_CASES.items():
+        if src2.size(1) != tgt2.size(1):
+            continue
+        try:
+            got2 = _as_pair(fn(src2.clone(), tgt2.clone()))
+        except Exception:
+            break
+        hint = _named_pair_mistake(got2, src2, tgt2)
+        if hint is not None:
+            fail(raised, where, f"on {where2} it runs, and {hint}")
+    Ls, Lt = src.size(1), tgt_in.size(1)
+    if _mismatched_sizes(err) == {Ls, Lt}:
+        fail(
+            raised,
+            where,
+            f"a mask of the target's length (L_t = {Lt}) met one of the source's length "
+            f"(L_s = {Ls}): self_mask uses tgt_in alone (causal | its padding), cross_mask "
+            "uses src alone (its padding, no causal part)",
+        )
+    fail(raised, where)
+
+
 def check_decoder_masks(fn) -> None:
     """Exercise 7.4: fn(src [B, L_s], tgt_in [B, L_t]) -> (self_mask, cross_mask), the two masks
     the decoder takes for one batch: self_mask bool [B, 1, L_t, L_t] (future OR target padding),
@@ -286,41 +387,56 @@ def check_decoder_masks(fn) -> None:
     """
     n = 0
     for where, (src, tgt_in) in _PAIR_CASES.items():
-        mistakes = _pair_mistakes(src, tgt_in)
         try:
-            got = fn(src.clone(), tgt_in.clone())
+            got = _as_pair(fn(src.clone(), tgt_in.clone()))
         except ExerciseError:
             raise
         except Exception as err:
-            for hint, thunk in mistakes:
-                try:
-                    thunk()
-                except RuntimeError as wrong_err:
-                    if str(wrong_err) == str(err):
-                        fail(f"your code raised {type(err).__name__}: {err}", where, hint)
-            fail(f"your code raised {type(err).__name__}: {err}", where)
+            _explain_raise(fn, err, where, src, tgt_in)
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(
                 f"fn should return a pair (self_mask, cross_mask), got {type(got).__name__}",
                 where,
             )
-        B, Ls, Lt = src.size(0), src.size(1), tgt_in.size(1)
+        B, Ls = src.size(0), src.size(1)
         want = (_expected_self_mask(tgt_in), make_padding_mask(src))
         if not _same_pair(got, want) or any(g.shape != w.shape for g, w in zip(got, want)):
-            for hint, thunk in mistakes:
-                try:
-                    wrong = thunk()
-                except RuntimeError:
-                    continue
-                if _same_pair(got, wrong):
-                    fail("the masks differ from the book's", where, hint)
-        for name, g, w, shape in (
-            ("self_mask", got[0], want[0], (B, 1, Lt, Lt)),
-            ("cross_mask", got[1], want[1], (B, 1, 1, Ls)),
-        ):
-            g = expect_tensor(name, g, where)
+            hint = _named_pair_mistake(got, src, tgt_in)
+            if hint is not None:
+                fail("the masks differ from the book's", where, hint)
+        self_mask = expect_tensor("self_mask", got[0], where)
+        cross_mask = expect_tensor("cross_mask", got[1], where)
+        for name, g in (("self_mask", self_mask), ("cross_mask", cross_mask)):
             if g.dtype != torch.bool:
-                fail(f"{name} has dtype {g.dtype}, expected torch.bool", where, "True = blocked")
-            expect_equal(name, g, w, where, f"{name} is {list(shape)}")
-            n += 1
+                fail(f"{name} has dtype {g.dtype}, expected torch.bool", where, _dtype_hint(g))
+        _check_self_mask_shape(self_mask, tgt_in, where, "self_mask")
+        if not torch.equal(self_mask, want[0]):
+            _match(
+                self_mask,
+                _self_mask_mistakes(tgt_in),
+                where,
+                "self_mask differs from the book's (Exercise 7.2)",
+            )
+        expect_equal(
+            "self_mask",
+            self_mask,
+            want[0],
+            where,
+            "block key j for query i when j > i or tgt_in[j] is <pad> (Exercise 7.2)",
+        )
+        if tuple(cross_mask.shape) == (B, Ls):
+            fail(
+                f"cross_mask has shape {(B, Ls)}, expected {(B, 1, 1, Ls)}",
+                where,
+                "a [B, L_s] mask lines B up with the queries of the scores [B, h, L_t, L_s]: "
+                "add the head and query axes, [:, None, None, :]",
+            )
+        expect_equal(
+            "cross_mask",
+            cross_mask,
+            want[1],
+            where,
+            "block source key j when src[j] is <pad>, the same for every query: [B, 1, 1, L_s]",
+        )
+        n += 2
     passed("check_decoder_masks", n, "self: causal | target padding; cross: source padding")
