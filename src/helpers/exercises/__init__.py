@@ -3,8 +3,8 @@
 Each chapter's checkers live in their own module, `chNN.py` (chapter NN), and every public
 `check_<name>` function of those modules is importable from here:
 
-    from helpers.exercises import check_masked_attention
-    check_masked_attention(my_attention)   # prints what passed, or raises ExerciseError
+    from helpers.exercises import check_scaled_dot_product_attention
+    check_scaled_dot_product_attention(my_attention)  # prints what passed, or raises ExerciseError
 
 A checker runs the reader's function or module on fixed inputs against the book's own
 implementation and, when something differs, raises ExerciseError with a message in plain

@@ -4,7 +4,7 @@ A checker calls these instead of `assert`, so that a wrong answer is explained i
 
     expect_shape("weights", got, (2, 4, 5, 5), hint="...")
     expect_close("output", got, expected, atol=1e-5, where="input 2 (a padded batch)", hint="...")
-    passed("check_masked_attention", 4)
+    passed("check_scaled_dot_product_attention", 4)
 """
 
 from __future__ import annotations
