@@ -160,9 +160,9 @@ print("src", tuple(src.shape), "  pad_mask", tuple(pad_mask.shape), "  x", tuple
 #
 # The variance is the **biased** one: it divides by $d$, not $d - 1$. The small
 # $\epsilon$ ($10^{-5}$ in `nn.LayerNorm`) sits *inside* the square root. The scale
-# $\gamma$ and shift $\beta$ are learned; they start at 1 and 0 {cite}`ba2016`. The cell
-# writes the formula out and compares it with `nn.LayerNorm`, given a random $\gamma$ and
-# $\beta$ so that both take part.
+# $\gamma$ and shift $\beta$ are learned {cite}`ba2016`; `nn.LayerNorm` starts them at 1
+# and 0. The cell writes the formula out and compares it with `nn.LayerNorm`, given a
+# random $\gamma$ and $\beta$ so that both take part.
 
 
 # %%
