@@ -65,6 +65,11 @@ def padding_on_queries(tgt_in):
     return _future(tgt_in.size(1)) | (tgt_in == PAD)[:, None, :, None]
 
 
+def padding_rows_and_keys(tgt_in):
+    """The <pad> keys and the <pad> query rows blocked: rows with nothing to attend to."""
+    return _future(tgt_in.size(1)) | _pad_keys(tgt_in) | (tgt_in == PAD)[:, None, :, None]
+
+
 def int64_mask(tgt_in):
     """An int64 0/1 mask (.long())."""
     return (_future(tgt_in.size(1)) | _pad_keys(tgt_in)).long()
@@ -113,6 +118,7 @@ EXERCISE_MISTAKES = {
     "additive_float_mask": (additive_float_mask, r"a float mask of 0 and -inf"),
     "batch_on_heads": (batch_on_heads, r"the batch sits on the head axis"),
     "padding_inverted": (padding_inverted, r"the padding part is inverted"),
+    "padding_rows_and_keys": (padding_rows_and_keys, r"the <pad> query rows come out fully"),
     "tril_below_diagonal": (tril_below_diagonal, r"tril\(\.\.\., diagonal=-1\) blocks the past"),
 }
 
@@ -339,6 +345,15 @@ def lib_causal_additive(L, device=None):
 
 def lib_causal_tril_below(L, device=None):
     return torch.ones(L, L, dtype=torch.bool, device=device).tril(-1)[None, None]
+
+
+def lib_decode_padding_rows(self, tgt_in, memory, src_mask, need_weights=True):
+    """Transformer.decode that also blocks the <pad> query rows of the self-attention mask."""
+
+    def combine(c, p):
+        return c | p | p.transpose(-1, -2)
+
+    return _decode_with(self, tgt_in, memory, src_mask, need_weights, combine)
 
 
 def lib_padding_batch_on_heads(ids, pad_id=PAD):

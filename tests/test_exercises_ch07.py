@@ -57,8 +57,9 @@ def test_self_mask_catalogue_each_mistake_named(name):
 
 
 def test_self_mask_catalogue_messages_are_distinct():
-    # causal_4d_padding_flat is padding_not_unsqueezed written another way: the same hint
-    variants = {"causal_4d_padding_flat"}
+    # the same slip written another way, the same hint: causal_4d_padding_flat is
+    # padding_not_unsqueezed; with right padding padding_rows_and_keys is padding_on_queries
+    variants = {"causal_4d_padding_flat", "padding_rows_and_keys"}
     messages = set()
     for name, (wrong, _) in EXERCISE_MISTAKES.items():
         if name in variants:

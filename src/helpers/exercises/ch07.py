@@ -65,8 +65,10 @@ def _self_mask_mistakes(tgt_in: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
             causal.expand(len(tgt_in), -1, -1, -1),
         ),
         (
-            "padding blocks keys (the last dim), not queries: the padding mask is "
+            "padding blocks keys (the last dim), not queries: the <pad> query rows come out "
+            "fully blocked, with nothing to attend to (NaN with -inf). The padding mask is "
             "[B, 1, 1, L], not [B, 1, L, 1]",
+            # with right padding, blocking the <pad> rows and keys gives this same mask
             causal | pad.transpose(-1, -2),
         ),
     ]
