@@ -72,7 +72,7 @@ print(f"validation seed {BOOK_RECIPE.val_seed}, training data seed {BOOK_RECIPE.
 # ## 1. What the naive loop recomputes
 #
 # Forward hooks count, at every step, how many rows go through four modules of the decoder. A
-# hook fires whenever its module is called, whichever loop calls it.
+# hook fires whenever its module is called.
 #
 # - the token embedding: how many target tokens the decoder processes;
 # - the query projection of layer 0's self-attention: how many **query rows** attend;
@@ -964,8 +964,7 @@ assert torch.equal(fresh, want) and n_stale < n_fresh / 2
 # the second. `helpers.static_cache` therefore projects the cross-attention keys at step 0 of
 # every decode, and gives its caches a `reset()` that zeroes the buffers and drops the
 # cross-attention keys; `greedy_decode_static` calls it on caches it is handed. The cell decodes
-# both batches with one allocation, checks each against the naive loop, and then empties the
-# caches by hand.
+# both batches with one allocation, checks each against the naive loop, then calls `reset()`.
 
 # %%
 shared = allocate_static_caches(model, 100)
@@ -1078,9 +1077,9 @@ for kv_heads in (32, 8, 1):
 # `[B, V]` for the next token. Use the layers' sub-modules (`ln1`, `self_mha.project_kv`,
 # `self_mha.attend`, ...), not `model.decoder(..., caches=...)`. Write also
 # `reset_caches(caches)`, which empties them in place for the next batch.
-# `check_decode_step(decode_step, reset_caches)` decodes two batches through one caches list on
-# two random models. It compares every step with the naive decoder and inspects the cache after
-# every step and reset.
+# `check_decode_step(decode_step, reset_caches)` decodes a batch on two random models, resets,
+# and starts a second batch with the same list. It compares every step with the naive decoder
+# and inspects the cache after every step and reset.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 13.3

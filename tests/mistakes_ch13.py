@@ -30,7 +30,10 @@ def step(model, tokens, memory, src_mask, caches, slip=None):
             cache["self_k"] = torch.cat([K, k], dim=2)
             cache["self_v"] = torch.cat([V, v], dim=2)
         else:
-            if "self_k" in cache:
+            if "self_k" in cache and slip == "new_keys_first":
+                k = torch.cat([k, cache["self_k"]], dim=2)
+                v = torch.cat([v, cache["self_v"]], dim=2)
+            elif "self_k" in cache:
                 k = torch.cat([cache["self_k"], k], dim=dim)
                 if slip != "v_not_appended":
                     v = torch.cat([cache["self_v"], v], dim=dim)
@@ -43,11 +46,23 @@ def step(model, tokens, memory, src_mask, caches, slip=None):
             if "cross_k" not in cache:
                 cache["cross_k"], cache["cross_v"] = layer.cross_mha.project_kv(h, h)
             a, _ = layer.cross_mha.attend(h, cache["cross_k"], cache["cross_v"], need_weights=False)
+        elif slip == "cross_kept_on_layer":  # the memory's K/V memoised on the layer object
+            if "cross_k" not in cache:
+                if not hasattr(layer, "_kept_kv"):
+                    layer._kept_kv = layer.cross_mha.project_kv(memory, memory)
+                cache["cross_k"], cache["cross_v"] = layer._kept_kv
+            a, _ = layer.cross_mha.attend(
+                h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask, need_weights=False
+            )
         else:
             if slip == "cross_every_step" or "cross_k" not in cache:
                 cache["cross_k"], cache["cross_v"] = layer.cross_mha.project_kv(memory, memory)
             a, _ = layer.cross_mha.attend(
-                h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask, need_weights=False
+                h,
+                cache["cross_k"],
+                cache["cross_v"],
+                attn_mask=None if slip == "no_source_mask" else src_mask,
+                need_weights=False,
             )
         x = x + a
         x = x + layer.ffn(layer.ln3(x))
@@ -72,6 +87,11 @@ def reset_self_only(caches):
         cache.pop("self_v", None)
 
 
+def reset_the_list(caches):
+    """The list itself emptied (caches.clear()), not the dicts in it."""
+    caches.clear()
+
+
 def _slipped(slip):
     def decode_step(model, tokens, memory, src_mask, caches):
         return step(model, tokens, memory, src_mask, caches, slip)
@@ -88,10 +108,16 @@ EXERCISE_MISTAKES = {
         reset_self_only,
         r"the cross-attention keys and values are kept from the last batch",
     ),
+    "list_emptied": (step, reset_the_list, r"reset changed the list itself"),
+    "cross_kept_on_layer": (
+        _slipped("cross_kept_on_layer"),
+        reset,
+        r"keeps something from the last batch outside the caches",
+    ),
     "attend_before_append": (
         _slipped("attend_before_append"),
         reset,
-        r"the new token cannot see itself",
+        r"the new token's query does not see its own key",
     ),
     "cat_on_heads": (_slipped("cat_on_heads"), reset, r"along the heads dimension"),
     "cross_from_decoder": (
@@ -111,6 +137,16 @@ EXERCISE_MISTAKES = {
         _slipped("first_causal_row"),
         reset,
         r"the mask blocks every key but <bos>",
+    ),
+    "new_keys_first": (
+        _slipped("new_keys_first"),
+        reset,
+        r"put before the cached ones",
+    ),
+    "no_source_mask": (
+        _slipped("no_source_mask"),
+        reset,
+        r"the cross-attention reads the source's <pad> positions",
     ),
 }
 
@@ -188,6 +224,15 @@ def _layer_forward(self, x, memory, self_mask, cross_mask, need_weights, cache, 
         if "cross_k" not in cache:
             cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(h, h)
         cross_mask = None
+    elif slip == "no_source_mask":
+        if "cross_k" not in cache:
+            cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(memory, memory)
+        cross_mask = None
+    elif slip == "cross_kept_on_layer":
+        if "cross_k" not in cache:
+            if not hasattr(self, "_kept_kv"):
+                self._kept_kv = self.cross_mha.project_kv(memory, memory)
+            cache["cross_k"], cache["cross_v"] = self._kept_kv
     elif slip == "cross_every_step" or "cross_k" not in cache:
         cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(memory, memory)
     a, w = self.cross_mha.attend(
@@ -228,3 +273,32 @@ def lib_decoder_position_zero(
         x, w = layer(x, memory, self_mask, cross_mask, need_weights=need_weights, cache=cache)
         cross_weights.append(w)
     return self.ln_final(x), cross_weights
+
+
+def lib_append_kv_new_first(self, x, cache, prefix=""):
+    """The new positions put before the cached ones."""
+    K, V = self.project_kv(x, x)
+    if prefix + "k" in cache:
+        K = torch.cat([K, cache[prefix + "k"]], dim=2)
+        V = torch.cat([V, cache[prefix + "v"]], dim=2)
+    cache[prefix + "k"], cache[prefix + "v"] = K, V
+    return K, V
+
+
+def lib_reset_list_emptied(self):
+    self.clear()
+    return self
+
+
+def lib_layer_no_source_mask(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
+    return _layer_forward(
+        self, x, memory, self_mask, cross_mask, need_weights, cache, "no_source_mask"
+    )
+
+
+def lib_layer_cross_kept_on_layer(
+    self, x, memory, self_mask, cross_mask, need_weights=True, cache=None
+):
+    return _layer_forward(
+        self, x, memory, self_mask, cross_mask, need_weights, cache, "cross_kept_on_layer"
+    )

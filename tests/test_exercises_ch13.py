@@ -121,8 +121,19 @@ def test_wrong_logits_shape():
 
 
 def test_the_books_answer_with_its_reset_passes(capsys):
-    check_decode_step(mistakes_ch13.step, mistakes_ch13.reset)
-    assert "two batches each through one reset cache" in capsys.readouterr().out
+    """... on one thread, leaving the caller's thread count and random state as they were."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.manual_seed(7)
+        want = torch.rand(3)
+        torch.manual_seed(7)
+        check_decode_step(mistakes_ch13.step, mistakes_ch13.reset)
+        assert torch.get_num_threads() == 2
+        assert torch.equal(torch.rand(3), want)
+    finally:
+        torch.set_num_threads(threads)
+    assert "a second batch through the same caches after reset" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", sorted(mistakes_ch13.EXERCISE_MISTAKES))

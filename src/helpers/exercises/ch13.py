@@ -10,13 +10,20 @@ every step with the naive decoder's and the tokens with helpers.greedy_decode(us
 and inspects the cache after every step: the self-attention keys and values must grow by one
 position along dim 2, the cross-attention ones must be projected once and then reused. Each
 model decodes two batches of different sources with ONE caches list, emptied by reset between
-them: whatever the first batch left in it is named.
+them: whatever the first batch left in it is named. Once reset has emptied every dict, the
+second batch starts from the same empty caches as the first, so its first few steps show
+whether the step keeps anything from the last batch outside the caches.
+
+The check runs on one thread (two threads on these tiny models are many times slower on a busy
+machine) and leaves the caller's random state as it was.
 
 When the logits differ, the checker runs the known mistakes (_MISTAKES) in lockstep on the same
 tokens and names the one whose logits the reader's equal.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -35,6 +42,19 @@ _CONFIGS = (
     dict(d_model=48, num_heads=2, dff=96, num_layers=3),
 )
 _MAX_LEN = 12
+_STEPS_AFTER_RESET = 3  # steps of the second batch: stale state shows at its first step
+
+
+@contextmanager
+def _one_thread():
+    """One torch thread, and the caller's random state kept (the models are built from seeds)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng():
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _model(i: int) -> Transformer:
@@ -183,8 +203,15 @@ def _count_embedded(model):
     return counts, hook
 
 
-def _logits_hint(got, want, tokens: torch.Tensor, step: int) -> str:
+def _logits_hint(got, want, tokens: torch.Tensor, step: int, batch: int = 0) -> str:
     """Which mistake the rows whose logits differ point to."""
+    if step == 0 and batch > 0:
+        return (
+            "the first batch decoded right, and this one differs from its first step although "
+            "its caches were emptied: your step keeps something from the last batch outside "
+            "the caches (the cross-attention keys and values of the old memory?); compute "
+            "everything from its arguments and the caches"
+        )
     if step == 0:
         return (
             "on the first step the cache is empty: the result must equal a plain decoder "
@@ -195,8 +222,9 @@ def _logits_hint(got, want, tokens: torch.Tensor, step: int) -> str:
         has_pad = (tokens == PAD_ID).any(-1)
         if bad.any() and has_pad[bad].all():
             return (
-                "only rows whose prefix contains <pad> differ: block those keys with "
-                "make_padding_mask(tokens) as the self-attention mask, as the naive loop does"
+                "only rows whose prefix contains <pad> differ: make_padding_mask(tokens) "
+                "[B, 1, 1, t] blocks the <pad> keys in position order, so pass it as the "
+                "self-attention mask and append each new key after the cached ones"
             )
     return (
         "the first step is right, later ones are not: is the new token embedded at its own "
@@ -219,7 +247,12 @@ def _reference_step(model, tokens, memory, src_mask, cache_list, mistake=None):
         h = layer.ln1(x)
         k, v = layer.self_mha.project_kv(h, h)
         old = (cache["self_k"], cache["self_v"]) if "self_k" in cache else None
-        K, V = (k, v) if old is None else (torch.cat([old[0], k], 2), torch.cat([old[1], v], 2))
+        if old is None:
+            K, V = k, v
+        elif mistake == "new keys first":
+            K, V = torch.cat([k, old[0]], 2), torch.cat([v, old[1]], 2)
+        else:
+            K, V = torch.cat([old[0], k], 2), torch.cat([old[1], v], 2)
         cache["self_k"], cache["self_v"] = K, V
         mask = self_mask
         if mistake == "attend before append" and old is not None:
@@ -232,8 +265,9 @@ def _reference_step(model, tokens, memory, src_mask, cache_list, mistake=None):
         h = layer.ln2(x)
         if "cross_k" not in cache:
             cache["cross_k"], cache["cross_v"] = layer.cross_mha.project_kv(memory, memory)
+        cross_mask = None if mistake == "no source mask" else src_mask
         a, _ = layer.cross_mha.attend(
-            h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask, need_weights=False
+            h, cache["cross_k"], cache["cross_v"], attn_mask=cross_mask, need_weights=False
         )
         x = x + a
         x = x + layer.ffn(layer.ln3(x))
@@ -243,8 +277,8 @@ def _reference_step(model, tokens, memory, src_mask, cache_list, mistake=None):
 _MISTAKES = {
     "position 0": "the new token is embedded at position 0 at every step: embed it at its own "
     "position, start_pos = tokens.size(1) - 1",
-    "attend before append": "the new token's query does not see its own key: the new token "
-    "cannot see itself. Append its keys and values to the cache first, then attend",
+    "attend before append": "the new token's query does not see its own key: append its keys "
+    "and values to the cache first, then attend",
     "k and v swapped": "the keys and values are swapped: attend(h, K, V) takes the keys "
     "first, and cache['self_k'] holds keys, cache['self_v'] values",
     "no padding mask": "the <pad> keys are not blocked: pass make_padding_mask(tokens) as the "
@@ -252,6 +286,10 @@ _MISTAKES = {
     "first causal row": "the mask blocks every key but <bos>: a cached step's one query is the "
     "newest position, and it may read every cached key; make_padding_mask(tokens) alone is "
     "the mask",
+    "new keys first": "the new keys and values are put before the cached ones, so the padding "
+    "mask, in position order, blocks the wrong keys: torch.cat([cache['self_k'], k], dim=2)",
+    "no source mask": "the cross-attention reads the source's <pad> positions: pass src_mask "
+    "(from model.encode) as the cross-attention mask",
 }
 
 
@@ -268,6 +306,7 @@ def _matching_mistakes(logits, wrong: dict) -> list:
 
 def _check_reset(caches, reset, where: str) -> None:
     """After reset(caches): every layer's dict is empty, or the next batch reads stale keys."""
+    n_layers = len(caches)
     got = call(reset, caches, where=where)
     if got is not None and got is not caches:
         fail(
@@ -275,6 +314,14 @@ def _check_reset(caches, reset, where: str) -> None:
             where,
             "empty the dicts of the list you are given, in place (cache.clear() for every "
             "layer): the decoder keeps using that list",
+        )
+    if len(caches) != n_layers:
+        fail(
+            f"after reset, caches holds {len(caches)} dicts, not {n_layers}: reset changed the "
+            "list itself",
+            where,
+            "keep the list and its one dict per layer, and empty each dict: for cache in "
+            "caches: cache.clear()",
         )
     for i, cache in enumerate(caches):
         left = sorted(cache)
@@ -311,9 +358,21 @@ def check_decode_step(fn, reset=None) -> None:
 
     tokens [B, t] are the tokens so far (<bos> first); fn feeds the decoder only the newest one,
     at position t - 1, appends its keys and values to each layer's dict in caches, and returns
-    the logits for the next token. Each model decodes two batches with one caches list, reset in
-    between. Used in chapter 13.
+    the logits for the next token. Each model decodes a batch with one caches list, then, after
+    reset, the first steps of a second batch with the same list. Used in chapter 13.
     """
+    with _one_thread():
+        n_checks = _check_all(fn, reset)
+    passed(
+        "check_decode_step",
+        n_checks,
+        f"{len(_CONFIGS)} random models, {_MAX_LEN - 1} steps, then {_STEPS_AFTER_RESET} steps "
+        "of a second batch through the same caches after reset: same logits as the naive "
+        "decoder, same tokens as greedy_decode(use_cache=True), cache grows along dim 2",
+    )
+
+
+def _check_all(fn, reset) -> int:
     src = _sources()
     halves = (src[:_B], src[_B:])
     n_checks = 0
@@ -322,12 +381,13 @@ def check_decode_step(fn, reset=None) -> None:
         caches = [{} for _ in model.decoder.layers]
         for b, batch in enumerate(halves):
             name = f"random model {i} ({_CONFIGS[i]}), batch {b + 1} of 2 ({_B} padded sources)"
+            steps = _MAX_LEN - 1 if b == 0 else _STEPS_AFTER_RESET
             if b > 0:
                 _check_reset(caches, reset or _clear, f"{name}, before its first step")
                 n_checks += 1
-            out = _decode_batch(fn, model, batch, caches, name)
-            n_checks += _MAX_LEN - 1
-            ref = greedy_decode(model, batch, use_cache=True, stop_at_eos=False)
+            out = _decode_batch(fn, model, batch, caches, name, steps, b)
+            n_checks += steps
+            ref = greedy_decode(model, batch, max_len=steps + 1, use_cache=True, stop_at_eos=False)
             bad = (out != ref).any(1)
             if bad.any():
                 row = int(bad.nonzero()[0])
@@ -338,16 +398,10 @@ def check_decode_step(fn, reset=None) -> None:
                     "the logits matched within 1e-4 at every step, so the tokens should too",
                 )
             n_checks += 1
-    passed(
-        "check_decode_step",
-        n_checks,
-        f"{len(_CONFIGS)} random models, two batches each through one reset cache, "
-        f"{_MAX_LEN - 1} steps each: same logits as the naive decoder, same tokens as "
-        "greedy_decode(use_cache=True), cache grows along dim 2",
-    )
+    return n_checks
 
 
-def _decode_batch(fn, model, src, caches, name: str) -> torch.Tensor:
+def _decode_batch(fn, model, src, caches, name: str, steps: int, batch: int) -> torch.Tensor:
     """Greedy decoding of src with the reader's step on the reader's caches, checked per step.
 
     At the first step whose logits differ, the known mistakes are replayed on the same tokens
@@ -363,7 +417,7 @@ def _decode_batch(fn, model, src, caches, name: str) -> torch.Tensor:
         cross = None
         counts, hook = _count_embedded(model)
         try:
-            for step in range(_MAX_LEN - 1):
+            for step in range(steps):
                 where = f"{name}, step {step} (tokens [B, {step + 1}])"
                 counts.clear()
                 logits = _step(fn, model, out, memory, src_mask, caches, where)
@@ -397,14 +451,14 @@ def _decode_batch(fn, model, src, caches, name: str) -> torch.Tensor:
                     if suspects is not None and not now:  # they stopped matching: name the first
                         now = suspects[:1]
                     suspects = now
-                    if len(suspects) == 1 or (suspects and step == _MAX_LEN - 2):
+                    if len(suspects) == 1 or (suspects and step == steps - 1):
                         fail(
                             "the logits differ from the naive decoder's",
                             first_where,
                             _MISTAKES[suspects[0]],
                         )
                     if not suspects:
-                        hint = _logits_hint(logits, want, out, step)
+                        hint = _logits_hint(logits, want, out, step, batch)
                         expect_close(
                             "logits", logits, want, atol=1e-4, rtol=1e-4, where=where, hint=hint
                         )
