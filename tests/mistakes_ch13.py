@@ -24,7 +24,11 @@ def step(model, tokens, memory, src_mask, caches, slip=None):
         h = layer.ln1(x)
         k, v = layer.self_mha.project_kv(h, h)  # [B, h, 1, d_k]
         dim = 1 if slip == "cat_on_heads" else 2
-        if slip == "attend_before_append" and "self_k" in cache:
+        if slip == "cache_inputs":  # the normalised vectors cached, attention projects them all
+            hs = h if "self_k" not in cache else torch.cat([cache["self_k"], h], dim=1)
+            cache["self_k"] = cache["self_v"] = hs
+            a, _ = layer.self_mha(h, hs, hs, attn_mask=self_mask, need_weights=False)
+        elif slip == "attend_before_append" and "self_k" in cache:
             K, V = cache["self_k"], cache["self_v"]  # the keys so far: attend, then append
             a, _ = layer.self_mha.attend(h, K, V, attn_mask=self_mask[..., :-1], need_weights=False)
             cache["self_k"] = torch.cat([K, k], dim=2)
@@ -39,7 +43,8 @@ def step(model, tokens, memory, src_mask, caches, slip=None):
                     v = torch.cat([cache["self_v"], v], dim=dim)
             cache["self_k"], cache["self_v"] = k, v
             K, V = (v, k) if slip == "k_and_v_swapped" else (k, v)
-            a, _ = layer.self_mha.attend(h, K, V, attn_mask=self_mask, need_weights=False)
+            attend = layer.self_mha if slip == "forward_not_attend" else layer.self_mha.attend
+            a, _ = attend(h, K, V, attn_mask=self_mask, need_weights=False)
         x = x + a
         h = layer.ln2(x)
         if slip == "cross_from_decoder":
@@ -142,6 +147,12 @@ EXERCISE_MISTAKES = {
         _slipped("new_keys_first"),
         reset,
         r"put before the cached ones",
+    ),
+    "cache_inputs": (_slipped("cache_inputs"), reset, r"vectors of d_model: cache the keys"),
+    "forward_not_attend": (
+        _slipped("forward_not_attend"),
+        reset,
+        r"projects its inputs again",
     ),
     "no_source_mask": (
         _slipped("no_source_mask"),
@@ -302,3 +313,11 @@ def lib_layer_cross_kept_on_layer(
     return _layer_forward(
         self, x, memory, self_mask, cross_mask, need_weights, cache, "cross_kept_on_layer"
     )
+
+
+def lib_append_kv_cache_inputs(self, x, cache, prefix=""):
+    """The normalised inputs cached, and all of them projected again at every step."""
+    if prefix + "k" in cache:
+        x = torch.cat([cache[prefix + "k"], x], dim=1)
+    cache[prefix + "k"] = cache[prefix + "v"] = x
+    return self.project_kv(x, x)

@@ -106,6 +106,12 @@ def _cache_hint(caches, B: int, h: int, d_k: int, t: int, Ls: int | None = None)
             )
     for i, cache in enumerate(caches):
         k = cache.get("self_k") if isinstance(cache, dict) else None
+        if isinstance(k, torch.Tensor) and k.dim() == 3 and k.size(-1) == h * d_k:
+            return (
+                f"layer {i}'s cached self_k has shape {tuple(k.shape)}, vectors of d_model: "
+                "cache the keys and values after layer.self_mha.project_kv, [B, h, L, d_k], "
+                "so that no step projects the past again"
+            )
         if not isinstance(k, torch.Tensor) or k.dim() != 4:
             continue
         if k.size(1) != h:
@@ -144,6 +150,12 @@ def _step(fn, model, tokens, memory, src_mask, caches, where):
         hint = _cache_hint(
             caches, tokens.size(0), cfg.num_heads, cfg.d_k, tokens.size(1), memory.size(1)
         )
+        if not hint and "must have rank 3" in str(err):
+            hint = (
+                "calling self_mha(h, K, V) or cross_mha(...) projects its inputs again, so it "
+                "takes [B, L, d_model]; give the cached K, V [B, h, L, d_k] to "
+                "layer.self_mha.attend(h, K, V, attn_mask=...) instead"
+            )
         fail(f"your code raised {type(err).__name__}: {err}", where, hint)
 
 
