@@ -59,6 +59,7 @@ from helpers import (
     test_set,
     trained_reversal_model,
 )
+from helpers.numerics import assert_within_measured_spread
 from helpers.train import build_model
 
 _ = torch.manual_seed(0)
@@ -261,7 +262,7 @@ assert em >= 0.995  # training stopped once greedy decoding got there
 # %% [markdown]
 # That is the validation set, whose score decided when training stopped (chapter 10). So it is
 # not the number to report. `helpers.greedy_decode` and `helpers.exact_match` are the finished
-# versions of these two functions. They must agree with ours, token for token.
+# versions of these two functions. They must give our tokens and our score.
 #
 # `exact_match` decodes with a KV cache by default: a faster way to run the same loop, which
 # [chapter 13](13_kv_cache.ipynb) builds. Here we only check that it gives the same tokens.
@@ -286,9 +287,9 @@ assert exact_match(model, src_val, tgt_val) == em
 # never looked at. The cell decodes all of them greedily (with the KV cache, in batches of
 # 1,000). It shows the exact match with its 95 % Wilson interval {cite}`wilson1927`. It also
 # checks a claim chapter 10 relies on during training: the teacher-forced count, one forward
-# pass per batch, is the same number. Chapter 10's floor is 98 %.
+# pass per batch, is the same number.
 #
-# :::{dropdown} Going deeper: why the score depends on your CPU
+# :::{dropdown} Going deeper: seen sequences, and why the score depends on your CPU
 # About one in nine of the test sequences also occurs in the training set (chapter 09 counts
 # them); chapter 10 reports the others apart.
 # [The kernel-path study](../appendix/experiment_kernel_paths.ipynb) trained the same recipe on
@@ -305,7 +306,8 @@ right = torch.cat(
 teacher_forced = exact_match_with_interval(model, src_test, tgt_test)
 print(f"greedy decoding, test set: {int(right.sum()):,} of {len(right):,} exactly right")
 print(f"teacher-forced, test set : {teacher_forced}")
-assert int(right.sum()) == teacher_forced.correct and teacher_forced.exact_match >= 0.98
+assert int(right.sum()) == teacher_forced.correct
+_ = assert_within_measured_spread("book.test_correct", teacher_forced.exact_match, scale=1e-4)
 
 # %% [markdown]
 # Which test sequences does the model still get wrong? The cell prints the error rate per source
@@ -572,12 +574,14 @@ check_wilson_interval(wilson)
 # ### Exercise 11.3 (implement): beam search
 #
 # Greedy decoding keeps one hypothesis. Beam search {cite}`sutskever2014` keeps the `k` most
-# probable partial sequences: at every step each live hypothesis is extended by its `k` best next
-# tokens, all candidates are ranked by the **sum** of their tokens' log-probabilities, and the best
-# `k` survive; a hypothesis that has produced `<eos>` is finished and keeps competing with its
-# score. Write `beam_search(model, src, k)` for one source `src [1, Ls]` that returns the best
-# sequence as `[1, L]` (starting with `<bos>`, at most `model.max_len` tokens). With `k = 1` it
-# must be greedy decoding, token for token. With `k > 1` the checker compares the
+# probable partial sequences, the beam. At every step, each live hypothesis is extended by its
+# `k` best next tokens. All the candidates are ranked by the **sum** of their tokens'
+# log-probabilities, and the best `k` survive. A hypothesis that has produced `<eos>` is
+# finished: it stays in the beam with its score and keeps competing. Write
+# `beam_search(model, src, k)` for one source `src [1, Ls]` that returns the best sequence as
+# `[1, L]` (starting with `<bos>`, at most `model.max_len` tokens). Like `greedy`, it decodes in
+# evaluation mode and gives the caller's mode back: the checker calls it in training mode.
+# With `k = 1` it must be greedy decoding, token for token. With `k > 1` the checker compares the
 # log-probability of your result with that of the book's beam search on the same source, and
 # says so when yours is below greedy's. When yours falls short, it tries to name the mistake.
 # (Beam search does not promise to beat greedy decoding: greedy's prefix can drop out of the
@@ -587,29 +591,27 @@ check_wilson_interval(wilson)
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 11.3
-from helpers import restores_mode
 from helpers.exercises import check_beam_search
 
 
-@restores_mode  # gives the caller's mode back on return, or on an error
 @torch.no_grad()
 def beam_search(model, src, k):
-    model.eval()  # dropout off while decoding
-    memory, src_mask = model.encode(src)  # once, as in greedy decoding
-    beams = [([BOS_ID], 0.0)]  # (tokens, sum of log-probabilities)
-    for _ in range(model.max_len - 1):
-        if all(seq[-1] == EOS_ID for seq, _ in beams):
-            break
-        candidates = []
-        for seq, score in beams:
-            if seq[-1] == EOS_ID:  # finished: competes with its score, unchanged
-                candidates.append((seq, score))
-                continue
-            logits, _ = model.decode(torch.tensor([seq]), memory, src_mask, need_weights=False)
-            top = logits[0, -1].log_softmax(-1).topk(k)
-            for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
-                candidates.append((seq + [tok], score + lp))
-        beams = sorted(candidates, key=lambda c: c[1], reverse=True)[:k]
+    with eval_mode(model):  # dropout off; the caller's mode back, even after an error
+        memory, src_mask = model.encode(src)  # once, as in greedy decoding
+        beams = [([BOS_ID], 0.0)]  # (tokens, sum of log-probabilities)
+        for _ in range(model.max_len - 1):
+            if all(seq[-1] == EOS_ID for seq, _ in beams):
+                break
+            candidates = []
+            for seq, score in beams:
+                if seq[-1] == EOS_ID:  # finished: competes with its score, unchanged
+                    candidates.append((seq, score))
+                    continue
+                logits, _ = model.decode(torch.tensor([seq]), memory, src_mask, need_weights=False)
+                top = logits[0, -1].log_softmax(-1).topk(k)
+                for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+                    candidates.append((seq + [tok], score + lp))
+            beams = sorted(candidates, key=lambda c: c[1], reverse=True)[:k]
     return torch.tensor([max(beams, key=lambda c: c[1])[0]])
 
 
@@ -622,10 +624,12 @@ check_beam_search(beam_search)
 # `src [B, Ls]`. It returns int64 `[B, L]` with `L <= max_len`, `<bos>` first (`max_len`
 # counts it). A row that has produced `<eos>` gets `<pad>` from then on. The loop stops when
 # every row has finished, or at `max_len`. It decodes in evaluation mode and gives the
-# caller's mode back. The checker compares your tokens with `helpers.greedy_decode` on two
-# small random models with dropout. It uses a batch of six sources whose rows finish at
-# different steps, with `max_len` 10 and 5. It calls your function in training mode, and once
-# in evaluation mode. When the tokens differ, it tries to name the mistake.
+# caller's mode back, even when it raises. The checker compares your tokens with
+# `helpers.greedy_decode` on two small random models with dropout. It uses a batch of six
+# sources whose rows finish at different steps, with `max_len` 10 and 5. It calls your
+# function in training mode, and once in evaluation mode. When the tokens differ, it tries to
+# name the mistake. Last, it calls your function in training mode on sources too long for the
+# model, which raise an error, and checks the mode after it.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 11.4

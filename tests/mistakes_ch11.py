@@ -17,10 +17,25 @@ from helpers.decoding import checked_max_len
 @torch.no_grad()
 def _greedy(model, src, max_len, stop_at_eos=True, *, mistake=None):
     """Greedy decoding as helpers.greedy_decode does it, but for `mistake`."""
-    max_len = checked_max_len(model, src, max_len)
     was_training = model.training
     if mistake != "no eval":
         model.eval()
+    if mistake == "no finally":
+        out = _greedy_body(model, src, max_len, stop_at_eos, mistake)
+        model.train(was_training)  # skipped when the body raises
+        return out
+    try:
+        out = _greedy_body(model, src, max_len, stop_at_eos, mistake)
+    finally:
+        if mistake == "train at the end":
+            model.train()
+        elif mistake not in ("eval not undone", "no eval"):
+            model.train(was_training)
+    return out
+
+
+def _greedy_body(model, src, max_len, stop_at_eos, mistake):
+    max_len = checked_max_len(model, src, max_len)  # a ValueError for a source too long
     memory, src_mask = model.encode(src)
     B = src.size(0)
     start = PAD_ID if mistake == "starts with pad" else BOS_ID
@@ -34,19 +49,22 @@ def _greedy(model, src, max_len, stop_at_eos=True, *, mistake=None):
             nxt = logits[:, 0].argmax(-1)
         else:
             nxt = logits[:, -1].argmax(-1)
-        if mistake != "no padding":
+        if mistake == "eos overwritten" and stop_at_eos:
+            finished |= nxt == EOS_ID  # before the fill: the <eos> itself becomes <pad>
+        if mistake == "padded with eos":
+            nxt = nxt.masked_fill(finished, EOS_ID)
+        elif mistake != "no padding":
             nxt = nxt.masked_fill(finished, PAD_ID)
         out = torch.cat([out, nxt[:, None]], dim=1)
         if stop_at_eos:
-            finished |= nxt == EOS_ID
+            if mistake == "finished forgotten":
+                finished = nxt == EOS_ID
+            else:
+                finished |= nxt == EOS_ID
             if mistake == "stops at the first row" and finished.any():
                 break
             if finished.all() and mistake != "never stops early":
                 break
-    if mistake == "train at the end":
-        model.train()
-    elif mistake not in ("eval not undone", "no eval"):
-        model.train(was_training)
     return out
 
 
@@ -100,6 +118,26 @@ def greedy_never_stops_early(model, src, max_len=None, use_cache=False, stop_at_
     return _greedy(model, src, max_len, stop_at_eos, mistake="never stops early")
 
 
+def greedy_eos_overwritten(model, src, max_len=None, use_cache=False, stop_at_eos=True):
+    """`finished` updated before the fill: a row's <eos> is overwritten by <pad>."""
+    return _greedy(model, src, max_len, stop_at_eos, mistake="eos overwritten")
+
+
+def greedy_padded_with_eos(model, src, max_len=None, use_cache=False, stop_at_eos=True):
+    """Finished rows filled with <eos>, not <pad>."""
+    return _greedy(model, src, max_len, stop_at_eos, mistake="padded with eos")
+
+
+def greedy_finished_forgotten(model, src, max_len=None, use_cache=False, stop_at_eos=True):
+    """finished = nxt == EOS_ID, not |=: a row counts as finished for one step only."""
+    return _greedy(model, src, max_len, stop_at_eos, mistake="finished forgotten")
+
+
+def greedy_no_finally(model, src, max_len=None, use_cache=False, stop_at_eos=True):
+    """The caller's mode given back after the loop, not in a finally: an error skips it."""
+    return _greedy(model, src, max_len, stop_at_eos, mistake="no finally")
+
+
 GREEDY = {
     # mistake -> a fragment of the message check_greedy_decode gives it
     greedy_no_eval: "dropout was on while you decoded",
@@ -112,6 +150,10 @@ GREEDY = {
     greedy_max_len_plus_one: "one token longer than max_len allows",
     greedy_first_position: "logits of the first position",
     greedy_never_stops_early: "after every row had finished",
+    greedy_eos_overwritten: "the <eos> itself became <pad>",
+    greedy_padded_with_eos: "you filled finished rows with <eos>",
+    greedy_finished_forgotten: "a row is finished for one step only",
+    greedy_no_finally: "the line that gives the mode back was",
 }
 
 

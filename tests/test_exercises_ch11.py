@@ -80,7 +80,7 @@ def greedy(model, src, max_len):
 
 def test_greedy_solution_passes(capsys):
     check_greedy_decode(greedy)
-    assert "check_greedy_decode: all 4 checks passed" in capsys.readouterr().out
+    assert "check_greedy_decode: all 5 checks passed" in capsys.readouterr().out
 
 
 def test_greedy_with_the_encoder_rerun_at_every_step_passes(capsys):
@@ -101,12 +101,12 @@ def test_greedy_with_the_encoder_rerun_at_every_step_passes(capsys):
         return out
 
     check_greedy_decode(rerun)
-    assert "all 4 checks passed" in capsys.readouterr().out
+    assert "all 5 checks passed" in capsys.readouterr().out
 
 
 def test_greedy_with_the_kv_cache_passes(capsys):
     check_greedy_decode(lambda model, src, max_len: greedy_decode(model, src, max_len, True))
-    assert "all 4 checks passed" in capsys.readouterr().out
+    assert "all 5 checks passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("mistake", list(mistakes.GREEDY), ids=lambda f: f.__name__)
@@ -189,3 +189,15 @@ def test_fixed_z_is_rejected():
 
     with pytest.raises(ExerciseError, match="(fixed at 1.96|confidence 0.9)"):
         check_wilson_interval(fixed)
+
+
+def test_negative_z_is_rejected():
+    def negative_z(correct, n, confidence):
+        z = NormalDist().inv_cdf(confidence / 2)  # below 0.5: z < 0, low and high swapped
+        p = correct / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return centre - half, centre + half
+
+    with pytest.raises(ExerciseError, match="low bound is above your high bound"):
+        check_wilson_interval(negative_z)

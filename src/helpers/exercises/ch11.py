@@ -22,6 +22,8 @@ sources whose rows finish at different steps, with max_len large enough for ever
 and small enough that some rows do not. The models have dropout 0.3 and are called in training
 mode (dropout masks drawn from a fixed seed) and in eval mode. Their output layer never picks
 <pad> or <bos> on its own, so a finished row that is not padded shows.
+Last, it is called in training mode on sources too long for the model, which raise: the
+caller's mode must come back all the same (a finally block).
 
 Both checkers recognise the usual mistakes: they run each one on the same input and name the
 one whose output the reader's equals.
@@ -190,8 +192,9 @@ _WIDTH_HINT = (
 )
 
 _RESTORE_HINT = (
-    "call model.eval() inside beam_search, and give the caller's mode back: decorate it with "
-    "helpers.restores_mode (or save model.training and restore it in a finally block)"
+    "call model.eval() inside beam_search, and give the caller's mode back: put the body in "
+    "the chapter's `with eval_mode(model):` (or save model.training and restore it in a "
+    "finally block, or decorate it with helpers.restores_mode)"
 )
 
 
@@ -325,6 +328,11 @@ def _wilson_hint(correct: int, n: int, conf: float, got: tuple[float, float]) ->
     for value, hint in wrong:
         if all(abs(a - b) < 1e-5 for a, b in zip(value, got)):
             return hint
+    if got[0] > got[1]:
+        return (
+            "your low bound is above your high bound: is your z negative? The normal quantile "
+            "at a probability below 0.5 is; take it at (1 + c) / 2"
+        )
     return ""
 
 
@@ -401,10 +409,17 @@ def _greedy_variant(model, src: torch.Tensor, max_len: int, mistake: str) -> tor
             nxt = logits[:, 0].argmax(-1)
         else:
             nxt = logits[:, -1].argmax(-1)
-        if mistake != "no padding":
+        if mistake == "eos overwritten":  # finished before the fill: <eos> becomes <pad>
+            finished |= nxt == EOS_ID
+        if mistake == "padded with eos":
+            nxt = nxt.masked_fill(finished, EOS_ID)
+        elif mistake != "no padding":
             nxt = nxt.masked_fill(finished, PAD_ID)
         out = torch.cat([out, nxt[:, None]], dim=1)
-        finished |= nxt == EOS_ID
+        if mistake == "finished forgotten":  # only the rows whose newest token is <eos>
+            finished = nxt == EOS_ID
+        else:
+            finished |= nxt == EOS_ID
         if mistake == "stops at the first row" and finished.any():
             break
         if mistake != "never stops early" and finished.all():
@@ -425,20 +440,28 @@ _GREEDY_MISTAKES = {
     "vocabulary: the logits are [B, t, V], so pick logits[:, -1].argmax(-1)",
     "first position": "you read the logits of the first position at every step; the next "
     "token is predicted by the LAST position: logits[:, -1]",
+    "eos overwritten": "your rows lose their <eos>: you marked a row finished before filling "
+    "its finished rows with <pad>, so the <eos> itself became <pad>; fill first, then update "
+    "`finished`",
+    "padded with eos": "you filled finished rows with <eos>; they get <pad> (PAD_ID), the token "
+    "the loss and exact match ignore",
+    "finished forgotten": "a row is finished for one step only: `finished = nxt == EOS_ID` "
+    "forgets the rows that finished earlier, whose <pad> is not <eos>; accumulate with "
+    "`finished |= nxt == EOS_ID`",
 }
 
 _GREEDY_MODE_HINT = (
     "call model.eval() inside your function, and give the caller's mode back: save "
     "was_training = model.training and call model.train(was_training) in a finally block "
-    "(or decorate it with helpers.restores_mode)"
+    "(or put the body in the chapter's `with eval_mode(model):`)"
 )
 
 
 def check_greedy_decode(fn) -> None:
     """Exercise 11.4: fn(model, src, max_len) is greedy decoding of the batch src [B, Ls]:
     int64 [B, <= max_len], <bos> first, <pad> after a row's <eos>, stopping when every row has
-    finished or at max_len; it decodes in eval mode and gives the caller's mode back. Compared
-    with helpers.greedy_decode, token for token."""
+    finished or at max_len; it decodes in eval mode and gives the caller's mode back, even when
+    it raises. Compared with helpers.greedy_decode, token for token."""
     with _one_thread():
         checks = _check_greedy_decode(fn)
     passed(
@@ -523,4 +546,32 @@ def _check_greedy_decode(fn) -> int:
             where,
             "append the argmax of the last position's logits at every step",
         )
+    checks += _check_mode_after_an_error(fn, models[0], src)
     return checks
+
+
+def _check_mode_after_an_error(fn, model, src: torch.Tensor) -> int:
+    """Call fn in training mode on sources longer than the model's max_len, which the model
+    refuses with a ValueError: the caller's mode must come back all the same."""
+    too_long = torch.cat([src, src, src], dim=1)  # 24 tokens; the model holds 10
+    where = f"random model 0, sources of {too_long.size(1)} tokens (the model holds 10)"
+    model.train()
+    try:
+        try:
+            fn(model, too_long, _GREEDY_MAX_LEN)
+        except Exception as err:  # the model refuses the source: that is expected
+            raised = type(err).__name__
+        else:
+            raised = None
+        if raised is not None and not model.training:
+            fail(
+                f"the model was in training mode before your call, your call raised {raised}, "
+                "and the model is in eval mode after it: the line that gives the mode back was "
+                "skipped",
+                where,
+                "give the caller's mode back in a `finally` block (or use the chapter's "
+                "`with eval_mode(model):`), so that it runs even when decoding raises",
+            )
+    finally:
+        model.eval()
+    return 1
