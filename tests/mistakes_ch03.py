@@ -102,6 +102,26 @@ def sdpa_fill_minus_1e9(q, k, v, padding_mask=None, causal=False):
     return weights @ v, weights
 
 
+def sdpa_fill_float32_min(q, k, v, padding_mask=None, causal=False):  # out of float16's range
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    fill = torch.finfo(torch.float32).min
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal), fill=fill)
+    return weights @ v, weights
+
+
+def sdpa_fill_zero(q, k, v, padding_mask=None, causal=False):  # a score of 0 is not blocked
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    weights = _masked_softmax(scores, _mask(q, k, padding_mask, causal), fill=0.0)
+    return weights @ v, weights
+
+
+def sdpa_padding_on_queries(q, k, v, padding_mask=None, causal=False):  # [B, 1, Lq, 1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    mask = _mask(q, k, padding_mask, causal, padding_shape=(slice(None), None, slice(None), None))
+    weights = _masked_softmax(scores, mask)
+    return weights @ v, weights
+
+
 def sdpa_mask_after_softmax(q, k, v, padding_mask=None, causal=False):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     weights = scores.softmax(dim=-1).masked_fill(_mask(q, k, padding_mask, causal), 0.0)
@@ -141,6 +161,9 @@ SDPA_MISTAKES = {  # mistake -> a fragment of the message the checker gives
     sdpa_padding_not_unsqueezed: "lines up with the queries",
     sdpa_padding_unsqueezed_once: "lines up its batch dimension with the heads",
     sdpa_fill_minus_1e9: "-1e9 does not exist in float16",
+    sdpa_fill_float32_min: "float32's finfo.min",
+    sdpa_fill_zero: "a score of 0 still gets weight",
+    sdpa_padding_on_queries: r"padding \*keys\*, the last dimension",
     sdpa_mask_after_softmax: "applied after the softmax",
     sdpa_mask_ignored: "padding mask is not applied",
     sdpa_causal_ignored: "must not see the keys after it",
@@ -224,6 +247,22 @@ class MHAKVFromQuery(MHACorrect):
         return self.split(self.W_q(q)), self.split(self.W_k(q)), self.split(self.W_v(q))
 
 
+class MHAValuesFromKeys(MHACorrect):
+    def project(self, q, k, v):
+        return self.split(self.W_q(q)), self.split(self.W_k(k)), self.split(self.W_v(k))
+
+
+class MHASplitWithQueryLength(MHACorrect):  # fine in self-attention, wrong when Lk != Lq
+    def forward(self, q, k, v, padding_mask=None, causal=False):
+        B, Lq, _ = q.shape
+        Q, K, V = (
+            W(x).view(B, Lq, self.h, self.d_k).transpose(1, 2)
+            for W, x in ((self.W_q, q), (self.W_k, k), (self.W_v, v))
+        )
+        out, weights = self.attention(Q, K, V, padding_mask, causal)
+        return self.output(out), weights
+
+
 class MHAMaskNotOverHeads(MHACorrect):  # padding_mask[:, None, :]: [B, 1, Lk]
     def attention(self, Q, K, V, padding_mask, causal):
         return sdpa_padding_unsqueezed_once(Q, K, V, padding_mask, causal)
@@ -238,6 +277,8 @@ MHA_MISTAKES = {
     MHAScaleDModel: r"sqrt\(h \* d_k\), the model width",
     MHAQKSwapped: "queries come from W_k",
     MHAKVFromQuery: "keys and values are projections of q",
+    MHAValuesFromKeys: "values are projections of k",
+    MHASplitWithQueryLength: "split with the query length",
     MHAMaskNotOverHeads: "lines up its batch dimension with the heads",
 }
 
@@ -285,6 +326,14 @@ def lib_fill_minus_1e9(self, Q, K, V, attn_mask):
     return _lib_attention(self, Q, K, V, attn_mask, fill=-1e9)
 
 
+def lib_fill_float32_min(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, fill=torch.finfo(torch.float32).min)
+
+
+def lib_fill_zero(self, Q, K, V, attn_mask):
+    return _lib_attention(self, Q, K, V, attn_mask, fill=0.0)
+
+
 def lib_mask_after_softmax(self, Q, K, V, attn_mask):
     return _lib_attention(self, Q, K, V, attn_mask, after=True)
 
@@ -299,6 +348,10 @@ def lib_padding_not_unsqueezed(ids, pad_id=0):  # as helpers.masks.make_padding_
 
 def lib_padding_unsqueezed_once(ids, pad_id=0):
     return (ids == pad_id)[:, None, :]
+
+
+def lib_padding_on_queries(ids, pad_id=0):
+    return (ids == pad_id)[:, None, :, None]
 
 
 def lib_causal_ignored(L, device=None):  # as helpers.masks.make_causal_mask
@@ -355,6 +408,20 @@ def lib_mha_kv_from_query(self, q, k, v, attn_mask=None, need_weights=True):  # 
     return self.attend(q, K, V, attn_mask, need_weights)
 
 
+def lib_mha_values_from_keys(self, q, k, v, attn_mask=None, need_weights=True):  # as .forward
+    K, V = self.project_kv(k, k)
+    return self.attend(q, K, V, attn_mask, need_weights)
+
+
+def lib_mha_split_with_query_length(self, q, k, v, attn_mask=None, need_weights=True):
+    def split(x):  # as MultiHeadAttention.forward
+        return x.view(q.size(0), q.size(1), self.h, self.d_k).transpose(1, 2)
+
+    Q, K, V = split(self.W_q(q)), split(self.W_k(k)), split(self.W_v(v))
+    out, w = _lib_heads(self, Q, K, V, attn_mask, need_weights)
+    return self.W_o(self.merge_heads(out)), w
+
+
 # catalogue entry -> (library target, its counterpart); lib_scale_d_model and the padding mask
 # broadcast over heads each serve two entries; the -inf variant of diagonal=0 plants as
 # diagonal=0 (the library chooses its own fill value)
@@ -368,6 +435,9 @@ PLANTS = {
     sdpa_padding_not_unsqueezed: (_M + "make_padding_mask", lib_padding_not_unsqueezed),
     sdpa_padding_unsqueezed_once: (_M + "make_padding_mask", lib_padding_unsqueezed_once),
     sdpa_fill_minus_1e9: (_A + "_attention_by_hand", lib_fill_minus_1e9),
+    sdpa_fill_float32_min: (_A + "_attention_by_hand", lib_fill_float32_min),
+    sdpa_fill_zero: (_A + "_attention_by_hand", lib_fill_zero),
+    sdpa_padding_on_queries: (_M + "make_padding_mask", lib_padding_on_queries),
     sdpa_mask_after_softmax: (_A + "_attention_by_hand", lib_mask_after_softmax),
     sdpa_mask_ignored: (_A + "_attention_by_hand", lib_mask_ignored),
     sdpa_causal_ignored: (_M + "make_causal_mask", lib_causal_ignored),
@@ -381,5 +451,7 @@ PLANTS = {
     MHAScaleDModel: (_A + "_attention_by_hand", lib_scale_d_model),
     MHAQKSwapped: (_A + "forward", lib_mha_qk_swapped),
     MHAKVFromQuery: (_A + "forward", lib_mha_kv_from_query),
+    MHAValuesFromKeys: (_A + "forward", lib_mha_values_from_keys),
+    MHASplitWithQueryLength: (_A + "forward", lib_mha_split_with_query_length),
     MHAMaskNotOverHeads: (_M + "make_padding_mask", lib_padding_unsqueezed_once),
 }

@@ -45,11 +45,11 @@ def test_equals_torch_multihead_attention():
         ref.in_proj_bias.copy_(torch.cat([m.W_q.bias, m.W_k.bias, m.W_v.bias]))
         ref.out_proj.weight.copy_(m.W_o.weight)
         ref.out_proj.bias.copy_(m.W_o.bias)
-    q, kv = torch.randn(2, 5, 64), torch.randn(2, 9, 64)
+    q, k, v = torch.randn(2, 5, 64), torch.randn(2, 9, 64), torch.randn(2, 9, 64)  # v != k
     pad = torch.zeros(2, 9, dtype=torch.bool)
     pad[1, 6:] = True
-    ours, w = m(q, kv, kv, attn_mask=pad[:, None, None, :])
-    theirs, tw = ref(q, kv, kv, key_padding_mask=pad, average_attn_weights=False)
+    ours, w = m(q, k, v, attn_mask=pad[:, None, None, :])
+    theirs, tw = ref(q, k, v, key_padding_mask=pad, average_attn_weights=False)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w, tw, atol=1e-6, rtol=1e-5)
 

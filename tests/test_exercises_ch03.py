@@ -150,3 +150,33 @@ def test_mha_refuses_other_parameter_names():
 
     with pytest.raises(ExerciseError, match="do not load into your module"):
         check_multi_head_attention(Fused)
+
+
+def test_mha_accepts_a_buffer_of_its_own():  # e.g. a causal mask kept as a buffer
+    class WithBuffer(mistakes.MHACorrect):
+        def __init__(self, d_model, num_heads):
+            super().__init__(d_model, num_heads)
+            self.register_buffer("future", torch.ones(8, 8, dtype=torch.bool).triu(1))
+
+    check_multi_head_attention(WithBuffer)
+
+
+def test_mha_refuses_linear_layers_without_bias():
+    class NoBias(mistakes.MHACorrect):
+        def __init__(self, d_model, num_heads):
+            super().__init__(d_model, num_heads)
+            self.W_q, self.W_k, self.W_v, self.W_o = (
+                torch.nn.Linear(d_model, d_model, bias=False) for _ in range(4)
+            )
+
+    with pytest.raises(ExerciseError, match="unexpected: W_q.bias"):
+        check_multi_head_attention(NoBias)
+
+
+def test_sdpa_names_a_swapped_return_pair():
+    def swapped(q, k, v, padding_mask=None, causal=False):
+        out, weights = mistakes.sdpa_correct(q, k, v, padding_mask, causal)
+        return weights, out
+
+    with pytest.raises(ExerciseError, match=r"return \(output, weights\), in that order"):
+        check_scaled_dot_product_attention(swapped)

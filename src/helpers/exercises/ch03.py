@@ -255,6 +255,14 @@ def _compare(name, run, reference, cases, hints, probes, what) -> int:
             fail(f"{name} should return a pair (output, weights), got {type(got).__name__}", where)
         case64 = _as_double(case)
         expected = reference(case64)
+        shapes = [tuple(getattr(t, "shape", ())) for t in (*got, *expected)]
+        if shapes[0] == shapes[3] and shapes[1] == shapes[2] and shapes[0] != shapes[1]:
+            fail(
+                f"{name} returned (weights, output)",
+                where,
+                f"the output is {list(shapes[2])} and the weights {list(shapes[3])}: "
+                "return (output, weights), in that order",
+            )
         if not _pair_close(got, expected, atol, rtol):
             hint = _recognise(got, reference, case64, hints, atol, rtol)
             if hint:
@@ -293,8 +301,13 @@ _SDPA_HINTS = {
     "[B, 1, 1, Lk] (padding_mask[:, None, None, :])",
     "unsqueeze once": "a [B, 1, Lk] padding mask lines up its batch dimension with the heads "
     "of the scores [B, h, Lq, Lk]: unsqueeze it to [B, 1, 1, Lk] (padding_mask[:, None, None, :])",
-    "minus 1e9": "-1e9 does not exist in float16 (its range ends at 65504), so masked_fill "
-    "refuses it: fill with torch.finfo(scores.dtype).min",
+    "minus 1e9": "the fill value is outside float16's range, which ends at 65504 (-1e9 does "
+    "not exist in float16, nor does float32's finfo.min), so masked_fill refuses it: fill "
+    "with torch.finfo(scores.dtype).min",
+    "fill zero": "the blocked scores are set to 0, and a score of 0 still gets weight: fill "
+    "them with a very negative number, torch.finfo(scores.dtype).min",
+    "padding on queries": "the padding mask blocks the padding *keys*, the last dimension of "
+    "the scores [B, h, Lq, Lk]: padding_mask[:, None, None, :], not [:, None, :, None]",
     "after softmax": "the mask is applied after the softmax, so each row of weights no longer "
     "sums to 1: fill the blocked scores before the softmax",
     "mask ignored": "blocked keys get weight: the padding mask is not applied to the scores",
@@ -315,7 +328,11 @@ def _sdpa(case, mistake=None, fill=None):
     Lq, Lk = scores.shape[-2:]
     mask = None
     if padding_mask is not None and mistake != "mask ignored":
-        shaped = {"no unsqueeze": padding_mask, "unsqueeze once": padding_mask[:, None, :]}
+        shaped = {
+            "no unsqueeze": padding_mask,
+            "unsqueeze once": padding_mask[:, None, :],
+            "padding on queries": padding_mask[:, None, :, None],
+        }
         mask = shaped.get(mistake, padding_mask[:, None, None, :])
     if causal and mistake not in ("mask ignored", "no causal"):
         future = torch.ones(Lq, Lk, dtype=torch.bool).triu(0 if mistake == "diagonal 0" else 1)
@@ -323,7 +340,8 @@ def _sdpa(case, mistake=None, fill=None):
     if mistake == "inverted":  # with no mask given, every key blocked
         mask = ~(torch.zeros(Lq, Lk, dtype=torch.bool) if mask is None else mask)
     if fill is None:
-        fill = -1e9 if mistake == "minus 1e9" else torch.finfo(scores.dtype).min
+        fills = {"minus 1e9": -1e9, "fill zero": 0.0}
+        fill = fills.get(mistake, torch.finfo(scores.dtype).min)
     if mask is not None and mistake != "after softmax":
         scores = scores.masked_fill(mask, fill)
     weights = scores.softmax(dim=-2 if mistake == "softmax over queries" else -1)
@@ -427,6 +445,10 @@ _MHA_HINTS = {
     "q k swapped": "the queries come from W_k and the keys from W_q: Q = W_q(q), K = W_k(k)",
     "kv from q": "the keys and values are projections of q: K = W_k(k) and V = W_v(v), which "
     "in cross-attention come from another sequence",
+    "v from k": "the values are projections of k: V = W_v(v), from the third argument",
+    "split with Lq": "the keys and values are split with the query length Lq, but their length "
+    "is Lk (in cross-attention they come from another sequence): split each tensor with its "
+    "own length, x.size(1)",
     **_SDPA_HINTS,
 }
 
@@ -458,11 +480,13 @@ def _mha(ref, case, mistake=None, fill=None):
     W_q, W_k = (ref.W_k, ref.W_q) if mistake == "q k swapped" else (ref.W_q, ref.W_k)
     if mistake == "kv from q":
         k = v = q
+    if mistake == "v from k":
+        v = k
 
     def split(x):
         if mistake == "split without transpose":
             return x.view(B, h, x.size(1), dk)
-        return x.view(B, x.size(1), h, dk).transpose(1, 2)
+        return x.view(B, Lq if mistake == "split with Lq" else x.size(1), h, dk).transpose(1, 2)
 
     with torch.no_grad():
         Q, K, V = split(_linear(q, W_q)), split(_linear(k, W_k)), split(_linear(v, ref.W_v))
@@ -488,15 +512,15 @@ _MHA_D, _MHA_H = 24, 3  # d_k = 8: sqrt(d_model) and sqrt(d_k) differ
 def _mha_cases():
     """(where, (q, k, v, padding_mask, causal), atol, rtol), float32 as the module is."""
     g = torch.Generator().manual_seed(36)
-    x, q, src = (torch.randn(2, L, _MHA_D, generator=g) for L in (5, 4, 6))
+    x, q, src, val = (torch.randn(2, L, _MHA_D, generator=g) for L in (5, 4, 6, 6))
     pad6 = _padding([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]])
     pad5 = _padding([[0, 0, 0, 1, 1], [0, 0, 0, 0, 0]])
     tol = (1e-5, 1e-4)
     return [
         ("input 1 (self-attention, x [2, 5, 24], no mask)", (x, x, x, None, False), *tol),
         (
-            "input 2 (cross-attention, q [2, 4, 24], k = v [2, 6, 24])",
-            (q, src, src, None, False),
+            "input 2 (cross-attention, q [2, 4, 24], k and v two different [2, 6, 24])",
+            (q, src, val, None, False),
             *tol,
         ),
         (
@@ -539,12 +563,20 @@ def check_multi_head_attention(cls) -> None:
     module = call(cls, _MHA_D, _MHA_H, where=where)
     if not isinstance(module, nn.Module):
         fail(f"cls({_MHA_D}, {_MHA_H}) should build an nn.Module, got {type(module).__name__}")
-    try:
-        module.load_state_dict(ref.state_dict())
-    except RuntimeError as err:
+    try:  # buffers of the reader's own (a causal mask, say) may stay as they are
+        keys = module.load_state_dict(ref.state_dict(), strict=False)
+        buffers = {name for name, _ in module.named_buffers()}
+        missing = [key for key in keys.missing_keys if key not in buffers]
+        problem = ", ".join(
+            f"{what}: {', '.join(found)}"
+            for what, found in (("missing", missing), ("unexpected", keys.unexpected_keys))
+            if found
+        )
+    except RuntimeError as err:  # a parameter of another shape
+        problem = str(err).splitlines()[-1].strip()
+    if problem:
         fail(
-            "helpers.MultiHeadAttention's weights do not load into your module: "
-            + str(err).splitlines()[-1].strip(),
+            f"helpers.MultiHeadAttention's weights do not load into your module ({problem})",
             where,
             "give it four nn.Linear(d_model, d_model) named W_q, W_k, W_v and W_o, and no "
             "other parameters",
