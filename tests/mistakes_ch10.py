@@ -38,6 +38,11 @@ def loop(
     stop_at_equal=True,
     trim=True,
     loss_by_hand=False,
+    smoothing=True,
+    adam_betas=True,
+    own_generator=True,
+    exact_score=True,
+    sched_first=False,
 ):
     """The complete training loop; every keyword left at its default gives the right one."""
     model = build_model(cfg)
@@ -45,9 +50,12 @@ def loop(
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
     src_val, tgt_val = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
     src_len, tgt_len = (src_all != PAD_ID).sum(1), (tgt_all != PAD_ID).sum(1)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    if adam_betas:
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
-    gen = torch.Generator().manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed) if own_generator else None
     first_epoch = None
     losses, eval_steps, batches = [], [], []
     model.train()
@@ -64,19 +72,24 @@ def loop(
         tgt_out = tgt[:, 1:] if shift else tgt_in
         logits = model(src, tgt_in)
         flat_logits, flat_labels = logits.reshape(-1, VOCAB_SIZE), tgt_out.reshape(-1)
+        eps = cfg.label_smoothing if smoothing else 0.0
         if loss_by_hand:  # the same mean, summed in another order
             real = flat_labels != PAD_ID
             logp = flat_logits[real].log_softmax(-1)
-            loss = -logp.gather(1, flat_labels[real, None]).sum() / real.sum()
-        elif ignore_padding:
-            loss = F.cross_entropy(flat_logits, flat_labels, ignore_index=PAD_ID)
+            per_label = -(1 - eps) * logp.gather(1, flat_labels[real, None])[:, 0]
+            loss = (per_label - eps * logp.mean(-1)).sum() / real.sum()
         else:
-            loss = F.cross_entropy(flat_logits, flat_labels)
+            ignore = PAD_ID if ignore_padding else -100  # -100: F.cross_entropy's default
+            loss = F.cross_entropy(
+                flat_logits, flat_labels, ignore_index=ignore, label_smoothing=eps
+            )
         if zero_grad:
             opt.zero_grad()
         loss.backward()
+        if sched_first:  # PyTorch warns: "Detected call of `lr_scheduler.step()` before ..."
+            sched.step()
         opt.step()
-        for _ in range(sched_steps):
+        for _ in range(sched_steps - sched_first):
             sched.step()
         losses.append(loss.item())
         right = ((logits.argmax(-1) == tgt_out) | (tgt_out == PAD_ID)).all(1)
@@ -90,8 +103,12 @@ def loop(
             if back_to_train:
                 model.train()
             labels = tgt_val[:, 1:]
-            val_right = ((val_logits.argmax(-1) == labels) | (labels == PAD_ID)).all(1)
-            score = val_right.sum().item() / len(src_val)
+            if exact_score:
+                val_right = ((val_logits.argmax(-1) == labels) | (labels == PAD_ID)).all(1)
+                score = val_right.sum().item() / len(src_val)
+            else:  # the share of right tokens
+                real = labels != PAD_ID
+                score = ((val_logits.argmax(-1) == labels) & real).sum().item() / real.sum().item()
             eval_steps.append(len(losses))
             target = cfg.target_exact_match
             if target is not None and (score >= target if stop_at_equal else score > target):
@@ -112,6 +129,10 @@ def padding_in_loss(cfg):
 
 def scheduler_twice(cfg):
     return loop(cfg, sched_steps=2)
+
+
+def scheduler_before_optimizer(cfg):
+    return loop(cfg, sched_first=True)
 
 
 def scheduler_never(cfg):
@@ -150,10 +171,27 @@ def untrimmed(cfg):
     return loop(cfg, trim=False)
 
 
+def no_label_smoothing(cfg):
+    return loop(cfg, smoothing=False)
+
+
+def adam_default_betas(cfg):
+    return loop(cfg, adam_betas=False)
+
+
+def batches_from_global_generator(cfg):
+    return loop(cfg, own_generator=False)  # torch.randperm(n, generator=None)
+
+
+def score_token_accuracy(cfg):
+    return loop(cfg, exact_score=False)
+
+
 CATALOGUE = {  # mistake -> a fragment of the message check_training_loop gives for it
     labels_not_shifted: "the labels are not shifted",
     padding_in_loss: "padding is counted in the loss",
     scheduler_twice: "the schedule advances twice per step",
+    scheduler_before_optimizer: "the schedule advances before the optimiser steps",
     scheduler_never: "the learning rate never changes",
     no_zero_grad: "the gradients pile up",
     eval_never_undone: "training went on in eval mode",
@@ -163,6 +201,10 @@ CATALOGUE = {  # mistake -> a fragment of the message check_training_loop gives 
     eval_off_by_one: "the evaluations come one step early",
     stop_only_above_target: "did not stop at the first evaluation that reached the target",
     untrimmed: "keeps its all-padding columns",
+    no_label_smoothing: "the loss ignores cfg.label_smoothing",
+    adam_default_betas: "Adam runs with PyTorch's defaults",
+    batches_from_global_generator: "torch's global random generator",
+    score_token_accuracy: "the score must be exact match",
 }
 
 
@@ -187,6 +229,9 @@ _train = train_module._train
 lib_labels_not_shifted = _mutant(_train, "tgt[:, :-1], tgt[:, 1:]", "tgt[:, :-1], tgt[:, :-1]")
 lib_padding_in_loss = _mutant(_train, "ignore_index=PAD_ID,", "")
 lib_scheduler_twice = _mutant(_train, "sched.step()", "sched.step()\n        sched.step()")
+lib_scheduler_before_optimizer = _mutant(
+    _train, "opt.step()\n        sched.step()", "sched.step()\n        opt.step()"
+)
 lib_scheduler_never = _mutant(_train, "sched.step()", "pass")
 lib_no_zero_grad = _mutant(_train, "opt.zero_grad(set_to_none=True)", "pass")
 lib_no_reshuffle = _mutant(
@@ -208,15 +253,28 @@ lib_untrimmed = _mutant(
     1,
     ("tgt_train[rows, : int(tgt_len[idx].max())]", "tgt_train[rows]"),
 )
+lib_no_label_smoothing = _mutant(_train, "label_smoothing=cfg.label_smoothing,", "")
+lib_adam_default_betas = _mutant(_train, ", betas=(0.9, 0.98), eps=1e-9", "")
+lib_batches_from_global_generator = _mutant(
+    _train,
+    "epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)",
+    "epoch_batches(src_len, cfg.batch_size, cfg.bucket, None)",
+)
 # the mode switches live in teacher_forced_exact_match, which train_reversal scores with
 _tf_em = train_module.teacher_forced_exact_match
 lib_eval_never_undone = _mutant(_tf_em, "model.train(was_training)", "pass")
 lib_eval_in_train_mode = _mutant(_tf_em, "model.eval()", "pass")
+lib_score_token_accuracy = _mutant(  # per sequence: its share of right tokens, <pad> included
+    _tf_em,
+    "int(sequence_correct(model(s, t[:, :-1]), t[:, 1:]).sum())",
+    "float((model(s, t[:, :-1]).argmax(-1) == t[:, 1:]).float().mean(1).sum())",
+)
 
 PLANTED = {  # catalogue name -> (the library object replaced, its mistaken twin's name)
     "labels_not_shifted": ("helpers.train:_train", "lib_labels_not_shifted"),
     "padding_in_loss": ("helpers.train:_train", "lib_padding_in_loss"),
     "scheduler_twice": ("helpers.train:_train", "lib_scheduler_twice"),
+    "scheduler_before_optimizer": ("helpers.train:_train", "lib_scheduler_before_optimizer"),
     "scheduler_never": ("helpers.train:_train", "lib_scheduler_never"),
     "no_zero_grad": ("helpers.train:_train", "lib_no_zero_grad"),
     "eval_never_undone": ("helpers.train:teacher_forced_exact_match", "lib_eval_never_undone"),
@@ -226,4 +284,11 @@ PLANTED = {  # catalogue name -> (the library object replaced, its mistaken twin
     "eval_off_by_one": ("helpers.train:_train", "lib_eval_off_by_one"),
     "stop_only_above_target": ("helpers.train:_train", "lib_stop_only_above_target"),
     "untrimmed": ("helpers.train:_train", "lib_untrimmed"),
+    "no_label_smoothing": ("helpers.train:_train", "lib_no_label_smoothing"),
+    "adam_default_betas": ("helpers.train:_train", "lib_adam_default_betas"),
+    "batches_from_global_generator": ("helpers.train:_train", "lib_batches_from_global_generator"),
+    "score_token_accuracy": (
+        "helpers.train:teacher_forced_exact_match",
+        "lib_score_token_accuracy",
+    ),
 }

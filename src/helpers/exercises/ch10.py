@@ -11,15 +11,17 @@ The first two compare the reader's number with PyTorch's F.cross_entropy on fixe
 the number differs, they compute the usual wrong variants (smoothing spread over V - 1 classes,
 padding averaged in, target not shifted, ...) and name the one the reader's number matches. The
 third runs the reader's loop and train_reversal on three tiny configs; when they differ, it runs
-each known mistake (labels not shifted, padding in the loss, the scheduler stepped twice or
-never, no zero_grad, eval mode never undone, no reshuffle, an ungated or misplaced evaluation,
-...) on the same config and names the one whose losses and evaluation steps the reader's match.
+each known mistake (labels not shifted, padding in the loss, label smoothing left out, Adam's
+default betas, the scheduler stepped twice or never, no zero_grad, eval mode never undone, no
+reshuffle, an ungated or misplaced evaluation, token accuracy as the score, ...) on the same
+config and names the one whose losses and evaluation steps the reader's match.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -186,6 +188,9 @@ def check_teacher_forcing_loss(fn) -> None:
 
 # Three 12-step runs of a tiny model with dropout: 3 batches per epoch, so 12 steps cross three
 # epoch boundaries; warmup 4 and a cooldown over the last 8 steps, so every lr is distinct.
+# The first config smooths the labels and has a target above the young model's exact match
+# (0), so a loop that drops the smoothing, or scores something more generous than exact match
+# (token accuracy), shows.
 _LOOP_CFG = TrainConfig(
     d_model=16,
     num_heads=2,
@@ -209,7 +214,11 @@ _LOOP_CFG = TrainConfig(
 def _loop_configs() -> list[tuple[str, TrainConfig]]:
     base = "a 12-step run (3 batches per epoch, dropout 0.1, eval_every 4"
     return [
-        (f"{base}, eval_gate 0, no target)", _LOOP_CFG),
+        (
+            f"{base}, eval_gate 0, label_smoothing 0.1, target_exact_match 0.01, above this "
+            "young model's exact match of 0)",
+            dataclasses.replace(_LOOP_CFG, label_smoothing=0.1, target_exact_match=0.01),
+        ),
         (
             f"{base}, eval_gate 0.5, which no batch of this young model reaches)",
             dataclasses.replace(_LOOP_CFG, eval_gate=0.5),
@@ -229,7 +238,10 @@ def _loop(cfg: TrainConfig, mistake: str | None = None):
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
     src_val, tgt_val = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
     src_len, tgt_len = (src_all != PAD_ID).sum(1), (tgt_all != PAD_ID).sum(1)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    if mistake == "adam defaults":
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
     gen = torch.Generator().manual_seed(cfg.seed)
     losses, eval_steps, batches = [], [], []
@@ -238,7 +250,8 @@ def _loop(cfg: TrainConfig, mistake: str | None = None):
         if not batches:
             if mistake == "no reshuffle":
                 gen = torch.Generator().manual_seed(cfg.seed)
-            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)
+            batch_gen = None if mistake == "global generator" else gen  # None: torch's global one
+            batches = epoch_batches(src_len, cfg.batch_size, cfg.bucket, batch_gen)
         idx = batches.pop(0) if mistake == "front" else batches.pop()
         src, tgt = src_all[idx], tgt_all[idx]
         if mistake != "untrimmed":
@@ -250,13 +263,17 @@ def _loop(cfg: TrainConfig, mistake: str | None = None):
             logits.reshape(-1, VOCAB_SIZE),
             tgt_out.reshape(-1),
             ignore_index=-100 if mistake == "padding counted" else PAD_ID,
-            label_smoothing=cfg.label_smoothing,
+            label_smoothing=0.0 if mistake == "no smoothing" else cfg.label_smoothing,
         )
         if mistake != "no zero_grad":
             opt.zero_grad()
         loss.backward()
+        if mistake == "scheduler first":
+            with warnings.catch_warnings():  # PyTorch warns about this order; the learner's
+                warnings.simplefilter("ignore")  # own run has already shown that warning
+                sched.step()
         opt.step()
-        if mistake != "scheduler never":
+        if mistake not in ("scheduler never", "scheduler first"):
             sched.step()
         if mistake == "scheduler twice":
             sched.step()
@@ -273,11 +290,16 @@ def _loop(cfg: TrainConfig, mistake: str | None = None):
             if mistake != "eval in train mode":
                 model.eval()
             with torch.no_grad():
-                right = sequence_correct(model(src_val, tgt_val[:, :-1]), tgt_val[:, 1:])
+                val_logits, labels = model(src_val, tgt_val[:, :-1]), tgt_val[:, 1:]
             if mistake != "eval never undone":
                 model.train()
             eval_steps.append(step)
-            score, target = int(right.sum()) / len(src_val), cfg.target_exact_match
+            if mistake == "token accuracy":
+                real = labels != PAD_ID
+                score = int(((val_logits.argmax(-1) == labels) & real).sum()) / int(real.sum())
+            else:
+                score = int(sequence_correct(val_logits, labels).sum()) / len(src_val)
+            target = cfg.target_exact_match
             if target is not None and (
                 score > target if mistake == "strict stop" else score >= target
             ):
@@ -292,7 +314,13 @@ _LOOP_HINTS = {
     "F.cross_entropy, so that the mean runs over the real labels only",
     "scheduler twice": "the schedule advances twice per step: call sched.step() once, after "
     "opt.step()",
+    "scheduler first": "the schedule advances before the optimiser steps, so step 1 already "
+    "uses step 2's learning rate: call sched.step() after opt.step()",
     "scheduler never": "the learning rate never changes: call sched.step() after every opt.step()",
+    "no smoothing": "the loss ignores cfg.label_smoothing: pass "
+    "label_smoothing=cfg.label_smoothing to F.cross_entropy",
+    "adam defaults": "Adam runs with PyTorch's defaults, betas (0.9, 0.999) and eps 1e-8: build "
+    "it with betas=(0.9, 0.98), eps=1e-9, as train_reversal does",
     "no zero_grad": "the gradients pile up from step to step: call opt.zero_grad() before "
     "loss.backward()",
     "eval never undone": "after the first evaluation, training went on in eval mode, with "
@@ -301,6 +329,9 @@ _LOOP_HINTS = {
     "its random draws changed the masks of the later steps; call model.eval() before scoring",
     "no reshuffle": "every epoch repeats the first epoch's batches: draw each epoch's batches "
     "from the same generator, created once before the loop",
+    "global generator": "the batches come from torch's global random generator, which "
+    "build_model and dropout draw from too: draw them with a torch.Generator seeded with "
+    "cfg.seed, created once before the loop",
     "front": "the batches are taken from the front of the list: take them with batches.pop(), "
     "from the end, as train_reversal does",
     "untrimmed": "the batch keeps its all-padding columns: cut src and tgt to the batch's "
@@ -314,6 +345,9 @@ _LOOP_HINTS = {
     "step k when k % cfg.eval_every == 0",
     "no final evaluation": "the last step is evaluated too, whatever the gate says, as "
     "train_reversal does",
+    "token accuracy": "training stopped where train_reversal did not: the score must be "
+    "exact match, the share of validation sequences right at every position up to <eos>, "
+    "not the share of right tokens",
     "strict stop": "training did not stop at the first evaluation that reached the target: "
     "stop when the score is >= cfg.target_exact_match (a score equal to it counts)",
 }
