@@ -915,7 +915,7 @@ plt.show()
 #
 # The formula computes each head from its own $d_k$ columns of the projections and applies
 # $W^O$ to their concatenation. The cell does that with the module's weights. Its sums run
-# in other orders, so the two agree to rounding, not bit for bit:
+# in other orders, so the two can differ by rounding:
 
 
 # %%
@@ -934,7 +934,7 @@ def one_head_at_a_time(m, x_in, mask):
     return m.W_o(torch.cat(heads, dim=-1)), heads  # Concat(...) W^O, plus W_o's bias
 
 
-for dtype, shown in ((torch.float32, 1e-6), (torch.float64, 1e-13)):
+for dtype in (torch.float32, torch.float64):
     m = copy.deepcopy(mha).to(dtype)
     x_d = x.to(dtype)
     with torch.no_grad():
@@ -943,7 +943,7 @@ for dtype, shown in ((torch.float32, 1e-6), (torch.float64, 1e-13)):
     gap = (by_heads - batched).abs().max().item()
     # 1000 eps at the output scale: well above rounding (a few eps), well below a real error
     tol = 1000 * torch.finfo(dtype).eps * batched.abs().max().item()
-    print(f"{str(dtype):13s} max |W_o(Concat(head_1..head_{h})) - module|: {at_most(gap, shown)}")
+    print(f"{str(dtype):13s} max |W_o(Concat(head_1..head_{h})) - module|: {at_most(gap, tol)}")
     assert torch.allclose(by_heads, batched, rtol=0, atol=tol)
 print("each head:", tuple(head_outputs[0].shape), " concatenated:", (B, L, h * d_k))
 
@@ -1266,9 +1266,9 @@ assert sdpa_gap < 1e-6
 # distance between query and key, with slopes $m_h = 2^{-8(h+1)/H}$. Write
 # `alibi_bias(num_heads, L)` returning the `[num_heads, L, L]` tensor $-m_h\,|i - j|$
 # (the paper's decoder only needs $j \le i$, where $|i - j| = i - j$; the absolute value
-# is one way to extend it to an encoder). Check it with `check_alibi_bias(alibi_bias)`, then add it to attention
-# scores: with all-zero queries and keys, which key gets the most weight in each head,
-# and which head puts the most weight on the farthest key?
+# is one way to extend it to an encoder). Check it with `check_alibi_bias(alibi_bias)`,
+# then add it to attention scores: with all-zero queries and keys, which key gets the most
+# weight in each head, and which head puts the most weight on the farthest key?
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 3.3
@@ -1298,7 +1298,8 @@ assert w_alibi[0, :, 3, 0].argmax() == 3  # the flattest head reaches furthest (
 # ### Exercise 3.4 (implement): scaled dot-product attention with a padding mask
 #
 # Write `scaled_dot_product_attention(q, k, v, padding_mask=None, causal=False)` returning
-# `(out, weights)`, for `q [B, h, Lq, d_k]`, `k [B, h, Lk, d_k]` and `v [B, h, Lk, d_v]`.
+# `(out [B, h, Lq, d_v], weights [B, h, Lq, Lk])` for `q [B, h, Lq, d_k]`,
+# `k [B, h, Lk, d_k]` and `v [B, h, Lk, d_v]`.
 # `padding_mask` is a bool `[B, Lk]`, True at the padding keys. `causal=True` blocks the
 # keys $j > i$ of query $i$. Fill blocked scores with `torch.finfo(scores.dtype).min`.
 # `check_scaled_dot_product_attention` runs it with no mask, on a padded batch ($B = 2$,
