@@ -145,6 +145,16 @@ def sdpa_causal_diagonal_0(q, k, v, padding_mask=None, causal=False):
     return weights @ v, weights
 
 
+def sdpa_causal_tril(q, k, v, padding_mask=None, causal=False):  # tril: the allowed keys
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    Lq, Lk = scores.shape[-2:]
+    mask = _mask(q, k, padding_mask, causal=False)
+    if causal:
+        mask = mask | torch.ones(Lq, Lk, dtype=torch.bool).tril()
+    weights = _masked_softmax(scores, mask)
+    return weights @ v, weights
+
+
 def sdpa_causal_diagonal_0_inf(q, k, v, padding_mask=None, causal=False):  # -inf: NaN rows
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     mask = _mask(q, k, padding_mask, causal, diagonal=0)
@@ -168,6 +178,7 @@ SDPA_MISTAKES = {  # mistake -> a fragment of the message the checker gives
     sdpa_mask_ignored: "padding mask is not applied",
     sdpa_causal_ignored: "must not see the keys after it",
     sdpa_causal_diagonal_0: "also blocks each query's own key",
+    sdpa_causal_tril: "blocks the past instead of the future",
     sdpa_causal_diagonal_0_inf: "also blocks each query's own key",
 }
 
@@ -358,6 +369,10 @@ def lib_causal_ignored(L, device=None):  # as helpers.masks.make_causal_mask
     return torch.zeros(1, 1, L, L, dtype=torch.bool, device=device)
 
 
+def lib_causal_tril(L, device=None):
+    return torch.ones(L, L, dtype=torch.bool, device=device).tril()[None, None]
+
+
 def lib_causal_diagonal_0(L, device=None):
     return torch.ones(L, L, dtype=torch.bool, device=device).triu(diagonal=0)[None, None]
 
@@ -442,6 +457,7 @@ PLANTS = {
     sdpa_mask_ignored: (_A + "_attention_by_hand", lib_mask_ignored),
     sdpa_causal_ignored: (_M + "make_causal_mask", lib_causal_ignored),
     sdpa_causal_diagonal_0: (_M + "make_causal_mask", lib_causal_diagonal_0),
+    sdpa_causal_tril: (_M + "make_causal_mask", lib_causal_tril),
     sdpa_causal_diagonal_0_inf: (_M + "make_causal_mask", lib_causal_diagonal_0),
     MHAMergeWithoutTranspose: (_A + "merge_heads", lib_mha_merge_without_transpose),
     MHAMergeViewAfterTranspose: (_A + "merge_heads", lib_mha_merge_view_after_transpose),

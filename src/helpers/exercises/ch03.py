@@ -315,6 +315,9 @@ _SDPA_HINTS = {
     "j > i with torch.triu(..., diagonal=1)",
     "diagonal 0": "the causal mask also blocks each query's own key: torch.triu(..., "
     "diagonal=1) blocks only the keys j > i",
+    "causal tril": "the causal mask blocks the past instead of the future: torch.tril marks "
+    "the keys j <= i that a query may see, but True means blocked here: torch.triu(..., "
+    "diagonal=1)",
 }
 
 
@@ -335,7 +338,11 @@ def _sdpa(case, mistake=None, fill=None):
         }
         mask = shaped.get(mistake, padding_mask[:, None, None, :])
     if causal and mistake not in ("mask ignored", "no causal"):
-        future = torch.ones(Lq, Lk, dtype=torch.bool).triu(0 if mistake == "diagonal 0" else 1)
+        future = torch.ones(Lq, Lk, dtype=torch.bool)
+        if mistake == "causal tril":  # the allowed keys, j <= i
+            future = future.tril()
+        else:
+            future = future.triu(0 if mistake == "diagonal 0" else 1)
         mask = future if mask is None else mask | future
     if mistake == "inverted":  # with no mask given, every key blocked
         mask = ~(torch.zeros(Lq, Lk, dtype=torch.bool) if mask is None else mask)
