@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from helpers.debugging import compare_with_band, training_band
-from helpers.debugging.band import CPU_MARGIN, NEIGHBOURS, WINDOW
+from helpers.debugging.band import FACTORS, NEIGHBOURS, WINDOW, held_out_outside, measured_factor
 
 STEPS, EVERY = 200, 10
 
@@ -100,6 +100,14 @@ def test_exact_match_stuck_with_a_healthy_loss_reads_as_the_evaluation(band):
     assert "evaluation differs from training" in str(rep)
 
 
+def test_a_loss_back_at_its_start_midway_is_above_the_band(band):
+    loss, em = curve(42)
+    loss[100:140] = [3.0] * 40  # diverged back to the untrained loss for 40 steps
+    rep = compare_with_band(history(loss, em), band, verbose=False)
+    assert (rep.loss_left, rep.loss_side) == (110, "above")
+    assert np.all(band.loss_high <= band.loss_high[0])
+
+
 def test_a_single_spike_is_not_leaving_the_band(band):
     loss, em = curve(42)
     loss[50:60] = [40.0] * 10  # one window far above, the next back inside
@@ -110,10 +118,10 @@ def test_the_margin_comes_from_the_seeds_held_out():
     flat = {"steps": 20, "eval_every": 10}
     runs = [{"seed": s, "loss": [1.0] * 20, "exact_match": [0.5, 0.5]} for s in range(4)]
     runs.append({"seed": 9, "loss": [10.0] * 20, "exact_match": [0.6, 0.6]})
-    b = training_band({**flat, "runs": runs})
+    b = training_band({**flat, "runs": runs}, factor=2.0)
     # held out, the last seed is 1 decade above the others and 0.1 above their exact match
-    assert b.loss_margin == pytest.approx([CPU_MARGIN * 1.0] * 2)
-    assert b.em_margin == pytest.approx([CPU_MARGIN * 0.1] * 2)
+    assert b.loss_margin == pytest.approx([2.0 * 1.0] * 2)
+    assert b.em_margin == pytest.approx([2.0 * 0.1] * 2)
     assert b.loss_high[0] == pytest.approx(10.0 * 10 ** b.loss_margin[0])
     assert b.seeds == (0, 1, 2, 3, 9)
 
@@ -123,9 +131,30 @@ def test_the_margin_is_local():
     runs = [{"seed": s, "loss": [1.0] * 10 * n, "exact_match": [0.5] * n} for s in range(4)]
     late = [1.0] * 10 * (n - 10) + [100.0] * 100  # one seed 2 decades above, late only
     runs.append({"seed": 9, "loss": late, "exact_match": [0.5] * n})
-    b = training_band({"steps": 10 * n, "eval_every": 10, "runs": runs})
-    assert b.loss_margin[-1] == pytest.approx(CPU_MARGIN * 2.0)
+    b = training_band({"steps": 10 * n, "eval_every": 10, "runs": runs}, factor=2.0)
+    assert b.loss_margin[-1] == pytest.approx(2.0 * 2.0)
     assert b.loss_margin[: n - 10 - NEIGHBOURS] == pytest.approx([0.0] * (n - 10 - NEIGHBOURS))
+
+
+def test_the_factor_is_the_smallest_that_keeps_every_held_out_seed_inside():
+    rec = record()
+    factor = measured_factor(rec)
+    assert factor in FACTORS and not held_out_outside(rec, factor)
+    smaller = [f for f in FACTORS if f < factor]
+    assert all(held_out_outside(rec, f) for f in smaller)
+    assert training_band(rec).factor == factor
+
+
+def test_an_outlying_seed_raises_the_factor():
+    def run(seed, level, late=None):
+        loss = [level] * 300 + [late or level] * 100
+        return {"seed": seed, "loss": loss, "exact_match": [0.5] * 40}
+
+    calm = [run(s, 1.0) for s in range(4)] + [run(4, 2.0), run(5, 2.0)]
+    rec = {"steps": 400, "eval_every": 10, "runs": calm}
+    assert measured_factor(rec) == FACTORS[0] == 1.0  # each level is held by two seeds
+    wild = run(9, 2.0, late=8.0)  # late, 0.6 decade above every other seed
+    assert measured_factor({**rec, "runs": calm + [wild]}) > FACTORS[0]
 
 
 def test_too_short_a_history_is_a_clear_error(band):

@@ -2,6 +2,7 @@
 schedule and misaligned labels each fail with their own message; nothing else changes."""
 
 import dataclasses
+import math
 import re
 
 import pytest
@@ -96,6 +97,20 @@ def test_each_broken_step_fails_with_its_own_message(batch, broken, fragment):
     assert re.search(fragment, report["overfit one batch"].message), str(report)
 
 
+def overfit_end(report):
+    return float(report["overfit one batch"].message.split("-> ")[1].split(" ")[0])
+
+
+@pytest.mark.slow
+def test_the_limit_lies_between_the_correct_and_the_frozen_runs(batch):
+    # check_model's docstring: over the model seeds 0-9, the book's step ends 50 steps far
+    # below the limit, and a schedule that never advances ends above it
+    correct = [overfit_end(overfit(small(s), batch)) for s in range(10)]
+    frozen = [overfit_end(overfit(small(s), batch, "frozen")) for s in range(10)]
+    limit = 0.2 * math.log(VOCAB_SIZE)
+    assert max(correct) < limit < min(frozen), (correct, frozen)
+
+
 def test_a_step_that_never_calls_step_is_caught(batch):
     def make_train_step(model):
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -125,3 +140,17 @@ def test_a_model_that_does_not_run_skips_the_overfit_stage(batch):
 
     report = check_model(Broken(), batch, make_train_step=make_step_factory(), verbose=False)
     assert report["overfit one batch"].status == "skip"
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda s, t: (s, t[:, :1]), r"tgt_in = tgt\[:, :-1\] has shape \[8, 0\]"),
+        (lambda s, t: (s, t[:, :0], t[:, :0]), r"tgt_in has shape \[8, 0\]"),
+        (lambda s, t: (s[:, :0], t), r"src has shape \[8, 0\]"),
+        (lambda s, t: (s[:0], t[:0]), r"src has shape \[0, 14\]"),
+    ],
+)
+def test_an_empty_batch_or_sequence_is_a_clear_error(batch, make, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        check_model(small(), make(*batch), verbose=False)

@@ -8,8 +8,9 @@ import inspect
 import pytest
 from twin_prose import prose
 
-from helpers.debugging import check_model, training_band
-from helpers.debugging.band import CPU_MARGIN, NEIGHBOURS, WINDOW
+from helpers import wilson_interval
+from helpers.debugging import check_model, compare_with_band, training_band
+from helpers.debugging.band import FACTORS, NEIGHBOURS, WINDOW, _history, held_out_outside
 from helpers.experiments import load_record
 from helpers.recipes import BOOK_RECIPE
 
@@ -41,7 +42,8 @@ def test_design_as_stated(record):
 
 
 def test_band_rule_as_stated():
-    assert CPU_MARGIN == 2 and "The margin at a point is twice the largest distance" in PAGE
+    assert "The margin at a point is a factor times the largest distance" in PAGE
+    assert FACTORS[:3] == (1, 1.5, 2) and "the smallest of 1, 1.5, 2, ..." in PAGE
     assert f"within {NEIGHBOURS} points of it" in PAGE
     assert f"windows of {WINDOW} steps" in PAGE
     band = training_band()
@@ -54,3 +56,29 @@ def test_chapter_quotes_the_overfit_stage():
     assert f"for {steps} steps on the batch" in CHAPTER
     assert f"below ${ratio:g} \\ln V$" in CHAPTER
     assert "[The training band](../appendix/experiment_training_band.ipynb)" in CHAPTER
+
+
+def test_the_factor_and_the_check_seeds_as_stated(record):
+    band = training_band(record)
+    check = record["check"]
+    assert check["seeds"] == [r["seed"] for r in check["runs"]]
+    assert check["seeds"] == list(range(record["seeds"][-1] + 1, record["seeds"][-1] + 7))
+    assert f"Seeds {check['seeds'][0]} to {check['seeds'][-1]}, the **check seeds**" in PAGE
+    assert check["numerics"] == record["numerics"]
+    assert f"The measured factor is {band.factor:g}." in PAGE
+    # "With 2, one seed held out and one check seed left the band"
+    with_two = training_band(record, factor=2.0)
+    out_two = [r for r in check["runs"] if not compare_with_band(_history(r, 10), with_two,
+                                                                 verbose=False).ok]  # fmt: skip
+    assert len(held_out_outside(record, 2.0)) == 1 and len(out_two) == 1
+    assert "With 2, one seed held out and one check seed left the band" in PAGE
+    out = [r for r in check["runs"] if not compare_with_band(_history(r, 10), band,
+                                                             verbose=False).ok]  # fmt: skip
+    assert not out and f"none of the {NUMBER_WORDS[len(check['runs'])].lower()} check seeds" in PAGE
+    assert f"below {wilson_interval(0, len(check['runs']))[1]:.2f}" in PAGE
+    n = NUMBER_WORDS[len(check["runs"])].lower()
+    assert f"Of {n} further seeds, none left it" in CHAPTER
+    assert f"that share: 0 to {wilson_interval(0, len(check['runs']))[1]:.2f})" in CHAPTER
+    assert (
+        f"band of its training curve over {NUMBER_WORDS[len(band.seeds)].lower()} seeds" in CHAPTER
+    )

@@ -8,13 +8,17 @@ band" shows it.
 The loss is compared in windows of WINDOW steps (the mean loss of steps k-9..k), on a log
 scale; the exact match at the steps where it was recorded. At each point the band runs from the
 lowest to the highest seed, widened by a margin measured on the seeds themselves: each seed is
-held out in turn and compared with the band of the others, and the margin at a point is
-CPU_MARGIN times the largest distance by which a held-out seed left that band within NEIGHBOURS
+held out in turn and compared with the band of the others, and the margin at a point is a
+factor times the largest distance by which a held-out seed left that band within NEIGHBOURS
 points either side (the runs spread little early and much late, so one margin for all points
-would be too wide early or too narrow late). A run on another CPU is a run with other low bits,
-like another seed; CPU_MARGIN = 2 is the stated allowance for it. A run leaves the band at a
-point only if it is also out at the next point (on the same side): one spike is not a trend,
-and the held-out margin is measured with the same rule.
+would be too wide early or too narrow late). The upper edge never rises above its value at the
+first point: a run back at the loss of its first steps has undone its training. The factor is
+measured too (measured_factor): the smallest of FACTORS at which every seed, held out, stays
+inside the band that the other seeds make with that factor. A new run, such as the book's
+recipe on another CPU (other low bits, another trajectory), is treated like one more seed; the
+record's "check" seeds, kept out of the band, measure how often such a run leaves it. A run
+leaves the band at a point only if it is also out at the next point (on the same side): one
+spike is not a trend, and the held-out margin is measured with the same rule.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 WINDOW = 10
-CPU_MARGIN = 2.0
+FACTORS = tuple(1 + 0.5 * i for i in range(9))  # 1, 1.5, ..., 5: the factors measured_factor tries
 NEIGHBOURS = 5
 RECORD = "training_band"
 
@@ -44,8 +48,8 @@ def _lasting(excess: np.ndarray) -> np.ndarray:
     return np.minimum(excess, nxt)
 
 
-def _held_out_margin(curves: np.ndarray) -> np.ndarray:
-    """Per point: CPU_MARGIN times the largest lasting distance by which one curve leaves the
+def _held_out_margin(curves: np.ndarray, factor: float) -> np.ndarray:
+    """Per point: `factor` times the largest lasting distance by which one curve leaves the
     min-max band of the others, at this point or within NEIGHBOURS points of it."""
     worst = np.zeros(curves.shape[1])
     for i in range(curves.shape[0]):
@@ -55,7 +59,7 @@ def _held_out_margin(curves: np.ndarray) -> np.ndarray:
         worst = np.maximum(worst, np.maximum(above, below).clip(min=0))
     n = worst.size
     near = [worst[max(0, t - NEIGHBOURS) : t + NEIGHBOURS + 1].max() for t in range(n)]
-    return CPU_MARGIN * np.asarray(near)
+    return factor * np.asarray(near)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class TrainingBand:
     em_margin: np.ndarray  # per point, exact-match units, added on each side
     seeds: tuple
     ln_v: float
+    factor: float  # the margin's factor (measured_factor, unless given)
 
     @property
     def loss_low(self) -> np.ndarray:
@@ -85,27 +90,63 @@ class TrainingBand:
         return 10**self.log_loss_high
 
 
-def training_band(record: dict | None = None) -> TrainingBand:
+def _history(run: dict, eval_every: int) -> dict:
+    """A recorded run as compare_with_band reads a history."""
+    steps = list(range(eval_every, eval_every * len(run["exact_match"]) + 1, eval_every))
+    return {"loss": run["loss"], "eval_step": steps, "exact_match": run["exact_match"]}
+
+
+def held_out_outside(record: dict, factor: float) -> list:
+    """The seeds that, held out, leave the band the other seeds make with `factor`.
+
+    Used on the Experiments page "The training band" and by measured_factor.
+    """
+    runs = record["runs"]
+    outside = []
+    for i, run in enumerate(runs):
+        others = training_band({**record, "runs": runs[:i] + runs[i + 1 :]}, factor=factor)
+        rep = compare_with_band(_history(run, record["eval_every"]), others, verbose=False)
+        if not rep.ok:
+            outside.append(run["seed"])
+    return outside
+
+
+def measured_factor(record: dict) -> float:
+    """The smallest of FACTORS at which no seed, held out, leaves the band of the others (the
+    largest of FACTORS if none does). Used by training_band; shown on the Experiments page."""
+    for factor in FACTORS:
+        if not held_out_outside(record, factor):
+            return factor
+    return FACTORS[-1]
+
+
+def training_band(record: dict | None = None, factor: float | None = None) -> TrainingBand:
     """The band of the book's training curve, from the record (default: training_band.json).
 
-    Used in chapter 17 and on the Experiments page "The training band".
+    The margin's factor is measured_factor(record) unless given. Used in chapter 17 and on the
+    Experiments page "The training band".
     """
     if record is None:
         from ..experiments import load_record
 
         record = load_record(RECORD)
+    if factor is None:
+        factor = measured_factor(record)
     runs = record["runs"]
     n_windows = record["steps"] // WINDOW
     logs = np.log10(np.stack([_windows(r["loss"], n_windows) for r in runs]))
     em = np.asarray([r["exact_match"] for r in runs], dtype=float)
-    loss_margin = _held_out_margin(logs)
-    em_margin = _held_out_margin(em)
+    loss_margin = _held_out_margin(logs, factor)
+    em_margin = _held_out_margin(em, factor)
     from ..vocab import VOCAB_SIZE
 
+    # a healthy run never climbs back to the loss of its first steps: the upper edge never
+    # rises above where it starts (where the margin is wide, in the middle, this is the edge)
+    log_loss_high = np.minimum(logs.max(axis=0) + loss_margin, logs.max(axis=0)[0] + loss_margin[0])
     return TrainingBand(
         steps=WINDOW * np.arange(1, n_windows + 1),
         log_loss_low=logs.min(axis=0) - loss_margin,
-        log_loss_high=logs.max(axis=0) + loss_margin,
+        log_loss_high=log_loss_high,
         em_steps=record["eval_every"] * np.arange(1, em.shape[1] + 1),
         em_low=(em.min(axis=0) - em_margin).clip(0, 1),
         em_high=(em.max(axis=0) + em_margin).clip(0, 1),
@@ -113,6 +154,7 @@ def training_band(record: dict | None = None) -> TrainingBand:
         em_margin=em_margin,
         seeds=tuple(r["seed"] for r in runs),
         ln_v=math.log(VOCAB_SIZE),
+        factor=float(factor),
     )
 
 

@@ -47,10 +47,12 @@ def check_model(
     returns its loss. A copy of the model takes overfit_steps such steps on this one batch; its
     loss on the batch, with the target shifted by one, must then be below overfit_ratio_limit *
     ln(V). The limit comes from measurement: the book's recipe (BOOK_RECIPE's model, optimiser
-    and lr_factor) on 8 reversal pairs ends 50 steps at 0.006-0.21 over 10 seeds; a schedule
-    that never advances ends at 1.5-2.0; an optimiser that never steps or misaligned labels
-    stay above ln(V) = 2.57. The limit, 0.2 ln(V) = 0.51, is 2.4 times the worst correct run
-    and 3 times below the best frozen one. Another recipe may need more steps.
+    and lr_factor) on 8 reversal pairs (make_reversal_dataset(8, seed=7)) ends 50 steps at
+    0.006-0.052 over the model seeds 0-9; a schedule that never advances ends at 1.2-1.9; an
+    optimiser that never steps keeps the initial loss, and misaligned labels drive the shifted
+    target's loss up. The limit, 0.2 ln(V) = 0.51, is about 10 times the worst correct run and over
+    2 times below the best frozen one (tests/test_debugging_overfit.py checks that it lies
+    between them). Another recipe may need more steps.
     Without make_train_step, nothing trains and the report has no overfit stage.
     Returns a ModelReport: .ok, .failures, report['causality probe'].status, .grad_norms.
     """
@@ -66,6 +68,13 @@ def check_model(
         if not isinstance(t, torch.Tensor) or t.dim() != 2:
             raise ValueError(
                 f"{name} must be a [B, L] tensor of token ids, got {getattr(t, 'shape', type(t))}"
+            )
+    made = {} if shift_given else {"tgt_in": " = tgt[:, :-1]", "tgt_out": " = tgt[:, 1:]"}
+    for name, t in (("src", src), ("tgt_in", tgt_in), ("tgt_out", tgt_out)):
+        if t.size(0) == 0 or t.size(1) == 0:
+            raise ValueError(
+                f"{name}{made.get(name, '')} has shape {list(t.shape)}: check_model needs at "
+                "least one sequence of at least one token (tgt: BOS and one more token)"
             )
 
     report = ModelReport()
