@@ -600,8 +600,10 @@ assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 # `layer.ln1`, `layer.ln2`, `layer.ln3`, `layer.self_mha`, `layer.cross_mha` and
 # `layer.ffn` (each `MultiHeadAttention` returns `(output, weights)`). Check it with
 # `check_decoder_layer_forward(decoder_layer_forward)`, which runs it on two inputs with
-# $L_t \ne L_s$ and names the mistake when it recognises one (keys from the decoder, the
-# memory normalised again, a missing mask or LayerNorm, the Post-Norm order).
+# $L_t \ne L_s$ and names the mistake when it recognises one (a missing residual, mask or
+# LayerNorm, one LayerNorm reused, the masks swapped, the queries or the keys from the wrong
+# side, the memory normalised again, the self-attention's weights, dropout left on, the
+# Post-Norm order).
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 6.3

@@ -1,65 +1,72 @@
-"""Chapter 6's checker accepts the decoder layer's forward pass and explains wrong ones."""
+"""Chapter 6's checker accepts the decoder layer's forward pass and names each catalogued
+mistake (tests/mistakes_ch06.py) with its own message."""
 
+import re
+
+import mistakes_ch06 as m
 import pytest
+import torch
 
 from helpers.exercises import ExerciseError, check_decoder_layer_forward
 
 
-def forward(layer, x, memory, self_mask, cross_mask, mistake=None):
-    h = layer.ln1(x)
-    a, w_self = layer.self_mha(h, h, h, attn_mask=self_mask)
-    x = x + a
-    h = layer.ln2(x)
-    if mistake == "kv from decoder":
-        a, w = layer.cross_mha(h, h, h, attn_mask=self_mask)
-    elif mistake == "memory normalised":
-        m = layer.ln2(memory)
-        a, w = layer.cross_mha(h, m, m, attn_mask=cross_mask)
-    elif mistake == "no cross mask":
-        a, w = layer.cross_mha(h, memory, memory)
-    else:
-        a, w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
-    x = x + a
-    x = x + layer.ffn(x if mistake == "no ln3" else layer.ln3(x))
-    return x, (w_self if mistake == "self weights" else w)
-
-
-def post_norm(layer, x, memory, self_mask, cross_mask):
-    a, _ = layer.self_mha(x, x, x, attn_mask=self_mask)
-    x = layer.ln1(x + a)
-    a, w = layer.cross_mha(x, memory, memory, attn_mask=cross_mask)
-    x = layer.ln2(x + a)
-    return layer.ln3(x + layer.ffn(x)), w
-
-
 def test_accepts_the_solution(capsys):
-    check_decoder_layer_forward(forward)
-    assert "check_decoder_layer_forward: all" in capsys.readouterr().out
+    check_decoder_layer_forward(m.correct)
+    assert "check_decoder_layer_forward: all 4 checks passed" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    "mistake, hint",
-    [
-        ("kv from decoder", "keys and values from memory"),
-        ("memory normalised", "memory is used as it is"),
-        ("no cross mask", "cross-attention needs cross_mask"),
-        ("no ln3", "reads ln3"),
-        ("self weights", "the shape of self-attention weights"),
-    ],
-)
-def test_rejects_plausible_mistakes(mistake, hint):
-    def wrong(*args):
-        return forward(*args, mistake=mistake)
+CATALOGUE = [
+    (m.post_norm, "Post-Norm order"),
+    (m.no_self_residual, "the self-attention's result is added to the stream"),
+    (m.no_cross_residual, "the cross-attention's result is added to the stream too"),
+    (m.no_ffn_residual, "the feed-forward's result is added to the stream too"),
+    (m.residual_from_normalised, "not to its normalised copy"),
+    (m.one_layernorm, "each sub-layer has its own LayerNorm"),
+    (m.no_ln3, "reads ln3"),
+    (m.memory_normalised, "memory is used as it is"),
+    (m.no_causal_mask, r"the self-attention needs self_mask \(causal"),
+    (m.no_cross_mask, "cross-attention needs cross_mask"),
+    (m.masks_swapped, "the masks are swapped"),
+    (m.kv_from_decoder, "keys and values from memory, not from the decoder's stream"),
+    (m.queries_from_memory, "memory and x are swapped"),
+    (m.self_weights, "the shape of self-attention weights"),
+    (m.dropout_on, "dropout is still on"),
+]
 
-    with pytest.raises(ExerciseError, match=hint):
-        check_decoder_layer_forward(wrong)
+
+def test_the_catalogue_is_complete_and_its_messages_distinct():
+    assert [fn for fn, _ in CATALOGUE] == m.CATALOGUE
+    assert len({message for _, message in CATALOGUE}) == len(CATALOGUE)
 
 
-def test_rejects_post_norm():
-    with pytest.raises(ExerciseError, match="Post-Norm order"):
-        check_decoder_layer_forward(post_norm)
+@pytest.mark.parametrize("mistake, message", CATALOGUE, ids=lambda v: getattr(v, "__name__", ""))
+def test_names_each_catalogued_mistake(mistake, message):
+    with pytest.raises(ExerciseError, match=message) as err:
+        check_decoder_layer_forward(mistake)
+    others = [msg for fn, msg in CATALOGUE if fn is not mistake]
+    assert not any(re.search(msg, str(err.value)) for msg in others)
 
 
 def test_rejects_a_single_return_value():
     with pytest.raises(ExerciseError, match="should return a pair"):
-        check_decoder_layer_forward(lambda *args: forward(*args)[0])
+        check_decoder_layer_forward(lambda *args: m.correct(*args)[0])
+
+
+def test_refuses_calling_the_layer_itself():
+    with pytest.raises(ExerciseError, match=r"calls layer\(x, memory, self_mask, cross_mask\)"):
+        check_decoder_layer_forward(lambda layer, *args: layer(*args))
+
+
+def test_refuses_a_near_miss():
+    with pytest.raises(ExerciseError, match="values differ"):
+        check_decoder_layer_forward(lambda *a: (m.correct(*a)[0] * 1.001, m.correct(*a)[1]))
+
+
+def test_leaves_the_global_random_stream_alone():
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    check_decoder_layer_forward(m.correct)
+    with pytest.raises(ExerciseError):
+        check_decoder_layer_forward(m.dropout_on)
+    assert torch.equal(torch.rand(3), want)

@@ -14,12 +14,13 @@ _D, _H, _DFF = 32, 4, 64
 
 
 def _layer() -> DecoderLayer:
-    torch.manual_seed(6)
-    layer = DecoderLayer(_D, _H, _DFF).eval()
-    with torch.no_grad():  # LayerNorms that are not the identity, so a swapped one shows
-        for ln in (layer.ln1, layer.ln2, layer.ln3):
-            ln.weight.uniform_(0.5, 1.5)
-            ln.bias.uniform_(-0.3, 0.3)
+    with torch.random.fork_rng():  # leave the reader's random stream as it was
+        torch.manual_seed(6)
+        layer = DecoderLayer(_D, _H, _DFF).eval()
+        with torch.no_grad():  # LayerNorms that are not the identity, so a swapped one shows
+            for ln in (layer.ln1, layer.ln2, layer.ln3):
+                ln.weight.uniform_(0.5, 1.5)
+                ln.bias.uniform_(-0.3, 0.3)
     return layer
 
 
@@ -50,27 +51,38 @@ def _reference(layer, x, memory, self_mask, cross_mask, mistake=None):
         a, w = layer.cross_mha(x, memory, memory, attn_mask=cross_mask)
         x = layer.ln2(x + a)
         return layer.ln3(x + layer.ffn(x)), w
+    ln2, ln3 = (layer.ln1, layer.ln1) if mistake == "one layernorm" else (layer.ln2, layer.ln3)
     h = layer.ln1(x)
     self_m = None if mistake == "no causal mask" else self_mask
     a, _ = layer.self_mha(h, h, h, attn_mask=self_m, need_weights=False)
-    x = (x + a) if mistake != "no residual" else a
-    h = layer.ln2(x)
+    x = {"no residual": a, "residual from normalised": h + a}.get(mistake, x + a)
+    h = ln2(x)
     if mistake == "kv from decoder":
         a, w = layer.cross_mha(h, h, h, attn_mask=self_mask)
     else:
-        mem = layer.ln2(memory) if mistake == "memory normalised" else memory
+        mem = ln2(memory) if mistake == "memory normalised" else memory
         cross_m = None if mistake == "no cross mask" else cross_mask
         a, w = layer.cross_mha(h, mem, mem, attn_mask=cross_m)
-    x = x + a
-    ffn_in = x if mistake == "no ln3" else layer.ln3(x)
-    return x + layer.ffn(ffn_in), w
+    x = {"no cross residual": a, "residual from normalised": h + a}.get(mistake, x + a)
+    ffn_in = x if mistake == "no ln3" else ln3(x)
+    if mistake == "residual from normalised":
+        x = ffn_in
+    return (x if mistake != "no ffn residual" else 0) + layer.ffn(ffn_in), w
 
 
 _HINTS = {
     "post-norm": "that is the Post-Norm order (LayerNorm after the addition); this book's layer "
     "is Pre-Norm: x + sublayer(LN(x))",
     "no causal mask": "the self-attention needs self_mask (causal | target padding)",
-    "no residual": "each sub-layer's result is added to the stream: x = x + a, not x = a",
+    "no residual": "the self-attention's result is added to the stream: x = x + a, not x = a",
+    "no cross residual": "the cross-attention's result is added to the stream too: "
+    "x = x + a after cross_mha, not x = a",
+    "no ffn residual": "the feed-forward's result is added to the stream too: "
+    "return x + ffn(ln3(x)), not ffn(ln3(x))",
+    "residual from normalised": "the residual adds to the stream x itself, not to its "
+    "normalised copy: x = x + a, where a = self_mha(ln1(x), ...)",
+    "one layernorm": "each sub-layer has its own LayerNorm: ln1 before the self-attention, "
+    "ln2 before the cross-attention, ln3 before the feed-forward",
     "kv from decoder": "cross-attention takes its keys and values from memory, not from the "
     "decoder's stream: cross_mha(h, memory, memory, ...)",
     "memory normalised": "memory is used as it is: the encoder's final LayerNorm already "
@@ -81,18 +93,77 @@ _HINTS = {
 }
 
 
+def _arg(args, kwargs, i, name):
+    return args[i] if len(args) > i else kwargs.get(name)
+
+
+def _recognise_calls(calls, memory, self_mask, cross_mask, where) -> None:
+    """Name a mistake seen in what fn passed to the attentions (it may have raised before
+    returning anything): the masks swapped, or the cross-attention's queries from memory."""
+    for name, args, kwargs in calls:
+        mask = _arg(args, kwargs, 3, "attn_mask")
+        if name == "self_mha" and mask is cross_mask:
+            fail(
+                "the self-attention got cross_mask",
+                where,
+                "the masks are swapped: self_mha takes self_mask (causal | target padding), "
+                "cross_mha takes cross_mask (source padding)",
+            )
+        if name == "cross_mha" and _arg(args, kwargs, 0, "q") is memory:
+            fail(
+                "the cross-attention's queries are the memory",
+                where,
+                "memory and x are swapped: the queries come from the decoder, the keys and "
+                "values from memory: cross_mha(ln2(x), memory, memory, ...)",
+            )
+
+
+def _run(fn, layer, args, where, seed=61):
+    """Call fn(layer, *args) with its own random seed (the reader's random stream is left as it
+    was), recording what it passes to the layer's two attentions and whether it calls the
+    layer itself."""
+    calls: list = []
+    handles = [
+        getattr(layer, name).register_forward_pre_hook(
+            lambda m, a, kw, name=name: calls.append((name, a, kw)), with_kwargs=True
+        )
+        for name in ("self_mha", "cross_mha")
+    ]
+    handles.append(layer.register_forward_pre_hook(lambda m, a: calls.append(("layer", a, {}))))
+    try:
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(seed)
+            got = call(fn, layer, *args, where=where)
+    except Exception:
+        _recognise_calls(calls, *args[1:], where)
+        raise
+    finally:
+        for h in handles:
+            h.remove()
+    return got, calls
+
+
 def check_decoder_layer_forward(fn) -> None:
     """Exercise 6.3: fn(layer, x, memory, self_mask, cross_mask) -> (x_out, cross_weights), the
     forward pass of a helpers.DecoderLayer written with the layer's own sub-modules (ln1, ln2,
     ln3, self_mha, cross_mha, ffn). Compared with layer(...) in eval mode on two inputs with
-    L_t != L_s. Used in chapter 6.
+    L_t != L_s; the LayerNorms get distinct, non-trivial weights so that a swapped one shows.
+    Used in chapter 6.
     """
     layer = _layer()
     n = 0
     for where, x, memory, self_mask, cross_mask in _cases():
+        args = (x, memory, self_mask, cross_mask)
         with torch.no_grad():
-            expected, expected_w = layer(x, memory, self_mask, cross_mask)
-            got = call(fn, layer, x, memory, self_mask, cross_mask, where=where)
+            expected, expected_w = layer(*args)
+        got, calls = _run(fn, layer, args, where)
+        if any(name == "layer" for name, _, _ in calls):
+            fail(
+                "fn calls layer(x, memory, self_mask, cross_mask) itself",
+                where,
+                "write the forward pass from the layer's parts: layer.ln1, layer.self_mha, "
+                "layer.ln2, layer.cross_mha, layer.ln3 and layer.ffn",
+            )
         if not (isinstance(got, tuple) and len(got) == 2):
             fail(
                 f"fn should return a pair (output, cross-attention weights), got "
@@ -103,6 +174,15 @@ def check_decoder_layer_forward(fn) -> None:
         B, Lt, Ls = x.size(0), x.size(1), memory.size(1)
         expect_shape("output", out, x.shape, where, "the layer keeps the stream's shape")
         if not torch.allclose(out, expected, atol=1e-5, rtol=1e-4):
+            _recognise_calls(calls, memory, self_mask, cross_mask, where)
+            again = _run(fn, layer, args, where, seed=62)[0][0]
+            if not torch.equal(again, out):
+                fail(
+                    "two calls on the same input give different outputs",
+                    where,
+                    "dropout is still on: the layer is in eval mode, so leave dropout out "
+                    "(F.dropout(a, p) is on unless you pass training=...)",
+                )
             for mistake, hint in _HINTS.items():
                 with torch.no_grad():
                     wrong, _ = _reference(layer, x, memory, self_mask, cross_mask, mistake)
