@@ -331,6 +331,19 @@ def test_the_first_loss_ignores_padding():
     assert loss == pytest.approx(ignoring, rel=1e-5)
 
 
+def test_the_first_loss_is_smoothed_when_the_recipe_smooths():
+    cfg = dataclasses.replace(TINY, label_smoothing=0.1)
+    model, src, tgt = first_batch(cfg)
+    model.train()
+    logits = model(src, tgt[:, :-1]).reshape(-1, model.config.tgt_vocab)
+    target = tgt[:, 1:].reshape(-1)
+    smoothed = F.cross_entropy(logits, target, ignore_index=PAD_ID, label_smoothing=0.1).item()
+    plain = F.cross_entropy(logits, target, ignore_index=PAD_ID).item()
+    assert abs(smoothed - plain) > 1e-3  # the two losses differ on this batch
+    loss = train_reversal(cfg, progress=False, confirm=False).history["loss"][0]
+    assert loss == pytest.approx(smoothed, rel=1e-5)
+
+
 def test_the_schedule_advances_once_per_optimizer_step():
     cfg = dataclasses.replace(TINY, warmup=3, max_steps=6)
     lrs = train_reversal(cfg, progress=False, confirm=False).history["lr"]
