@@ -8,13 +8,15 @@ bias first, as training does.
 The model's LayerNorms are torch's nn.LayerNorm, and so are those of the torch reference the
 other tests compare with: a change to nn.LayerNorm would change both sides. One test
 checks every LayerNorm the model runs against chapter 5's formula, written out here. The last
-one shows the encoder layer's residual dropout, which no eval-mode comparison can see.
+two show the encoder's and the decoder's residual dropouts, which no eval-mode comparison can
+see.
 """
 
 import torch
 import torch.nn as nn
 
 from helpers import (
+    DecoderLayer,
     EncoderLayer,
     Transformer,
     make_reversal_dataset,
@@ -125,3 +127,30 @@ def test_encoder_layer_drops_out_the_attention_update_in_training():
     share = dropped.float().mean().item()
     assert 0.35 < share < 0.65, share  # 384 entries at p = 0.5: six standard errors either side
     torch.testing.assert_close(update[~dropped], a[~dropped] / (1 - p))
+
+
+def test_decoder_layer_drops_out_each_attention_update_in_training():
+    """In training mode each attention's result passes through its own residual dropout (drop1
+    after the self-attention, drop2 after the cross-attention) before it joins the stream.
+    With the other two sub-layers silenced and no dropout inside the attentions, each entry of
+    the update is either 0 or the attention's output / (1 - p)."""
+    torch.manual_seed(9)
+    p = 0.5
+    x, memory = torch.randn(4, 6, 16), torch.randn(4, 7, 16)
+    for kept in ("self_mha", "cross_mha"):
+        layer = DecoderLayer(16, 2, 32, dropout=p).train()
+        layer.self_mha.attn_drop.p = layer.cross_mha.attn_drop.p = 0.0
+        silenced = "cross_mha" if kept == "self_mha" else "self_mha"
+        with torch.no_grad():
+            for lin in (getattr(layer, silenced).W_o, layer.ffn.net[2]):  # they add nothing
+                lin.weight.zero_()
+                lin.bias.zero_()
+            h = layer.ln1(x) if kept == "self_mha" else layer.ln2(x)
+            kv = h if kept == "self_mha" else memory
+            a, _ = getattr(layer, kept)(h, kv, kv)
+            update = layer(x, memory, None, None)[0] - x
+        dropped = update == 0
+        assert not (a == 0).any()
+        share = dropped.float().mean().item()
+        assert 0.35 < share < 0.65, (kept, share)  # 384 entries at p = 0.5: six standard errors
+        torch.testing.assert_close(update[~dropped], a[~dropped] / (1 - p))
