@@ -3,6 +3,7 @@ import torch
 from helpers import (
     BOS_ID,
     EOS_ID,
+    PAD_ID,
     VOCAB_SIZE,
     Transformer,
     count_parameters,
@@ -94,3 +95,18 @@ def test_greedy_pads_after_eos_and_exact_match_range():
             assert all(t == 0 for t in row[row.index(EOS_ID, 1) + 1 :])
     assert 0.0 <= exact_match(m, src, tgt) <= 1.0
     assert m.training  # decoding scores in eval mode, then gives back the caller's mode
+
+
+def test_greedy_stops_when_the_last_row_finishes():
+    """The output ends at the step where the last row produced <eos>: no column of <pad> only
+    (a loop that always runs to max_len pads correctly and would pass the tests above)."""
+    torch.manual_seed(0)
+    m = Transformer(13, 13, d_model=16, num_heads=2, dff=32, num_layers=1, max_len=14).eval()
+    with torch.no_grad():
+        m.out_proj.bias[EOS_ID] += 1.0  # rows reach <eos> early, at different steps
+    src, _ = make_reversal_dataset(16, seed=0)
+    for use_cache in (False, True):
+        out = greedy_decode(m, src, use_cache=use_cache)
+        ends = [row.index(EOS_ID, 1) for row in out.tolist()]  # every row has finished
+        assert out.size(1) == max(ends) + 1 < m.max_len and len(set(ends)) > 1
+        assert not (out[:, -1] == PAD_ID).all()
