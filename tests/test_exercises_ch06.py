@@ -9,9 +9,11 @@ import torch
 
 from helpers.exercises import ExerciseError, check_decoder_layer_forward
 
+forward = m.correct  # the book's solution; tests/test_exercises_near_miss.py nudges it
+
 
 def test_accepts_the_solution(capsys):
-    check_decoder_layer_forward(m.correct)
+    check_decoder_layer_forward(forward)
     assert "check_decoder_layer_forward: all 4 checks passed" in capsys.readouterr().out
 
 
@@ -55,11 +57,6 @@ def test_rejects_a_single_return_value():
 def test_refuses_calling_the_layer_itself():
     with pytest.raises(ExerciseError, match=r"calls layer\(x, memory, self_mask, cross_mask\)"):
         check_decoder_layer_forward(lambda layer, *args: layer(*args))
-
-
-def test_refuses_a_near_miss():
-    with pytest.raises(ExerciseError, match="values differ"):
-        check_decoder_layer_forward(lambda *a: (m.correct(*a)[0] * 1.001, m.correct(*a)[1]))
 
 
 def test_leaves_the_global_random_stream_alone():
