@@ -39,7 +39,7 @@
 #   margin is measured: each seed is held out in turn and compared with the band of the others.
 #   The margin at a point is a factor times the largest distance by which a held-out seed left
 #   that band, at that point or within 5 points of it. The runs spread little early and much
-#   late, so the margin follows. The factor is measured too: the smallest of 1, 1.5, 2, ... at
+#   more in the middle, so the margin follows. The factor is measured too: the smallest of 1, 1.5, 2, ... at
 #   which every seed, held out, stays inside the band the other five make with it. The loss
 #   band's upper edge never rises above its first value: a run back at its starting loss has
 #   undone its training. A run leaves the band only if it stays out at the next point too.

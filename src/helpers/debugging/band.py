@@ -10,15 +10,16 @@ scale; the exact match at the steps where it was recorded. At each point the ban
 lowest to the highest seed, widened by a margin measured on the seeds themselves: each seed is
 held out in turn and compared with the band of the others, and the margin at a point is a
 factor times the largest distance by which a held-out seed left that band within NEIGHBOURS
-points either side (the runs spread little early and much late, so one margin for all points
-would be too wide early or too narrow late). The upper edge never rises above its value at the
-first point: a run back at the loss of its first steps has undone its training. The factor is
-measured too (measured_factor): the smallest of FACTORS at which every seed, held out, stays
-inside the band that the other seeds make with that factor. A new run, such as the book's
-recipe on another CPU (other low bits, another trajectory), is treated like one more seed; the
-record's "check" seeds, kept out of the band, measure how often such a run leaves it. A run
-leaves the band at a point only if it is also out at the next point (on the same side): one
-spike is not a trend, and the held-out margin is measured with the same rule.
+points either side (the runs spread little early and much more in the middle, so one margin
+for all points would be too wide early or too narrow in the middle). The upper edge never
+rises above its value at the first point: a run back at the loss of its first steps has undone
+its training. The factor is measured too (measured_factor): the smallest of FACTORS at which
+every seed, held out, stays inside the band that the other seeds make with that factor. A new
+run, such as the book's recipe on another CPU (other low bits, another trajectory), is treated
+like one more seed; the record's "check" seeds, kept out of the band, measure how often such a
+run leaves it. A run leaves the band at a point only if it is also out at the next point (on
+the same side): one spike is not a trend, and the held-out margin is measured with the same
+rule.
 """
 
 from __future__ import annotations
