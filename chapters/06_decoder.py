@@ -435,8 +435,8 @@ for w in cross_list:
 # [the reference chapter](intro.md#the-reference-chapter) ($d = 128$, `SEED_RECIPE`).
 #
 # These averages are 1.8 to 3.2 times uniform, far below $n$: an untrained decoder reads a
-# blend of many source tokens. Chapter 18, the cross-attention heatmaps, measures what training does to
-# these rows.
+# blend of many source tokens. Chapter 18, the cross-attention heatmaps, measures what training
+# does to these rows.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
@@ -594,16 +594,19 @@ assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 # %% [markdown]
 # ### Exercise 6.3 (implement): the decoder layer's forward pass
 #
-# Write `decoder_layer_forward(layer, x, memory, self_mask, cross_mask)` that computes
-# what `layer(x, memory, self_mask, cross_mask)` returns, `(output, cross-attention
-# weights)`, for a `helpers.DecoderLayer` in eval mode, using only its sub-modules:
-# `layer.ln1`, `layer.ln2`, `layer.ln3`, `layer.self_mha`, `layer.cross_mha` and
-# `layer.ffn` (each `MultiHeadAttention` returns `(output, weights)`). Check it with
-# `check_decoder_layer_forward(decoder_layer_forward)`, which runs it on two inputs with
-# $L_t \ne L_s$ and names the mistake when it recognises one (a missing residual, mask or
-# LayerNorm, one LayerNorm reused, the masks swapped, the queries or the keys from the wrong
-# side, the memory normalised again, the self-attention's weights, dropout left on, the
-# Post-Norm order).
+# Write `decoder_layer_forward(layer, x, memory, self_mask, cross_mask)`. It computes what
+# `layer(x, memory, self_mask, cross_mask)` returns, `(output, cross-attention weights)`, for a
+# `helpers.DecoderLayer` in eval mode. Use only the layer's sub-modules: `layer.ln1`,
+# `layer.ln2`, `layer.ln3`, `layer.self_mha`, `layer.cross_mha` and `layer.ffn`. Each
+# `MultiHeadAttention` returns `(output, weights)`. The masks go in as they are (True =
+# blocked). Check your function with `check_decoder_layer_forward(decoder_layer_forward)`. It
+# runs it on two inputs with $L_t \ne L_s$. When it recognises a mistake, it names it:
+#
+# - a missing residual, mask or LayerNorm, or a LayerNorm reused or in the wrong place;
+# - the masks swapped or inverted, or the causal mask given to cross-attention;
+# - the queries or the keys from the wrong side, or the memory normalised again;
+# - the sub-layers out of order, or in the Post-Norm order;
+# - the self-attention's weights returned, or no weights at all; dropout left on.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
 # Solution to exercise 6.3

@@ -176,6 +176,88 @@ def dropout_on(layer, x, memory, self_mask, cross_mask):
     return x + layer.ffn(layer.ln3(x)), cross_w
 
 
+def no_ln1(layer, x, memory, self_mask, cross_mask):  # the self-attention reads x itself
+    a, _ = layer.self_mha(x, x, x, attn_mask=self_mask)
+    x = x + a
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+def ln2_ln3_swapped(layer, x, memory, self_mask, cross_mask):
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask)
+    x = x + a
+    h = layer.ln3(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln2(x)), cross_w
+
+
+def masks_inverted(layer, x, memory, self_mask, cross_mask):  # True read as "keep"
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=~self_mask)
+    x = x + a
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=~cross_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+def cross_gets_self_mask(layer, x, memory, self_mask, cross_mask):
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask)
+    x = x + a
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=self_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+def cross_before_self(layer, x, memory, self_mask, cross_mask):  # the sub-layers reordered
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
+    x = x + a
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+def cross_weights_none(layer, x, memory, self_mask, cross_mask):
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask, need_weights=False)
+    x = x + a
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask, need_weights=False)
+    x = x + a
+    return x + layer.ffn(layer.ln3(x)), cross_w
+
+
+# Right answers written another way: the checker must accept each.
+def variant_keywords_and_indexing(layer, x, memory, self_mask, cross_mask):
+    h = layer.ln1(x)
+    x = x + layer.self_mha(q=h, k=h, v=h, attn_mask=self_mask, need_weights=False)[0]
+    out = layer.cross_mha(layer.ln2(x), memory, memory, cross_mask, True)
+    x = x + out[0]
+    return [x + layer.ffn(layer.ln3(x)), out[1]]
+
+
+def variant_sub_modules(layer, x, memory, self_mask, cross_mask):  # dropouts kept, ffn unrolled
+    h = layer.ln1(x)
+    a, _ = layer.self_mha(h, h, h, attn_mask=self_mask.clone())
+    x = x + layer.drop1(a)
+    h = layer.ln2(x)
+    a, cross_w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask.clone())
+    x = x + F.dropout(a, 0.1, training=layer.training)
+    linear1, gelu, linear2, drop = layer.ffn.net
+    return x + drop(linear2(gelu(linear1(layer.ln3(x))))), cross_w
+
+
+VARIANTS = [variant_keywords_and_indexing, variant_sub_modules]
+
+
 CATALOGUE = [
     post_norm,
     no_self_residual,
@@ -192,6 +274,12 @@ CATALOGUE = [
     queries_from_memory,
     self_weights,
     dropout_on,
+    no_ln1,
+    ln2_ln3_swapped,
+    masks_inverted,
+    cross_gets_self_mask,
+    cross_before_self,
+    cross_weights_none,
 ]
 
 
@@ -208,7 +296,9 @@ class _Attention:
         self.need_weights = need_weights
 
     def __call__(self, q, k, v, attn_mask=None, need_weights=True):
-        nw = need_weights if self.kind == "self" else self.need_weights
+        # the cross-attention's weights follow the caller's need_weights, unless the learner's
+        # code switches them off itself
+        nw = need_weights if self.kind == "self" else self.need_weights and need_weights
         if self.cache is None:
             a, w = self.mha(q, k, v, attn_mask=attn_mask, need_weights=nw)
         elif self.kind == "self":

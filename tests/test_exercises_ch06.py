@@ -33,6 +33,12 @@ CATALOGUE = [
     (m.queries_from_memory, "memory and x are swapped"),
     (m.self_weights, "the shape of self-attention weights"),
     (m.dropout_on, "dropout is still on"),
+    (m.no_ln1, r"self-attention sub-layer reads ln1\(x\)"),
+    (m.ln2_ln3_swapped, "the LayerNorms are in the wrong places"),
+    (m.masks_inverted, "True means blocked"),
+    (m.cross_gets_self_mask, "the cross-attention got self_mask"),
+    (m.cross_before_self, "the sub-layers run in a fixed order"),
+    (m.cross_weights_none, "when need_weights=False"),
 ]
 
 
@@ -47,6 +53,12 @@ def test_names_each_catalogued_mistake(mistake, message):
         check_decoder_layer_forward(mistake)
     others = [msg for fn, msg in CATALOGUE if fn is not mistake]
     assert not any(re.search(msg, str(err.value)) for msg in others)
+
+
+@pytest.mark.parametrize("variant", m.VARIANTS, ids=lambda v: v.__name__)
+def test_accepts_the_solution_written_another_way(variant, capsys):
+    check_decoder_layer_forward(variant)
+    assert "all 4 checks passed" in capsys.readouterr().out
 
 
 def test_rejects_a_single_return_value():

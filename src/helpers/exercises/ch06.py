@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from ..layers import DecoderLayer
@@ -43,17 +45,27 @@ def _cases():
     yield "x [1, 6, 32], memory [1, 3, 32]", x3, m3, make_causal_mask(6), make_padding_mask(src3)
 
 
-def _reference(layer, x, memory, self_mask, cross_mask, mistake=None):
-    """The layer's forward, or what a known mistake computes instead."""
+def _reference(layer, x, memory, self_mask, cross_mask, mistake=None, lns=None):
+    """The layer's forward, or what a known mistake computes instead. lns: the LayerNorm (or
+    None, no LayerNorm) each of the three sub-layers reads, when that is the mistake."""
     if mistake == "post-norm":
         a, _ = layer.self_mha(x, x, x, attn_mask=self_mask, need_weights=False)
         x = layer.ln1(x + a)
         a, w = layer.cross_mha(x, memory, memory, attn_mask=cross_mask)
         x = layer.ln2(x + a)
         return layer.ln3(x + layer.ffn(x)), w
-    ln2, ln3 = (layer.ln1, layer.ln1) if mistake == "one layernorm" else (layer.ln2, layer.ln3)
-    h = layer.ln1(x)
+    if mistake == "cross first":
+        h = layer.ln2(x)
+        a, w = layer.cross_mha(h, memory, memory, attn_mask=cross_mask)
+        x = x + a
+        h = layer.ln1(x)
+        x = x + layer.self_mha(h, h, h, attn_mask=self_mask, need_weights=False)[0]
+        return x + layer.ffn(layer.ln3(x)), w
+    ln1, ln2, ln3 = [(lambda t: t) if ln is None else ln for ln in lns or layer_norms(layer)]
+    h = ln1(x)
     self_m = None if mistake == "no causal mask" else self_mask
+    if mistake in ("masks inverted", "self mask inverted"):
+        self_m = ~self_mask
     a, _ = layer.self_mha(h, h, h, attn_mask=self_m, need_weights=False)
     x = {"no residual": a, "residual from normalised": h + a}.get(mistake, x + a)
     h = ln2(x)
@@ -62,13 +74,25 @@ def _reference(layer, x, memory, self_mask, cross_mask, mistake=None):
     else:
         mem = ln2(memory) if mistake == "memory normalised" else memory
         cross_m = None if mistake == "no cross mask" else cross_mask
+        if mistake in ("masks inverted", "cross mask inverted"):
+            cross_m = ~cross_mask
         a, w = layer.cross_mha(h, mem, mem, attn_mask=cross_m)
     x = {"no cross residual": a, "residual from normalised": h + a}.get(mistake, x + a)
-    ffn_in = x if mistake == "no ln3" else ln3(x)
+    ffn_in = ln3(x)
     if mistake == "residual from normalised":
         x = ffn_in
     return (x if mistake != "no ffn residual" else 0) + layer.ffn(ffn_in), w
 
+
+def layer_norms(layer):
+    return layer.ln1, layer.ln2, layer.ln3
+
+
+_SUBLAYERS = ("self-attention", "cross-attention", "feed-forward")
+_INVERTED = (
+    "True means blocked in this book's masks (chapter 03): pass self_mask and cross_mask as "
+    "they are, not ~mask"
+)
 
 _HINTS = {
     "post-norm": "that is the Post-Norm order (LayerNorm after the addition); this book's layer "
@@ -81,16 +105,49 @@ _HINTS = {
     "return x + ffn(ln3(x)), not ffn(ln3(x))",
     "residual from normalised": "the residual adds to the stream x itself, not to its "
     "normalised copy: x = x + a, where a = self_mha(ln1(x), ...)",
-    "one layernorm": "each sub-layer has its own LayerNorm: ln1 before the self-attention, "
-    "ln2 before the cross-attention, ln3 before the feed-forward",
     "kv from decoder": "cross-attention takes its keys and values from memory, not from the "
     "decoder's stream: cross_mha(h, memory, memory, ...)",
     "memory normalised": "memory is used as it is: the encoder's final LayerNorm already "
     "normalised it; ln2 normalises the decoder's stream only",
     "no cross mask": "cross-attention needs cross_mask, the source padding mask, or the "
     "queries read the source's <pad> positions",
-    "no ln3": "the feed-forward sub-layer reads ln3(x), like the other two read ln1 and ln2",
+    "masks inverted": _INVERTED,
+    "self mask inverted": _INVERTED,
+    "cross mask inverted": _INVERTED,
+    "cross first": "the sub-layers run in a fixed order: masked self-attention, then "
+    "cross-attention, then the feed-forward",
 }
+
+
+def _layernorm_hint(layer, x, memory, self_mask, cross_mask, out):
+    """If out is the layer with some sub-layer reading no LayerNorm, or the wrong one, say so."""
+    options = (None, *layer_norms(layer))
+    right = layer_norms(layer)
+    for lns in itertools.product(options, repeat=3):
+        if lns == right:
+            continue
+        with torch.no_grad():
+            wrong, _ = _reference(layer, x, memory, self_mask, cross_mask, lns=lns)
+        if not torch.allclose(out, wrong, atol=1e-5, rtol=1e-4):
+            continue
+        if lns[2] is None and lns[:2] == right[:2]:
+            return "the feed-forward sub-layer reads ln3(x), like the other two read ln1 and ln2"
+        if None in lns:
+            i = lns.index(None)
+            return (
+                f"the {_SUBLAYERS[i]} sub-layer reads ln{i + 1}(x), not x: in Pre-Norm each "
+                "sub-layer reads a LayerNorm of the stream"
+            )
+        if len(set(lns)) == 3:
+            return (
+                "the LayerNorms are in the wrong places: ln1 goes before the self-attention, "
+                "ln2 before the cross-attention, ln3 before the feed-forward"
+            )
+        return (
+            "each sub-layer has its own LayerNorm: ln1 before the self-attention, "
+            "ln2 before the cross-attention, ln3 before the feed-forward"
+        )
+    return None
 
 
 def _arg(args, kwargs, i, name):
@@ -99,7 +156,8 @@ def _arg(args, kwargs, i, name):
 
 def _recognise_calls(calls, memory, self_mask, cross_mask, where) -> None:
     """Name a mistake seen in what fn passed to the attentions (it may have raised before
-    returning anything): the masks swapped, or the cross-attention's queries from memory."""
+    returning anything): the masks swapped, the causal mask given to the cross-attention, or
+    the cross-attention's queries from memory."""
     for name, args, kwargs in calls:
         mask = _arg(args, kwargs, 3, "attn_mask")
         if name == "self_mha" and mask is cross_mask:
@@ -108,6 +166,13 @@ def _recognise_calls(calls, memory, self_mask, cross_mask, where) -> None:
                 where,
                 "the masks are swapped: self_mha takes self_mask (causal | target padding), "
                 "cross_mha takes cross_mask (source padding)",
+            )
+        if name == "cross_mha" and mask is self_mask and _arg(args, kwargs, 1, "k") is memory:
+            fail(
+                "the cross-attention got self_mask",
+                where,
+                "cross_mha takes cross_mask (source padding) only: the whole source is known, "
+                "so nothing about it is causal",
             )
         if name == "cross_mha" and _arg(args, kwargs, 0, "q") is memory:
             fail(
@@ -164,7 +229,7 @@ def check_decoder_layer_forward(fn) -> None:
                 "write the forward pass from the layer's parts: layer.ln1, layer.self_mha, "
                 "layer.ln2, layer.cross_mha, layer.ln3 and layer.ffn",
             )
-        if not (isinstance(got, tuple) and len(got) == 2):
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
             fail(
                 f"fn should return a pair (output, cross-attention weights), got "
                 f"{type(got).__name__}",
@@ -188,6 +253,9 @@ def check_decoder_layer_forward(fn) -> None:
                     wrong, _ = _reference(layer, x, memory, self_mask, cross_mask, mistake)
                 if torch.allclose(out, wrong, atol=1e-5, rtol=1e-4):
                     fail("the output differs from helpers.DecoderLayer's", where, hint)
+            hint = _layernorm_hint(layer, x, memory, self_mask, cross_mask, out)
+            if hint:
+                fail("the output differs from helpers.DecoderLayer's", where, hint)
         expect_close("output", out, expected, where=where)
         if isinstance(w, torch.Tensor) and tuple(w.shape) == (B, _H, Lt, Lt) and Lt != Ls:
             fail(
@@ -195,6 +263,13 @@ def check_decoder_layer_forward(fn) -> None:
                 where,
                 "return the cross-attention weights [B, h, L_t, L_s]: one row per target "
                 "position, one column per source position",
+            )
+        if w is None:
+            fail(
+                "the cross-attention weights are None",
+                where,
+                "cross_mha returns None in place of its weights when need_weights=False: "
+                "leave need_weights at its default (True) for the cross-attention",
             )
         expect_shape("cross-attention weights", w, (B, _H, Lt, Ls), where)
         expect_close(
