@@ -1233,7 +1233,7 @@ assert wrong[1] < right[1] and abs(wrong[1] - 1 / 16) < 0.02  # close to uniform
 # whose keys are all blocked must get a zero output, not NaN. Check it with
 # `check_additive_mask_attention(additive_mask_attention)`.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 3.2
 from helpers.exercises import check_additive_mask_attention
 
@@ -1305,7 +1305,7 @@ assert w_alibi[0, :, 3, 0].argmax() == 3  # the flattest head reaches furthest (
 # `check_scaled_dot_product_attention` runs it with no mask, on a padded batch ($B = 2$,
 # $L_q = 4$, $h = 3$), with `causal=True`, and in float16.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 3.4
 from helpers.exercises import check_scaled_dot_product_attention
 
@@ -1335,7 +1335,7 @@ check_scaled_dot_product_attention(scaled_dot_product_attention)
 # `check_multi_head_attention(MyMultiHeadAttention)` loads a `helpers.MultiHeadAttention`'s
 # weights into `MyMultiHeadAttention(24, 3)` and compares the two, with and without masks.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 3.5
 from helpers.exercises import check_multi_head_attention
 

@@ -656,7 +656,7 @@ assert abs(p_big / n_params(big_layer) - shares[4][0]) < 0.01  # the same 2/3 as
 # input, how far is the FFN's output from its eval-mode output? Why is the $1/0.9$ there?
 # Run the solution to check.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 # Solution to exercise 4.2
 torch.manual_seed(0)
 drop_ffn = FeedForwardByHand(d, dff, dropout=0.1)
@@ -698,7 +698,7 @@ assert rel < 0.01
 # activation or none, a missing gate or `w_down`. Then choose $d_{ff}$ so that at $d = 128$
 # it has about as many parameters as this chapter's FFN with $d_{ff} = 512$.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 4.3
 from helpers.exercises import check_swiglu_ffn
 

@@ -892,7 +892,7 @@ assert (once - x64).abs().max() > 0.1 and no_eps_gap < 1e-12
 # `nn.RMSNorm` on three inputs and names the mistake when it recognises one (centring,
 # $\epsilon$ missing or outside the root, a missing root, the wrong dimension, `x.std()`).
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 5.3
 from helpers.exercises import check_rms_norm
 
@@ -923,7 +923,7 @@ check_rms_norm(RMSNorm)
 # unbiased variance or one taken around 0, $\epsilon$ missing or outside the root, the wrong
 # dimension, no centring, weight and bias swapped or missing.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 5.4
 from helpers.exercises import check_layer_norm
 
@@ -965,7 +965,7 @@ check_layer_norm(LayerNorm)
 # names a missing or misplaced final LayerNorm, a missing or inverted mask, a layer's pair
 # left unpacked, and layers that do not read each other's output.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 5.5
 from helpers.exercises import check_encoder_forward, check_encoder_layer_forward
 

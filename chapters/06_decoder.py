@@ -608,7 +608,7 @@ assert moved_src == list(range(Lt)) and moved_tgt == list(range(2, Lt))
 # - the sub-layers out of order, or in the Post-Norm order;
 # - the self-attention's weights returned, or no weights at all; dropout left on.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 6.3
 from helpers.exercises import check_decoder_layer_forward
 

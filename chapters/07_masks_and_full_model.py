@@ -978,7 +978,7 @@ assert combined.shape == (2, 1, 7, 7) and (~combined[0, 0, 0]).sum() == 1
 # the polarity, the diagonal, `tril` for `triu`, AND for OR, a padding mask left `[B, L]`, a
 # float or `uint8` mask, among others.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 7.2
 from helpers.exercises import check_decoder_self_mask
 
@@ -1021,7 +1021,7 @@ check_hf_to_sdpa(hf_to_sdpa)
 # $L_s \ne L_t$. It names the usual slips, such as a mask built from the wrong sequence, a causal
 # cross mask or a swapped pair.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 7.4
 from helpers.exercises import check_decoder_masks
 

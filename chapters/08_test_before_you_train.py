@@ -575,7 +575,7 @@ assert not tril_causal and not tril_sees
 # polarity, position $i$ sees token $i+1$, only the positions after 0 see token $i+1$, and
 # position $i$ sees token $i+2$ but not $i+1$.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 8.2
 from helpers.exercises import check_causality_test
 

@@ -937,7 +937,7 @@ check_smoothed_cross_entropy(smoothed_cross_entropy)
 # never undone, no reshuffle, an evaluation that ignores the gate or comes a step early, token
 # accuracy as the score, and more.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 10.4
 from helpers.exercises import check_training_loop
 from helpers.train import epoch_batches, sequence_correct

@@ -631,7 +631,7 @@ check_beam_search(beam_search)
 # name the mistake. Last, it calls your function in training mode on sources too long for the
 # model, which raise an error, and checks the mode after it.
 
-# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 11.4
 from helpers.exercises import check_greedy_decode
 

@@ -528,7 +528,7 @@ check_mirror_weight(mirror_weight)
 # `check_row_entropy` tests one-hot rows, uniform rows and a random batch.
 
 
-# %% jupyter={"source_hidden": true} tags=["hide-input", "nbval-ignore-output"]
+# %% jupyter={"source_hidden": true} tags=["nbval-ignore-output", "hide-input"]
 # Solution to exercise 18.3
 def row_entropy_bits(weights):
     return -torch.special.xlogy(weights, weights).sum(dim=-1) / torch.log(torch.tensor(2.0))
