@@ -23,7 +23,7 @@
 # ![A hand-set head's weights: each query attends to its mirrored key](figures/03_multi_head_attention.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 20 s.
+# **Run time:** about 10 s.
 
 # %%
 import copy

@@ -23,7 +23,7 @@
 # ![What each decoder sub-layer may read](figures/06_decoder.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 10 s.
+# **Run time:** about 5 s.
 
 # %% [markdown]
 # The decoder writes the reversed sequence. A decoder layer has one more sub-layer than an

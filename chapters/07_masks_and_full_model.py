@@ -23,7 +23,7 @@
 # ![The decoder self-attention mask: padding, causal, and their OR](figures/07_masks_and_full_model.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 15 s.
+# **Run time:** about 10 s.
 
 # %% [markdown]
 # The model runs attention in three places, and each needs its own mask:

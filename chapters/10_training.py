@@ -26,7 +26,7 @@
 # ![Loss and accuracy of the book's recipe over one training run](figures/10_training.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 1.1 min. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 55 s more); later runs load it.
+# **Run time:** about 55 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 35 s more); later runs load it.
 
 # %%
 import dataclasses

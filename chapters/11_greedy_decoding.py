@@ -24,7 +24,7 @@
 # ![Greedy decoding of one source, step by step](figures/11_greedy_decoding.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 45 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 60 s more); later runs load it.
+# **Run time:** about 35 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 35 s more); later runs load it.
 
 # %% [markdown]
 # Training (chapter 10) never lets the decoder read its own output. Teacher forcing feeds it the

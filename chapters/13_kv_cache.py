@@ -25,7 +25,7 @@
 # ![Layer 0's KV cache, growing one row per step](figures/13_kv_cache.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 1.4 min. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 1 min more); later runs load it.
+# **Run time:** about 50 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 30 s more); later runs load it.
 
 # %%
 import textwrap

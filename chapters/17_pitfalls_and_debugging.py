@@ -24,11 +24,11 @@
 # ![What check_model flags for a healthy model and nine broken ones](figures/17_pitfalls_and_debugging.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 15 s.
+# **Run time:** about 20 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 25 s more); later runs load it.
 
 # %% [markdown]
-# Each entry gives the symptom, a cell that breaks, and the fix. The last column names the
-# chapter that shows one in depth.
+# Each entry gives the symptom, a cell that breaks, and the fix; the last column names a chapter
+# with more.
 #
 # **Masks: where attention may look**
 #
@@ -117,9 +117,9 @@ def new_model(**kw):
 
 
 # %% [markdown]
-# Many pitfalls live in the *textbook* attention formula: `masked_fill` with $-\infty$, then
-# softmax. `helpers` guards against them, so we use the bare formula. A context manager swaps it
-# into `helpers` models inside a `with` block.
+# Many pitfalls live in the *textbook* attention formula (`masked_fill` with $-\infty$, then
+# softmax), which `helpers` guards against. A context manager swaps the bare formula into
+# `helpers` models inside a `with` block.
 
 # %%
 def attention_textbook(q, k, v, blocked=None, fill=float("-inf"), scale=None):
@@ -1073,8 +1073,7 @@ assert class_means.max() - class_means.min() > spread  # some classes score abov
 # :::
 
 # %% [markdown]
-# Now nine ways to break it: seven models and two batches with a data bug. Next to each are the
-# checks we expect it to fail:
+# Nine ways to break it (seven models, two batches), each beside the checks it should fail:
 
 # %%
 class CausalVariant(Transformer):
@@ -1202,8 +1201,8 @@ assert (
 )
 
 # %% [markdown]
-# The NaN is traced to the first module whose output is not finite, which points at the faulty
-# weight. The probes that compare logits are skipped:
+# The NaN is traced to the first module with a non-finite output: the faulty weight's. Probes
+# that compare logits are skipped:
 
 # %%
 for check in ("activations finite", "parameters finite", "causality probe"):
@@ -1278,7 +1277,7 @@ print(f"the schedule's first learning rate: {first_lr:.1e}")
 assert first_lr < 1e-3
 
 # %% [markdown]
-# Each broken step fails with its own message. Unshifted labels are the subtle one: the step's own
+# Each broken step fails with its own message. Unshifted labels are the subtle one: the step's
 # loss falls, as the decoder copies its input token.
 #
 # :::{dropdown} Going deeper: the other two, and the limit
@@ -1295,7 +1294,7 @@ assert first_lr < 1e-3
 #
 # The book ships the band of its training curve over six seeds: the loss at every step and the
 # validation exact match every 10 steps. `helpers.compare_with_band(history)` says where a run
-# leaves it, and what that usually means. Of six further seeds, none left it
+# leaves it, and what that usually means. Of six more seeds, none left it
 # ([The training band](../appendix/experiment_training_band.ipynb); 95 % interval for that
 # share: 0 to 0.39). First, chapter 10's model (its seed is not in the band):
 

@@ -77,7 +77,7 @@ def test_the_factor_and_the_check_seeds_as_stated(record):
     assert not out and f"none of the {NUMBER_WORDS[len(check['runs'])].lower()} check seeds" in PAGE
     assert f"below {wilson_interval(0, len(check['runs']))[1]:.2f}" in PAGE
     n = NUMBER_WORDS[len(check["runs"])].lower()
-    assert f"Of {n} further seeds, none left it" in CHAPTER
+    assert f"Of {n} more seeds, none left it" in CHAPTER
     assert f"that share: 0 to {wilson_interval(0, len(check['runs']))[1]:.2f})" in CHAPTER
     assert (
         f"band of its training curve over {NUMBER_WORDS[len(band.seeds)].lower()} seeds" in CHAPTER
