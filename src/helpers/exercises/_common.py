@@ -9,7 +9,25 @@ A checker calls these instead of `assert`, so that a wrong answer is explained i
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
+
+
+@contextmanager
+def one_thread_isolated():
+    """Run a check on one torch thread, leaving the caller's random state as it was.
+
+    Checkers that build small models from seeds and decode one token at a time use it: two
+    threads on a busy machine spend most of their time waiting for each other, and the seeds
+    must not move the reader's random stream (fork_rng)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng():
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class ExerciseError(Exception):

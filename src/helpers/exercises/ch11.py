@@ -32,7 +32,6 @@ one whose output the reader's equals.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from statistics import NormalDist
 
 import torch
@@ -42,25 +41,11 @@ from ..decoding import greedy_decode
 from ..evaluation import wilson_interval
 from ..model import Transformer
 from ..vocab import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
-from ._common import call, expect_tensor, fail, passed
+from ._common import call, expect_tensor, fail, one_thread_isolated, passed
 
 __all__ = ["check_beam_search", "check_greedy_decode", "check_wilson_interval"]
 
 _MAX_LEN = 8
-
-
-@contextmanager
-def _one_thread():
-    """Run the check on one thread: its models are tiny and decode one sequence at a time, and
-    two threads on a busy machine spend most of their time waiting for each other. The seeds
-    that build the models leave the caller's random state as it was (fork_rng)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng():
-            yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _models() -> list[Transformer]:
@@ -177,7 +162,7 @@ def check_beam_search(fn) -> None:
     """Exercise 11.3: fn(model, src, k) is beam search of width k: greedy decoding at k = 1,
     and at k > 1 a sequence at least as probable as the book's beam search finds. Called in
     training mode, it decodes in eval mode and gives the training mode back."""
-    with _one_thread():
+    with one_thread_isolated():
         checks = _check_beam_search(fn)
     passed(
         "check_beam_search",
@@ -462,7 +447,7 @@ def check_greedy_decode(fn) -> None:
     int64 [B, <= max_len], <bos> first, <pad> after a row's <eos>, stopping when every row has
     finished or at max_len; it decodes in eval mode and gives the caller's mode back, even when
     it raises. Compared with helpers.greedy_decode, token for token."""
-    with _one_thread():
+    with one_thread_isolated():
         checks = _check_greedy_decode(fn)
     passed(
         "check_greedy_decode",

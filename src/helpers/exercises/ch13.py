@@ -23,8 +23,6 @@ tokens and names the one whose logits the reader's equal.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
 from ..data import make_reversal_dataset
@@ -32,7 +30,15 @@ from ..decoding import greedy_decode
 from ..masks import make_causal_mask, make_padding_mask
 from ..model import Transformer
 from ..vocab import BOS_ID, PAD_ID, VOCAB_SIZE
-from ._common import ExerciseError, call, expect_close, expect_shape, fail, passed
+from ._common import (
+    ExerciseError,
+    call,
+    expect_close,
+    expect_shape,
+    fail,
+    one_thread_isolated,
+    passed,
+)
 
 __all__ = ["check_decode_step"]
 
@@ -43,18 +49,6 @@ _CONFIGS = (
 )
 _MAX_LEN = 12
 _STEPS_AFTER_RESET = 3  # steps of the second batch: stale state shows at its first step
-
-
-@contextmanager
-def _one_thread():
-    """One torch thread, and the caller's random state kept (the models are built from seeds)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng():
-            yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _model(i: int) -> Transformer:
@@ -373,7 +367,7 @@ def check_decode_step(fn, reset=None) -> None:
     the logits for the next token. Each model decodes a batch with one caches list, then, after
     reset, the first steps of a second batch with the same list. Used in chapter 13.
     """
-    with _one_thread():
+    with one_thread_isolated():
         n_checks = _check_all(fn, reset)
     passed(
         "check_decode_step",
