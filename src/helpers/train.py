@@ -12,11 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from .data import make_reversal_dataset
-from .decoding import exact_match
+from .decoding import exact_match, sequences_equal
 from .model import Transformer, apply_default_init
 from .recipes import TrainConfig
 from .schedule import noam_lambda
-from .vocab import EOS_ID, PAD_ID, VOCAB_SIZE
+from .vocab import PAD_ID, VOCAB_SIZE
 
 
 @dataclass
@@ -95,10 +95,9 @@ def lr_factor(cfg: TrainConfig):
 
 
 def sequence_correct(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-    """bool [B]: the argmax is right at every position up to and including the target's <eos>."""
-    is_eos = (tgt_out == EOS_ID).long()
-    upto_eos = (is_eos.cumsum(1) - is_eos) == 0
-    return ((logits.argmax(-1) == tgt_out) | ~upto_eos).all(dim=1)
+    """bool [B]: the argmax is right at every position up to and including the target's <eos>
+    (teacher forcing's exact match: `sequences_equal` on the argmax tokens)."""
+    return sequences_equal(logits.argmax(-1), tgt_out)
 
 
 def teacher_forced_exact_match(
