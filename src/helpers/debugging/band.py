@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..experiments import load_record
+from ..vocab import VOCAB_SIZE
+
 WINDOW = 10
 FACTORS = tuple(1 + 0.5 * i for i in range(9))  # 1, 1.5, ..., 5: the factors measured_factor tries
 NEIGHBOURS = 5
@@ -128,8 +131,6 @@ def training_band(record: dict | None = None, factor: float | None = None) -> Tr
     Experiments page "The training band".
     """
     if record is None:
-        from ..experiments import load_record
-
         record = load_record(RECORD)
     if factor is None:
         factor = measured_factor(record)
@@ -139,8 +140,6 @@ def training_band(record: dict | None = None, factor: float | None = None) -> Tr
     em = np.asarray([r["exact_match"] for r in runs], dtype=float)
     loss_margin = _held_out_margin(logs, factor)
     em_margin = _held_out_margin(em, factor)
-    from ..vocab import VOCAB_SIZE
-
     # a healthy run never climbs back to the loss of its first steps: the upper edge never
     # rises above where it starts (where the margin is wide, in the middle, this is the edge)
     log_loss_high = np.minimum(logs.max(axis=0) + loss_margin, logs.max(axis=0)[0] + loss_margin[0])
