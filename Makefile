@@ -180,7 +180,8 @@ check-browser: $(SETUP)
 # ---------------------------------------------------------------------------- GPU
 # The one command to run on a machine with an NVIDIA GPU (it needs only python3 with torch,
 # numpy and pytest: no virtual environment). It writes one JSON file per part into OUT;
-# copy them into chapters/data/ and re-execute chapters 10, 13 and 19.
+# copy them into chapters/data/, list them in chapters/data/README.md and show them on an
+# Experiments page (no chapter reads them yet).
 OUT ?= gpu_results
 record-gpu:
 	PYTHONPATH=src python3 tools/record_gpu.py --device cuda --out $(OUT)

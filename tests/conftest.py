@@ -22,7 +22,7 @@ TESTS = Path(__file__).resolve().parent
 # takes one of these fixtures is marked too. "*" stands for any file. Measured with
 # `pytest tests/ --durations=40` on the 2-core machine while other work ran (2026-12-03):
 # each entry took over ~3 s there, most of it in a fixture's set-up where one is named.
-# tests/test_house.py checks that every name here still exists in its file.
+# tests/test_project_files.py checks that every name here still exists in its file.
 MARKED = {
     # Starts another process: torchrun, a fresh Python, the GPU recorder's dry run.
     "integration": {

@@ -1,4 +1,5 @@
-"""The recorded GPU results, as text a chapter prints. Used in chapters 10, 13 and 19.
+"""The recorded GPU results, as text a page prints. Written for chapters 10, 13 and 19; until a
+GPU record exists, chapter 19 uses only GPU_SPECS and the reference ratios.
 
 tools/record_gpu.py measures everything the book shows about GPUs in one run on a lent
 device and writes one JSON file per part; copied into chapters/data/ they are
@@ -65,12 +66,16 @@ GPU_SPECS = {
 
 
 def gpu_file(part: str, data_dir=None) -> Path:
-    """Used in chapters 10, 13 and 19. Where the recorded file of one part lives."""
+    """For chapters 10, 13 and 19, once a GPU record exists.
+
+    Where the recorded file of one part lives."""
     return Path(data_dir or DEFAULT_DATA) / f"{part}_cuda.json"
 
 
 def load_gpu_record(part: str, data_dir=None) -> dict | None:
-    """Used in chapters 10, 13 and 19. The recorded part ('attention', 'training', 'decoding',
+    """For chapters 10, 13 and 19, once a GPU record exists.
+
+    The recorded part ('attention', 'training', 'decoding',
     'unit_tests'), or None when it has not been recorded."""
     path = gpu_file(part, data_dir)
     if not path.exists():
@@ -83,7 +88,9 @@ def load_gpu_record(part: str, data_dir=None) -> dict | None:
 
 
 def not_recorded(part: str, what: str) -> str:
-    """Used in chapters 10, 13 and 19. The text shown while a part has no recorded file."""
+    """For chapters 10, 13 and 19, once a GPU record exists.
+
+    The text shown while a part has no recorded file."""
     return (
         f"{what}: not recorded yet (no chapters/data/{part}_cuda.json).\n"
         "On a machine with an NVIDIA GPU, from the repository root, run\n"
@@ -93,7 +100,9 @@ def not_recorded(part: str, what: str) -> str:
 
 
 def recorded_on(record: dict) -> str:
-    """Used in chapters 10, 13 and 19. One line: GPU, driver, torch, CUDA, date, status."""
+    """For chapters 10, 13 and 19, once a GPU record exists.
+
+    One line: GPU, driver, torch, CUDA, date, status."""
     env = record["environment"]
     line = (
         f"Recorded on {env.get('gpu', env.get('device'))} (driver {env.get('driver', '?')}, "
@@ -122,7 +131,9 @@ def _test_line(run: dict) -> str:
 
 
 def gpu_training_summary(data_dir=None) -> str:
-    """Used in chapter 10. The recorded GPU training time of the book's and the reference
+    """For chapter 10, once a GPU record exists.
+
+    The recorded GPU training time of the book's and the reference
     chapter's recipes, with the test-set exact match of the trained models."""
     record = load_gpu_record("training", data_dir)
     if record is None:
@@ -158,7 +169,9 @@ def gpu_training_summary(data_dir=None) -> str:
 
 
 def gpu_decoding_summary(data_dir=None) -> str:
-    """Used in chapter 13. The recorded GPU decoding times with and without the KV cache."""
+    """For chapter 13, once a GPU record exists.
+
+    The recorded GPU decoding times with and without the KV cache."""
     record = load_gpu_record("decoding", data_dir)
     if record is None:
         return not_recorded("decoding", "GPU decoding speed-up")
