@@ -13,15 +13,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The book's Jupyter kernel (tools/install_kernel.py): this venv's Python with the pinned
-# numerics of src/helpers/pin.py in its environment. JupyterLab, nbval and
+# numerics of src/helpers/repro/pin.py in its environment. JupyterLab, nbval and
 # tools/execute_notebooks.py all run the chapters in it.
 KERNEL := $(VENV)/share/jupyter/kernels/transformer-book/kernel.json
 SETUP  := $(STAMP) $(KERNEL)
 # The same pin for make doctor, and the deliberately broken one of make test-portable. The
 # unit tests run with PyTorch's defaults (faster); tests/test_numerics.py checks the pin in a
 # process of its own. pin.py is plain data: no torch import.
-PINNED := $(shell $(PYTHON) src/helpers/pin.py pinned)
-BROKEN := $(shell $(PYTHON) src/helpers/pin.py broken)
+PINNED := $(shell $(PYTHON) src/helpers/repro/pin.py pinned)
+BROKEN := $(shell $(PYTHON) src/helpers/repro/pin.py broken)
 # -W --keep-going: report every warning, then fail. --all: rebuild every page, so that
 # warnings from unchanged pages are reported too (a full build takes seconds).
 BOOK_BUILD := $(BIN)/jupyter-book build -q -W --keep-going --all .
@@ -62,7 +62,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 	@echo "installed: $(VENV) is ready"
 
-$(KERNEL): $(STAMP) src/helpers/pin.py tools/install_kernel.py
+$(KERNEL): $(STAMP) src/helpers/repro/pin.py tools/install_kernel.py
 	$(BIN)/python tools/install_kernel.py
 
 # ---------------------------------------------------------------------------- book
@@ -133,7 +133,7 @@ test-notebooks: $(SETUP)
 test-pytest: $(SETUP)
 	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
 
-# The notebooks with the pin deliberately broken (src/helpers/pin.py BROKEN_PIN: ATen's
+# The notebooks with the pin deliberately broken (src/helpers/repro/pin.py BROKEN_PIN: ATen's
 # scalar kernels, so every seeded random tensor differs in its last bits, and MKL's default
 # path, so every matmul does), as on a reader's ARM or unusual CPU, in kernels of this
 # Python that inherit that environment. Every model is retrained from a cold cache of its

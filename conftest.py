@@ -5,7 +5,7 @@
   _build/, or .ipynb_checkpoints/ (see also norecursedirs in pytest.ini);
 - sanitizes outputs with chapters/sanitize.cfg (an absolute path, so the working
   folder does not matter) unless --nbval-sanitize-with is given;
-- runs each notebook in the book's own kernel (helpers.pin.KERNEL_NAME, installed by
+- runs each notebook in the book's own kernel (helpers.repro.pin.KERNEL_NAME, installed by
   `make venv`), whose environment pins the numerics as tools/execute_notebooks.py's does,
   unless --nbval-kernel-name or --nbval-current-env is given (`make test-portable` runs
   kernels of the current Python with the pin broken);
@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _pin():
-    """src/helpers/pin.py, the one definition of the kernel's name and pin, loaded by path:
+    """src/helpers/repro/pin.py, the one definition of the kernel's name and pin, loaded by path:
     it is plain data, and importing the helpers package would import torch first."""
-    spec = importlib.util.spec_from_file_location("_book_pin", ROOT / "src" / "helpers" / "pin.py")
+    spec = importlib.util.spec_from_file_location(
+        "_book_pin", ROOT / "src" / "helpers" / "repro" / "pin.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -49,10 +49,11 @@ from pathlib import Path
 
 import torch
 
-from helpers import BOOK_RECIPE, TrainConfig, load_or_train, recipes
-from helpers.checkpoints import checkpoint_path, load_checkpoint, save_checkpoint
-from helpers.numerics import pin_problems
-from helpers.recipes import CHECKPOINT_FORMAT
+from helpers import BOOK_RECIPE, TrainConfig, load_or_train
+from helpers.repro.numerics import pin_problems
+from helpers.training import recipes
+from helpers.training.checkpoints import checkpoint_path, load_checkpoint, save_checkpoint
+from helpers.training.recipes import CHECKPOINT_FORMAT
 
 tiny = TrainConfig(
     d_model=16,

@@ -44,6 +44,7 @@
 import matplotlib.pyplot as plt
 import torch
 
+from helpers.analysis.experiments import load_record
 from helpers.benchmark import (
     VARIANTS,
     MiB,
@@ -56,7 +57,6 @@ from helpers.benchmark import (
     series,
     spread_table,
 )
-from helpers.experiments import load_record
 
 f32 = load_record("attention_benchmark_cpu")
 bf16 = load_record("attention_benchmark_cpu_bfloat16")

@@ -45,7 +45,13 @@
 import numpy as np
 
 from helpers import wilson_interval
-from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact, mean_interval
+from helpers.analysis.experiments import (
+    arm_bits,
+    compare_arms,
+    load_record,
+    mcnemar_exact,
+    mean_interval,
+)
 
 record = load_record("ch07_cross_mask")
 arms = ("correct", "triangular_cross")
@@ -62,7 +68,7 @@ print(f"test set: {n_test:,} sequences, seed {record['test_set']['seed']}")
 # numerics, niced and on one thread:
 #
 # ```bash
-# env $(.venv/bin/python src/helpers/pin.py pinned) nice -n 10 \
+# env $(.venv/bin/python src/helpers/repro/pin.py pinned) nice -n 10 \
 #     .venv/bin/python tools/record_ch07_cross_mask.py
 # ```
 #

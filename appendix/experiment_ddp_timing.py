@@ -47,7 +47,7 @@ import statistics
 
 import matplotlib.pyplot as plt
 
-from helpers.experiments import load_record, mean_interval
+from helpers.analysis.experiments import load_record, mean_interval
 
 rec = load_record("ch20_ddp_timing")
 configs = list(dict.fromkeys(r["config"] for r in rec["runs"]))

@@ -45,7 +45,7 @@
 import matplotlib.pyplot as plt
 
 from helpers import wilson_interval
-from helpers.experiments import load_record, mean_interval
+from helpers.analysis.experiments import load_record, mean_interval
 
 record = load_record("ch12_init_2x2")
 INITS = record["inits"]

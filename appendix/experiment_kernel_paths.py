@@ -50,7 +50,7 @@
 
 # %%
 from helpers import wilson_interval
-from helpers.experiments import load_record
+from helpers.analysis.experiments import load_record
 
 record = load_record("kernel_spread")
 results = record["results"]
@@ -134,7 +134,7 @@ for path in paths:
 # ## What a chapter may use it for
 #
 # A chapter that prints a number from a trained model bounds it with one call,
-# `helpers.numerics.assert_within_measured_spread(name, value)`. Where the reader's machine
+# `helpers.repro.numerics.assert_within_measured_spread(name, value)`. Where the reader's machine
 # computes the book's pinned bits (its fingerprint matches the book's), the allowed
 # distance is the record's rounding, $10^{-4}$. Elsewhere it is twice the largest gap this
 # record shows between the pinned path and any other, and at least 0.005. The cell computes

@@ -40,7 +40,7 @@
 
 # %% [markdown]
 # ```bash
-# env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py
+# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py
 # ```
 #
 # It trains 10 runs in the book's pinned numerics, on one thread (about 6 CPU-minutes).
@@ -54,7 +54,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers import wilson_interval
-from helpers.experiments import (
+from helpers.analysis.experiments import (
     arm_bits,
     compare_arms,
     largest_fall,

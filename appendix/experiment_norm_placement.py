@@ -32,7 +32,7 @@
 #   version of reversal. At every source position a linear read-out predicts the token the
 #   reversed sequence has there: the mirrored digit, then `<eos>` where the source has its
 #   `<eos>`. Padding positions are ignored.
-# - **Model.** `helpers.norm_experiment.EncoderTagger`: $d = 64$, 4 heads, $d_{ff} = 256$,
+# - **Model.** `helpers.analysis.norm_experiment.EncoderTagger`: $d = 64$, 4 heads, $d_{ff} = 256$,
 #   6 layers, no dropout, Xavier initialisation. Pre-Norm adds one final LayerNorm.
 # - **Arms.** Pre-Norm and Post-Norm, at three constant learning rates ($10^{-3}$,
 #   $2 \times 10^{-3}$, $4 \times 10^{-3}$), Adam, no warmup.
@@ -52,8 +52,8 @@ import math
 import matplotlib.pyplot as plt
 
 import helpers
-from helpers.experiments import load_record, mean_interval
-from helpers.norm_experiment import order_blind_loss, running_mean, tagger_data
+from helpers.analysis.experiments import load_record, mean_interval
+from helpers.analysis.norm_experiment import order_blind_loss, running_mean, tagger_data
 
 record = load_record("ch05_norm_sweep")
 cfg = record["settings"]
@@ -87,7 +87,7 @@ print(
 # nice -n 10 python tools/record_ch05_norm_sweep.py
 # ```
 #
-# It runs `helpers.norm_experiment.train_tagger` for every arm, learning rate and seed,
+# It runs `helpers.analysis.norm_experiment.train_tagger` for every arm, learning rate and seed,
 # on one thread, and writes `chapters/data/ch05_norm_sweep.json`. The record keeps every
 # step's training loss and each run's held-out loss and exact match. It was made before
 # the recorder also stored which held-out sequences each run got right, so it lacks them.

@@ -49,7 +49,7 @@
 import matplotlib.pyplot as plt
 
 from helpers import wilson_interval
-from helpers.experiments import load_record
+from helpers.analysis.experiments import load_record
 
 run = load_record("seed_recipe_run")
 print(f"recorded {run['date'][:10]}; numerics:")

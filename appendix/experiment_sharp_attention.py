@@ -54,7 +54,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers import BOOK_RECIPE, SEED_RECIPE, SHARP_ATTENTION_RECIPE, wilson_interval
-from helpers.experiments import load_record, mean_interval
+from helpers.analysis.experiments import load_record, mean_interval
 
 sharpness = load_record("ch18_sharpness")
 runs = {(r["name"], r["seed"]): r for r in sharpness["runs"]}
@@ -89,7 +89,7 @@ print(f"{'seed_recipe':>20} {'[0]':>7} {seed_run['parameters']:>8,}  SEED_RECIPE
 # `env ...` prefix:
 #
 # ```bash
-# env $(.venv/bin/python src/helpers/pin.py pinned) nice -n 10 \
+# env $(.venv/bin/python src/helpers/repro/pin.py pinned) nice -n 10 \
 #     .venv/bin/python tools/explore_ch18_sharpness.py NAME --base book \
 #     --set FIELD=VALUE ... --every 100 --seed S
 # ```

@@ -64,7 +64,7 @@ import statistics
 
 import matplotlib.pyplot as plt
 
-from helpers.experiments import load_record, mean_interval
+from helpers.analysis.experiments import load_record, mean_interval
 
 record = load_record("training_ablation")
 print(f"recorded {record['date'][:10]}; numerics:")

@@ -50,14 +50,14 @@
 
 # %% [markdown]
 # ```bash
-# env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_training_band.py
+# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_training_band.py
 # ```
 #
 # It trains the 6 runs in the book's pinned numerics, one thread each; `--jobs 6` runs them in
 # parallel, with the same bits. The check seeds are added to the same record by:
 #
 # ```bash
-# env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_training_band.py \
+# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_training_band.py \
 #     --check --jobs 2
 # ```
 #
@@ -68,9 +68,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers import wilson_interval
+from helpers.analysis.experiments import load_record, mean_interval
 from helpers.debugging import compare_with_band, training_band
 from helpers.debugging.band import FACTORS, WINDOW, held_out_outside
-from helpers.experiments import load_record, mean_interval
 
 
 def as_history(run):

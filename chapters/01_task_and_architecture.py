@@ -94,7 +94,7 @@ from helpers import (
 # ## The vocabulary
 #
 # Thirteen tokens: three special ones and the ten digits. The constants live in `helpers`
-# (module `helpers.vocab`) so that every chapter agrees on them.
+# (module `helpers.core.vocab`) so that every chapter agrees on them.
 #
 # - `<pad>` (id 0) fills sequences up to a common length. It is never attended to and
 #   never scored by the loss.

@@ -61,7 +61,7 @@ import torch.nn as nn
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 import helpers
-import helpers.norm_experiment as norm_exp
+import helpers.analysis.norm_experiment as norm_exp
 from helpers import VOCAB_SIZE, describe, make_padding_mask, make_reversal_dataset
 
 _ = torch.manual_seed(0)
@@ -743,7 +743,7 @@ assert [name for name, _ in TwoHeads().named_parameters()] == [
 # give the same layer output, attention weights and encoder output. That holds on both
 # attention paths: the handwritten one that returns weights, and
 # `F.scaled_dot_product_attention`. The sweep's Post-Norm layer,
-# `helpers.norm_experiment.PostNormEncoderLayer`, must match ours too.
+# `helpers.analysis.norm_experiment.PostNormEncoderLayer`, must match ours too.
 
 # %%
 lib_layer = helpers.EncoderLayer(d, num_heads, dff).eval()

@@ -57,7 +57,7 @@ from helpers import (
     make_padding_mask,
     make_reversal_dataset,
 )
-from helpers.train import build_model
+from helpers.training.train import build_model
 
 _ = torch.manual_seed(0)
 

@@ -57,7 +57,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-import helpers.model
+import helpers.core.model
 from helpers import (
     NUM_OFFSET,
     PAD_ID,
@@ -158,7 +158,9 @@ assert zero_early == 0 and zero_late == 0  # invariance holds, sensitivity fails
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 with mock.patch.object(
-    helpers.model, "make_causal_mask", lambda L, device=None: torch.zeros(1, 1, L, L, dtype=bool)
+    helpers.core.model,
+    "make_causal_mask",
+    lambda L, device=None: torch.zeros(1, 1, L, L, dtype=bool),
 ):
     leaky = change_matrix(model, src, tgt_in)
 grids = [("with the causal mask", change_matrix(model, src, tgt_in)), ("without it", leaky)]
@@ -253,7 +255,7 @@ assert e1.grad_fn is None and model(src, tgt_in).grad_fn is not None  # no graph
 # ## Breaking the causal mask
 #
 # `helpers.Transformer.decode` builds its self-attention mask with `make_causal_mask`, looked
-# up in the module `helpers.model`. Patching that name (`unittest.mock.patch.object`) swaps in
+# up in the module `helpers.core.model`. Patching that name (`unittest.mock.patch.object`) swaps in
 # a broken mask for the duration of a `with` block. The library's source stays untouched.
 # Three mistakes:
 #
@@ -277,7 +279,7 @@ def causal_none(L, device=None):
 
 
 causal_variants = {
-    "triu(diagonal=1), correct": helpers.model.make_causal_mask,
+    "triu(diagonal=1), correct": helpers.core.model.make_causal_mask,
     "triu(diagonal=0)": causal_diag0,
     "no triu (all ones)": causal_no_triu,
     "no causal mask": causal_none,
@@ -291,7 +293,7 @@ for name, fn in causal_variants.items():
 # %%
 results = {}
 for name, fn in causal_variants.items():
-    with mock.patch.object(helpers.model, "make_causal_mask", fn):
+    with mock.patch.object(helpers.core.model, "make_causal_mask", fn):
         early = max(e for e, _ in causality(model, src, tgt_in))
         results[name] = causal_test_passes(model)
     verdict = "passes" if results[name] else "FAILS"
@@ -345,7 +347,7 @@ for cname, cfn in causal_variants.items():
     row = []
     for aname, afn in attentions.items():
         with ExitStack() as stack:
-            stack.enter_context(mock.patch.object(helpers.model, "make_causal_mask", cfn))
+            stack.enter_context(mock.patch.object(helpers.core.model, "make_causal_mask", cfn))
             if afn is not None:
                 stack.enter_context(mock.patch.object(MultiHeadAttention, "_attention_sdpa", afn))
             with torch.no_grad():
@@ -383,7 +385,7 @@ def decoder_self_mask(model, causal_fn):
     seen = {}
     hook = model.decoder.register_forward_pre_hook(lambda mod, args: seen.update(mask=args[2]))
     try:
-        with mock.patch.object(helpers.model, "make_causal_mask", causal_fn), torch.no_grad():
+        with mock.patch.object(helpers.core.model, "make_causal_mask", causal_fn), torch.no_grad():
             model(src, tgt_in)
     finally:
         hook.remove()
@@ -442,7 +444,7 @@ query_model = QueryMaskingTransformer(VOCAB_SIZE, VOCAB_SIZE).eval()
 query_model.load_state_dict(model.state_dict())  # the very same weights
 
 padding_results = {"correct": padding_change(model, src, tgt_in, 3)}
-with mock.patch.object(helpers.model, "make_padding_mask", no_padding_mask):
+with mock.patch.object(helpers.core.model, "make_padding_mask", no_padding_mask):
     padding_results["PAD keys not masked"] = padding_change(model, src, tgt_in, 3)
 padding_results["queries masked, not keys"] = padding_change(query_model, src, tgt_in, 3)
 for name, change in padding_results.items():
@@ -478,13 +480,14 @@ for cfg in configs:
     rows = causality(m, src, tgt_in)
     early, late = max(e for e, _ in rows), min(v for _, v in rows)
     pad = max(padding_change(m, src, tgt_in, e) for e in (1, 5))
-    full_rows = int(fully_masked_rows(decoder_self_mask(m, helpers.model.make_causal_mask)).sum())
+    causal = helpers.core.model.make_causal_mask
+    full_rows = int(fully_masked_rows(decoder_self_mask(m, causal)).sum())
     print(
         f"{str(cfg):<52} causality: {small(early)} / {late:.3f}, padding: {small(pad)},"
         f" fully masked rows: {full_rows}"
     )
     assert early < 1e-5 and late > 1e-3 and pad < 1e-5
-    assert every_query_sees_something(decoder_self_mask(m, helpers.model.make_causal_mask), tgt_in)
+    assert every_query_sees_something(decoder_self_mask(m, causal), tgt_in)
 
 # %% [markdown]
 # ## One reusable call: `check_masks`
@@ -503,7 +506,7 @@ from helpers import check_masks
 report = check_masks(model, src, tgt_in)
 print(report)
 assert report.ok
-with mock.patch.object(helpers.model, "make_causal_mask", causal_none):
+with mock.patch.object(helpers.core.model, "make_causal_mask", causal_none):
     no_causal = check_masks(model, src, tgt_in)
 print(no_causal)
 query_masked = check_masks(query_model, src, tgt_in)
@@ -548,8 +551,8 @@ def causal_tril(L, device=None):
 
 print("the tril mask for L = 4 (1 = blocked):")
 print(causal_tril(4)[0, 0].int())
-assert torch.equal(causal_tril(6), ~helpers.model.make_causal_mask(6))
-with mock.patch.object(helpers.model, "make_causal_mask", causal_tril):
+assert torch.equal(causal_tril(6), ~helpers.core.model.make_causal_mask(6))
+with mock.patch.object(helpers.core.model, "make_causal_mask", causal_tril):
     tril_causal = causal_test_passes(model)
 tril_sees = every_query_sees_something(decoder_self_mask(model, causal_tril), tgt_in)
 print(

@@ -195,11 +195,11 @@ assert (freq - 0.1).abs().max() < 0.01
 # How much would cutting the padding save? Chapter 10 trains on shuffled batches of 128. A
 # batch can be cut only to its longest row, and a 12-digit row is likely in every batch: a row
 # misses length 12 with chance 0.9, all 128 with chance $0.9^{128}$. The cell cuts one epoch
-# of chapter 10's batches (`helpers.train.epoch_batches`) to their longest rows. Then it does
+# of chapter 10's batches (`helpers.training.train.epoch_batches`) to their longest rows. Then it does
 # the same with batches that group similar lengths (its `bucket` option).
 
 # %%
-from helpers.train import epoch_batches
+from helpers.training.train import epoch_batches
 
 src_real, tgt_real = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
 print(f"chance that 128 rows hold no 12-digit row: {0.9**128:.1e}")

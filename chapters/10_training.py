@@ -60,9 +60,9 @@ from helpers import (
     train_test_overlap,
     wilson_interval,
 )
-from helpers import train as train_module
-from helpers.numerics import assert_within_measured_spread
-from helpers.train import build_model, lr_factor, train_reversal
+from helpers.repro.numerics import assert_within_measured_spread
+from helpers.training import train as train_module
+from helpers.training.train import build_model, lr_factor, train_reversal
 
 _ = torch.manual_seed(0)
 src_train, tgt_train = make_reversal_dataset(20000, seed=0)
@@ -119,6 +119,7 @@ plt.show()
 # The same shift as a table. For every training pair, the labels are the source's digits
 # reversed, then `<eos>`. The decoder input starts with `<bos>` and never reads the `<eos>` it
 # must predict.
+
 
 # %%
 def check_shift(src, tgt):
@@ -271,6 +272,7 @@ assert SEED_RECIPE.label_smoothing == BOOK_RECIPE.label_smoothing == 0
 # `max_steps`, the Noam factor is multiplied by a ramp that falls to 0. The cell prints both
 # schedules' peaks, and Figure 10.2 draws them.
 
+
 # %%
 def peak(cfg):
     """The schedule's highest learning rate: lr_scale * d_model^-0.5 * warmup^-0.5."""
@@ -332,7 +334,7 @@ plt.show()
 # about 1,000). `eps = 1e-9` is the constant added to the denominator (PyTorch's default is
 # `1e-8`). All three values come from {cite}`vaswani2017`, and this chapter does
 # not measure their effect. The cell prints PyTorch's defaults and the line of
-# `helpers.train` that builds the optimiser.
+# `helpers.training.train` that builds the optimiser.
 
 # %%
 adam_defaults = inspect.signature(torch.optim.Adam).parameters
@@ -343,7 +345,7 @@ print(
 adam_line = next(
     line.strip() for line in inspect.getsource(train_module).splitlines() if "optim.Adam(" in line
 )
-print("helpers.train builds Adam with", adam_line[adam_line.index("betas") :].rstrip(")"))
+print("helpers.training.train builds Adam with", adam_line[adam_line.index("betas") :].rstrip(")"))
 for name, beta in (("beta1", 0.9), ("beta2, default", 0.999), ("beta2, book", 0.98)):
     print(f"{name:>14} {beta}: averages over about 1/(1 - beta) = {1 / (1 - beta):.0f} steps")
 assert adam_defaults["betas"].default == (0.9, 0.999) and adam_defaults["eps"].default == 1e-8
@@ -409,7 +411,7 @@ assert grad.dtype == torch.float32
 model.zero_grad()
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
-from helpers.numerics import timing_label
+from helpers.repro.numerics import timing_label
 
 
 def step_ms(d_model, batch, bf16, reps=8):
@@ -752,6 +754,7 @@ assert max(blocks) > test_all.exact_match  # the blocks differ, so the best one 
 # the batch's sequences that are right at every position. The dots are the validation
 # evaluations. Figure 10.3 shows them for the run above.
 
+
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 def smooth(xs, k=10):
     """Mean of the last k values at each step (fewer at the start)."""
@@ -789,6 +792,7 @@ plt.show()
 # behind. Say a 10-digit answer has 97 % of its tokens right, and its errors are independent.
 # Counting `<eos>`, it is then wrong more than a quarter of the time ($0.97^{11} \approx 0.72$).
 # The cell prints the step at which each curve of this run first reaches 0.9.
+
 
 # %% tags=["nbval-ignore-output"]
 def first_step(curve, level=0.9):
@@ -929,7 +933,7 @@ check_smoothed_cross_entropy(smoothed_cross_entropy)
 # trained model, the loss of every step, and the steps after which it scored the validation
 # set. When `cfg.target_exact_match` is `None`, only `cfg.max_steps` ends the run. Take each
 # epoch's batches from `epoch_batches(lengths, cfg.batch_size, cfg.bucket, gen)` and the
-# schedule from `lr_factor(cfg)`, both in `helpers.train`. The checker runs it on three
+# schedule from `lr_factor(cfg)`, both in `helpers.training.train`. The checker runs it on three
 # 12-step configs of a tiny model with dropout and compares it with
 # `train_reversal(cfg, confirm=False)`, bit for bit. When they differ, it runs the classic
 # mistakes on the same config and names the one that matches: labels not shifted, padding in
@@ -940,7 +944,7 @@ check_smoothed_cross_entropy(smoothed_cross_entropy)
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 10.4
 from helpers.exercises import check_training_loop
-from helpers.train import epoch_batches, sequence_correct
+from helpers.training.train import epoch_batches, sequence_correct
 
 
 def train_loop(cfg):

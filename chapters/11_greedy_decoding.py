@@ -59,8 +59,8 @@ from helpers import (
     test_set,
     trained_reversal_model,
 )
-from helpers.numerics import assert_within_measured_spread
-from helpers.train import build_model
+from helpers.repro.numerics import assert_within_measured_spread
+from helpers.training.train import build_model
 
 _ = torch.manual_seed(0)
 

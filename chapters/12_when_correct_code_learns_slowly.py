@@ -60,13 +60,13 @@ from helpers import (
     load_or_train,
     make_reversal_dataset,
 )
-from helpers.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
+from helpers.core.model import Transformer, apply_default_init
+from helpers.core.vocab import VOCAB_SIZE
 from helpers.exercises import check_book_init
-from helpers.model import Transformer, apply_default_init
-from helpers.numerics import assert_within_measured_spread
-from helpers.recipes import embedding_scale_recipe
-from helpers.train import build_model, lr_factor
-from helpers.vocab import VOCAB_SIZE
+from helpers.repro.numerics import assert_within_measured_spread
+from helpers.training.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
+from helpers.training.recipes import embedding_scale_recipe
+from helpers.training.train import build_model, lr_factor
 
 _ = torch.manual_seed(0)
 torch.set_num_threads(1)  # small tensors: one thread is enough

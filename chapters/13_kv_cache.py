@@ -546,7 +546,7 @@ for i, c in enumerate(configs):
 # timings vary from run to run; the tokens of the two loops must not.
 
 # %% tags=["nbval-ignore-output"]
-from helpers.numerics import timing_label
+from helpers.repro.numerics import timing_label
 
 torch.manual_seed(0)
 long_model = Transformer(VOCAB_SIZE, VOCAB_SIZE, max_len=513).eval()
@@ -771,7 +771,7 @@ print(f"the weights: about {weights_big / 2**30:.0f} GiB")
 # The cache of section 3 grows with `torch.cat`: at every step, in every layer, it copies all
 # $t$ cached positions into new tensors one position longer. A preallocated cache allocates
 # two buffers of shape `[B, h, L_max, d_k]` per layer, once. Step $t$ writes its key and value
-# at position $t$, and attention reads positions $0..t$. `helpers.static_cache` does this for
+# at position $t$, and attention reads positions $0..t$. `helpers.decoding.static_cache` does this for
 # the book's `Transformer`. Its `write_kv(buf, new, pos)` writes `new` at `pos` and returns the
 # written positions as a view of the buffer, with no copy. The padding mask is a preallocated
 # buffer too, filled one column per step.
@@ -786,7 +786,7 @@ print(f"the weights: about {weights_big / 2**30:.0f} GiB")
 import transformers
 from transformers.cache_utils import StaticCache, StaticLayer
 
-from helpers.static_cache import allocate_static_caches, greedy_decode_static, write_kv
+from helpers.decoding.static_cache import allocate_static_caches, greedy_decode_static, write_kv
 
 print(f"transformers {transformers.__version__}")
 print("StaticCache:", inspect.getdoc(StaticCache).split(". ")[0] + ".")
@@ -961,7 +961,7 @@ assert torch.equal(fresh, want) and n_stale < n_fresh / 2
 # The first way raises an error: the mask covers the new batch's positions, the cache holds the
 # old batch's too. The second is silent and wrong: every row attends to another source. A
 # preallocated cache kept between batches overwrites its self-attention part, so it can run into
-# the second. `helpers.static_cache` therefore projects the cross-attention keys at step 0 of
+# the second. `helpers.decoding.static_cache` therefore projects the cross-attention keys at step 0 of
 # every decode, and gives its caches a `reset()` that zeroes the buffers and drops the
 # cross-attention keys; `greedy_decode_static` calls it on caches it is handed. The cell decodes
 # both batches with one allocation, checks each against the naive loop, then calls `reset()`.

@@ -670,7 +670,7 @@ except ValueError as e:
 # with length.
 
 # %% tags=["nbval-ignore-output"]
-from helpers.numerics import timing_label
+from helpers.repro.numerics import timing_label
 
 timing = {}
 for use_cache in (False, True):

@@ -1224,7 +1224,7 @@ print(f"{len(cases) + 1} models checked in {elapsed:.1f} s")
 
 # %%
 from helpers import BOOK_RECIPE
-from helpers.train import build_model, lr_factor
+from helpers.training.train import build_model, lr_factor
 
 
 def make_train_step(model, mistake=None):

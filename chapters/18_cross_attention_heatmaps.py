@@ -62,8 +62,8 @@ from helpers import (
     wilson_interval,
 )
 from helpers.exercises import check_mirror_weight, check_row_entropy
-from helpers.numerics import assert_within_measured_spread
-from helpers.train import build_model, lr_factor
+from helpers.repro.numerics import assert_within_measured_spread
+from helpers.training.train import build_model, lr_factor
 
 _ = torch.manual_seed(0)
 
@@ -80,7 +80,7 @@ _ = torch.manual_seed(0)
 # [the reference chapter](intro.md#the-reference-chapter) (last decoder layer, mean of its
 # four heads) comes close: at least 0.94 on the mirrored source token in every row.
 #
-# `SHARP_ATTENTION_RECIPE` (in `helpers.recipes`) is the book's recipe of chapter 10 with
+# `SHARP_ATTENTION_RECIPE` (in `helpers.training.recipes`) is the book's recipe of chapter 10 with
 # $d_{model} = 64$ split into two heads of $d_k = 32$, dropout 0.15, and a fixed budget of
 # 1000 steps. Its cooldown ends at the last step; there is no early stop. Its `lr_scale` of 2
 # doubles the Noam factor, but that factor shrinks as $d_{model}^{-1/2}$ (chapter 10). So its
@@ -207,7 +207,7 @@ display(grid)
 # ## 3. An explorer
 #
 # Type digits, pick a layer and a head (or the mean of heads): the decoded output and the
-# heatmap update live in JupyterLab. The logic lives in `helpers.visualize`.
+# heatmap update live in JupyterLab. The logic lives in `helpers.analysis.visualize`.
 # `AttentionExplorer.render(text, layer, head)` parses the text, decodes, and draws, or returns
 # a clear message for bad input; the widgets only call it.
 

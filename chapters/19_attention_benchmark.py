@@ -56,8 +56,8 @@ from helpers.benchmark import (
     score_matrix_bytes,
     spread_table,
 )
-from helpers.gpu_results import GPU_SPECS, reference_ratios
-from helpers.numerics import cpu_model, timing_label
+from helpers.repro.gpu_results import GPU_SPECS, reference_ratios
+from helpers.repro.numerics import cpu_model, timing_label
 
 _ = torch.manual_seed(0)
 TORCH = torch.__version__.split("+")[0]  # 2.13.0, without the local build suffix
@@ -298,7 +298,7 @@ for L in (128, 1024, 4096):
 assert score_matrix_bytes(8, 8, 4096, torch.float32) == 4 * 2**30
 
 # %% [markdown]
-# Read `_attention_by_hand` (in `helpers/attention.py`) line by line. Several score-sized matrices
+# Read `_attention_by_hand` (in `helpers/core/attention.py`) line by line. Several score-sized matrices
 # are made:
 #
 # - `Q @ K^T`, and its division by $\sqrt{d_k}$;

@@ -66,7 +66,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from helpers import BOOK_RECIPE, PAD_ID, make_reversal_dataset
-from helpers.distributed import (
+from helpers.training.distributed import (
     TORCHRUN_VARS,
     make_optimizer,
     one_step_single,
@@ -78,9 +78,9 @@ from helpers.distributed import (
     train_reversal_ddp,
     trimmed,
 )
-from helpers.evaluation import exact_match_with_interval, test_set
-from helpers.recipes import TrainConfig
-from helpers.train import build_model, lr_factor, sequence_correct
+from helpers.training.evaluation import exact_match_with_interval, test_set
+from helpers.training.recipes import TrainConfig
+from helpers.training.train import build_model, lr_factor, sequence_correct
 
 ROOT = Path.cwd().parent  # the notebook runs in chapters/
 SCRIPT = ROOT / "tools" / "train_ddp.py"
@@ -251,7 +251,7 @@ print(
 assert tokens[0] != tokens[1]
 
 # %% [markdown]
-# So each rank in `helpers.distributed` sums its token losses. One small all-reduce per step adds
+# So each rank in `helpers.training.distributed` sums its token losses. One small all-reduce per step adds
 # up the token counts of all ranks. A rank backpropagates `loss_sum * world_size / global_tokens`.
 # DDP's average over the ranks then divides by `world_size` again. What is left is the gradient of
 # the whole batch's mean token loss.
@@ -752,7 +752,7 @@ assert [len(p) for p in per_rank] == [math.ceil(10 / 3)] * 3 and len(twice) == 2
 # Each rank gets $\lceil 10/3 \rceil = 4$ indices; the sampler pads the permutation to 12
 # by repeating its first two indices, so two samples count twice in that epoch. An
 # evaluation sharded this way would score those two sequences twice; that is why
-# `helpers.distributed.sharded_exact_match` slices `src[rank::world_size]` instead: the
+# `helpers.training.distributed.sharded_exact_match` slices `src[rank::world_size]` instead: the
 # shards may differ by one sequence, and every sequence counts once.
 # :::
 

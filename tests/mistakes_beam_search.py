@@ -1,8 +1,9 @@
 """Exercise 11.3's beam-search mistakes (tests/mistakes_ch11.py), written in the shape of the
-library's batched search, helpers.beam_search.beam_search, so that tests/plant_mistake.py can
-plant each one and show whether tests/test_beam_search.py notices it:
+library's batched search, helpers.decoding.beam_search.beam_search, so that
+tests/plant_mistake.py can plant each one and show whether tests/test_beam_search.py notices it:
 
-    BOOK_MISTAKE="helpers.beam_search:beam_search=tests/mistakes_beam_search.py:beam_no_eval" \
+    M=helpers.decoding.beam_search:beam_search
+    BOOK_MISTAKE="$M=tests/mistakes_beam_search.py:beam_no_eval" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake tests/test_beam_search.py -x -q
 
 _beam_search is a copy of the library's function with a `mistake` argument; no_mistake is the
@@ -15,19 +16,20 @@ import math
 import torch
 
 from helpers import BOS_ID, EOS_ID, PAD_ID
-from helpers.beam_search import (
+from helpers.core.masks import make_padding_mask
+from helpers.decoding.beam_search import (
     DEFAULT_LENGTH_PENALTY,
     BeamSearchResult,
     _checked_src,
     _checked_width,
     gnmt_length_penalty,
 )
-from helpers.decoding import checked_max_len
-from helpers.masks import make_padding_mask
+from helpers.decoding.greedy import checked_max_len
 
 
 def _mode(fn):
-    """helpers.decoding.restores_mode, skipped for the mistake that never gives the mode back."""
+    """helpers.decoding.greedy.restores_mode, skipped for the mistake that never gives the mode
+    back."""
 
     @functools.wraps(fn)
     def wrapper(model, *args, mistake=None, **kwargs):
@@ -53,7 +55,7 @@ def _beam_search(
     *,
     mistake=None,
 ):
-    """helpers.beam_search.beam_search, but for `mistake`."""
+    """helpers.decoding.beam_search.beam_search, but for `mistake`."""
     if mistake != "no eval":
         model.eval()
     W = _checked_width(beam_width)

@@ -295,9 +295,9 @@ MHA_MISTAKES = {
 
 
 # --- Library counterparts, for tests/plant_mistake.py ---
-# Attention mistakes plant as helpers.attention:MultiHeadAttention._attention_by_hand (the path
+# Attention mistakes plant as helpers.core.attention:MultiHeadAttention._attention_by_hand (the path
 # that returns the weights; the SDPA path is left as it is), the padding and causal ones as
-# helpers.masks:make_padding_mask / make_causal_mask.
+# helpers.core.masks:make_padding_mask / make_causal_mask.
 
 
 def _lib_attention(self, Q, K, V, attn_mask, scale=None, dim=-1, fill=None, after=False):
@@ -353,7 +353,7 @@ def lib_mask_ignored(self, Q, K, V, attn_mask):
     return _lib_attention(self, Q, K, V, None)
 
 
-def lib_padding_not_unsqueezed(ids, pad_id=0):  # as helpers.masks.make_padding_mask
+def lib_padding_not_unsqueezed(ids, pad_id=0):  # as helpers.core.masks.make_padding_mask
     return ids == pad_id
 
 
@@ -365,7 +365,7 @@ def lib_padding_on_queries(ids, pad_id=0):
     return (ids == pad_id)[:, None, :, None]
 
 
-def lib_causal_ignored(L, device=None):  # as helpers.masks.make_causal_mask
+def lib_causal_ignored(L, device=None):  # as helpers.core.masks.make_causal_mask
     return torch.zeros(1, 1, L, L, dtype=torch.bool, device=device)
 
 
@@ -440,7 +440,7 @@ def lib_mha_split_with_query_length(self, q, k, v, attn_mask=None, need_weights=
 # catalogue entry -> (library target, its counterpart); lib_scale_d_model and the padding mask
 # broadcast over heads each serve two entries; the -inf variant of diagonal=0 plants as
 # diagonal=0 (the library chooses its own fill value)
-_A, _M = "helpers.attention:MultiHeadAttention.", "helpers.masks:"
+_A, _M = "helpers.core.attention:MultiHeadAttention.", "helpers.core.masks:"
 PLANTS = {
     sdpa_no_scale: (_A + "_attention_by_hand", lib_no_scale),
     sdpa_scale_d_k: (_A + "_attention_by_hand", lib_scale_d_k),

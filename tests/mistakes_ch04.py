@@ -5,7 +5,7 @@ shows each one rejected by check_swiglu_ffn with its own message.
 
 - `swiglu_*` are `forward(self, x)` methods of a module with w_gate, w_up and w_down.
 - `ffn_*` are their library-shaped counterparts, where helpers.FeedForward (Linear, GELU,
-  Linear, Dropout in self.net) has one: planted as `helpers.layers:FeedForward.forward` by
+  Linear, Dropout in self.net) has one: planted as `helpers.core.layers:FeedForward.forward` by
   tests/plant_mistake.py. The gate-specific mistakes have no library counterpart: the library's
   feed-forward network has no gate.
 """

@@ -10,13 +10,13 @@ Each mistake is the exercise's fn, written as a learner would write it from the 
 it there): it keeps the library's input checks, its residual dropouts and its KV-cache path,
 so that only the mistake differs from the library.
 
-    BOOK_MISTAKE="helpers.layers:DecoderLayer.forward=tests/mistakes_ch06.py:lib_no_ln3" \
+    BOOK_MISTAKE="helpers.core.layers:DecoderLayer.forward=tests/mistakes_ch06.py:lib_no_ln3" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake tests/test_model.py -x -q
 """
 
 import torch.nn.functional as F
 
-from helpers.checks import check_cross_mask, check_mask_broadcasts, check_same_batch
+from helpers.core.checks import check_cross_mask, check_mask_broadcasts, check_same_batch
 
 
 def correct(layer, x, memory, self_mask, cross_mask):  # the book's solution

@@ -123,7 +123,8 @@ EXERCISE_MISTAKES = {
 }
 
 
-# --- the same slips in the library's shape (helpers.masks, helpers.model.Transformer.decode) ---
+# --- the same slips in the library's shape (helpers.core.masks,
+# helpers.core.model.Transformer.decode) ---
 
 
 def lib_causal_diagonal_0(L, device=None):
@@ -167,7 +168,7 @@ def lib_padding_uint8(ids, pad_id=PAD):
 
 
 def _decode_with(self, tgt_in, memory, src_mask, need_weights, combine):
-    from helpers.masks import make_causal_mask, make_padding_mask
+    from helpers.core.masks import make_causal_mask, make_padding_mask
 
     self_mask = combine(make_causal_mask(tgt_in.size(1), tgt_in.device), make_padding_mask(tgt_in))
     h, cross_w = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
@@ -266,7 +267,7 @@ PAIR_MISTAKES = {
 
 
 def _decode_masks(self, tgt_in, memory, src_mask, need_weights, pick):
-    from helpers.masks import make_causal_mask, make_padding_mask
+    from helpers.core.masks import make_causal_mask, make_padding_mask
 
     causal = make_causal_mask(tgt_in.size(1), tgt_in.device)
     self_mask, cross_mask = pick(causal, make_padding_mask(tgt_in), src_mask)
@@ -372,7 +373,7 @@ def lib_decode_cross_flat(self, tgt_in, memory, src_mask, need_weights=True):
 
 def lib_decode_self_from_src(self, tgt_in, memory, src_mask, need_weights=True):
     """The self-attention mask built from the source: causal(L_s) | source padding."""
-    from helpers.masks import make_causal_mask
+    from helpers.core.masks import make_causal_mask
 
     def pick(c, t, s):
         return make_causal_mask(s.size(-1), s.device) | s, s

@@ -1,14 +1,15 @@
 """Plausible wrong answers to exercise 10.4 (the complete training loop), one small function
-each, and the same mistakes planted in helpers.train for tests/plant_mistake.py.
+each, and the same mistakes planted in helpers.training.train for tests/plant_mistake.py.
 
 A learner's loop is `train_loop(cfg) -> (model, losses, eval_steps)`. `loop(cfg, **slip)` is
 the right one, written as a learner would; each mistake turns one slip on. Not collected by
 pytest (the name does not start with test_); tests/test_exercises_ch10.py imports it.
 
-The `lib_*` functions are library-shaped twins of the mistakes: helpers.train's own `_train`
+The `lib_*` functions are library-shaped twins of the mistakes: helpers.training.train's own
+`_train`
 (or `teacher_forced_exact_match`) with one line changed, for
 
-    BOOK_MISTAKE="helpers.train:_train=tests/mistakes_ch10.py:lib_no_zero_grad" \
+    BOOK_MISTAKE="helpers.training.train:_train=tests/mistakes_ch10.py:lib_no_zero_grad" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake \
         tests/test_training.py tests/test_loop_logs.py -x -q
 """
@@ -20,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
-from helpers import train as train_module
-from helpers.train import build_model, epoch_batches, lr_factor
+from helpers.training import train as train_module
+from helpers.training.train import build_model, epoch_batches, lr_factor
 
 
 def loop(
@@ -208,13 +209,13 @@ CATALOGUE = {  # mistake -> a fragment of the message check_training_loop gives 
 }
 
 
-# ---------------------------------------------------------------- planted in helpers.train
+# ---------------------------------------------------------------- planted in helpers.training.train
 
 
 def _mutant(function, old: str, new: str, count: int = 1, *more: tuple[str, str]):
-    """helpers.train's `function` with the text `old` of its source replaced by `new` (which
-    must occur `count` times; `more` pairs are replaced too, once each), compiled in a copy of
-    helpers.train's namespace."""
+    """helpers.training.train's `function` with the text `old` of its source replaced by `new`
+    (which must occur `count` times; `more` pairs are replaced too, once each), compiled in a
+    copy of helpers.training.train's namespace."""
     source = textwrap.dedent(inspect.getsource(function))
     for text, replacement, n in ((old, new, count), *((o, r, 1) for o, r in more)):
         if source.count(text) != n:
@@ -271,24 +272,36 @@ lib_score_token_accuracy = _mutant(  # per sequence: its share of right tokens, 
 )
 
 PLANTED = {  # catalogue name -> (the library object replaced, its mistaken twin's name)
-    "labels_not_shifted": ("helpers.train:_train", "lib_labels_not_shifted"),
-    "padding_in_loss": ("helpers.train:_train", "lib_padding_in_loss"),
-    "scheduler_twice": ("helpers.train:_train", "lib_scheduler_twice"),
-    "scheduler_before_optimizer": ("helpers.train:_train", "lib_scheduler_before_optimizer"),
-    "scheduler_never": ("helpers.train:_train", "lib_scheduler_never"),
-    "no_zero_grad": ("helpers.train:_train", "lib_no_zero_grad"),
-    "eval_never_undone": ("helpers.train:teacher_forced_exact_match", "lib_eval_never_undone"),
-    "eval_in_train_mode": ("helpers.train:teacher_forced_exact_match", "lib_eval_in_train_mode"),
-    "no_reshuffle": ("helpers.train:_train", "lib_no_reshuffle"),
-    "eval_not_gated": ("helpers.train:_train", "lib_eval_not_gated"),
-    "eval_off_by_one": ("helpers.train:_train", "lib_eval_off_by_one"),
-    "stop_only_above_target": ("helpers.train:_train", "lib_stop_only_above_target"),
-    "untrimmed": ("helpers.train:_train", "lib_untrimmed"),
-    "no_label_smoothing": ("helpers.train:_train", "lib_no_label_smoothing"),
-    "adam_default_betas": ("helpers.train:_train", "lib_adam_default_betas"),
-    "batches_from_global_generator": ("helpers.train:_train", "lib_batches_from_global_generator"),
+    "labels_not_shifted": ("helpers.training.train:_train", "lib_labels_not_shifted"),
+    "padding_in_loss": ("helpers.training.train:_train", "lib_padding_in_loss"),
+    "scheduler_twice": ("helpers.training.train:_train", "lib_scheduler_twice"),
+    "scheduler_before_optimizer": (
+        "helpers.training.train:_train",
+        "lib_scheduler_before_optimizer",
+    ),
+    "scheduler_never": ("helpers.training.train:_train", "lib_scheduler_never"),
+    "no_zero_grad": ("helpers.training.train:_train", "lib_no_zero_grad"),
+    "eval_never_undone": (
+        "helpers.training.train:teacher_forced_exact_match",
+        "lib_eval_never_undone",
+    ),
+    "eval_in_train_mode": (
+        "helpers.training.train:teacher_forced_exact_match",
+        "lib_eval_in_train_mode",
+    ),
+    "no_reshuffle": ("helpers.training.train:_train", "lib_no_reshuffle"),
+    "eval_not_gated": ("helpers.training.train:_train", "lib_eval_not_gated"),
+    "eval_off_by_one": ("helpers.training.train:_train", "lib_eval_off_by_one"),
+    "stop_only_above_target": ("helpers.training.train:_train", "lib_stop_only_above_target"),
+    "untrimmed": ("helpers.training.train:_train", "lib_untrimmed"),
+    "no_label_smoothing": ("helpers.training.train:_train", "lib_no_label_smoothing"),
+    "adam_default_betas": ("helpers.training.train:_train", "lib_adam_default_betas"),
+    "batches_from_global_generator": (
+        "helpers.training.train:_train",
+        "lib_batches_from_global_generator",
+    ),
     "score_token_accuracy": (
-        "helpers.train:teacher_forced_exact_match",
+        "helpers.training.train:teacher_forced_exact_match",
         "lib_score_token_accuracy",
     ),
 }

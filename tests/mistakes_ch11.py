@@ -4,7 +4,8 @@ search) and 11.4 (greedy decoding), one small function each.
 tests/test_exercises_ch11.py shows each rejected by its checker with its own message. The
 greedy ones have the library's signature, greedy_decode(model, src, max_len=None,
 use_cache=False, stop_at_eos=True), so that tests/plant_mistake.py can plant them as
-helpers.decoding:greedy_decode (they ignore use_cache: the tokens are the same). The beam ones
+helpers.decoding.greedy:greedy_decode (they ignore use_cache: the tokens are the same). The beam
+ones
 keep the exercise's one-source signature; the library's helpers.beam_search is batched, returns
 every beam and ranks with a length penalty, so planting them needs an adapter. Not collected by
 pytest: the name does not start with test_.
@@ -13,7 +14,7 @@ pytest: the name does not start with test_.
 import torch
 
 from helpers import BOS_ID, EOS_ID, PAD_ID
-from helpers.decoding import checked_max_len
+from helpers.decoding.greedy import checked_max_len
 
 
 @torch.no_grad()

@@ -9,7 +9,7 @@ Not collected by pytest (the name does not start with test_). Each exercise mist
 import torch
 
 from helpers import make_causal_mask, make_padding_mask
-from helpers.layers import DecoderLayer
+from helpers.core.layers import DecoderLayer
 
 
 def step(model, tokens, memory, src_mask, caches, slip=None):
@@ -163,7 +163,7 @@ EXERCISE_MISTAKES = {
 
 
 # --- the same slips in the library's shape (for tests/plant_mistake.py) ---
-# helpers.attention:MultiHeadAttention.append_kv
+# helpers.core.attention:MultiHeadAttention.append_kv
 
 
 def lib_append_kv_on_heads(self, x, cache, prefix=""):
@@ -205,7 +205,7 @@ def lib_append_kv_after(self, x, cache, prefix=""):
     return old
 
 
-# helpers.static_cache:StaticCaches.reset
+# helpers.decoding.static_cache:StaticCaches.reset
 
 
 def lib_reset_nothing(self):
@@ -220,7 +220,7 @@ def lib_reset_self_only(self):
     return self
 
 
-# helpers.layers:DecoderLayer.forward (the cached branch) and Decoder.forward
+# helpers.core.layers:DecoderLayer.forward (the cached branch) and Decoder.forward
 
 
 def _layer_forward(self, x, memory, self_mask, cross_mask, need_weights, cache, slip):

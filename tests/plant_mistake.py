@@ -1,7 +1,8 @@
 """A pytest plugin that plants one catalogued mistake into `helpers`, to see whether the
 library's own unit tests notice it (mutation testing with the exercises' mistake catalogues).
 
-    BOOK_MISTAKE="helpers.attention:scaled_dot_product_attention=tests/mistakes_ch03.py:no_scale" \
+    M=helpers.core.attention:scaled_dot_product_attention
+    BOOK_MISTAKE="$M=tests/mistakes_ch03.py:no_scale" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake tests/test_attention.py -x -q
 
 The left side names the library object (module:attribute, or module:Class.method); the

@@ -1,4 +1,5 @@
-"""helpers.beam_search: batched beam search on the KV cache, checked against greedy decoding,
+"""helpers.decoding.beam_search: batched beam search on the KV cache, checked against greedy
+decoding,
 exhaustive search, the same search without the cache, exercise 11.3's reference, and itself one
 source at a time."""
 
@@ -16,7 +17,7 @@ from helpers import (
     greedy_decode,
     make_reversal_dataset,
 )
-from helpers.beam_search import DEFAULT_LENGTH_PENALTY, beam_search, gnmt_length_penalty
+from helpers.decoding.beam_search import DEFAULT_LENGTH_PENALTY, beam_search, gnmt_length_penalty
 
 
 def random_model(seed=0, max_len=30, tgt_vocab=VOCAB_SIZE, sharpen=1.0, **kw):

@@ -12,7 +12,7 @@ from helpers import (
     make_padding_mask,
     make_reversal_dataset,
 )
-from helpers.train import build_model
+from helpers.training.train import build_model
 
 
 class NoCausalMask(Transformer):

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
 from helpers.debugging import check_model
-from helpers.recipes import BOOK_RECIPE
-from helpers.train import build_model, lr_factor
+from helpers.training.recipes import BOOK_RECIPE
+from helpers.training.train import build_model, lr_factor
 
 
 @pytest.fixture(scope="module", autouse=True)

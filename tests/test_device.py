@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import BOOK_RECIPE, device
-from helpers.checkpoints import checkpoint_path
+from helpers.training.checkpoints import checkpoint_path
 
 
 def test_cpu_by_default(monkeypatch):
@@ -31,7 +31,7 @@ def test_missing_cuda_is_named(monkeypatch):
 
 
 def test_a_model_trained_elsewhere_gets_its_own_checkpoint_file(tmp_path, monkeypatch):
-    from helpers import checkpoints
+    from helpers.training import checkpoints
 
     monkeypatch.setattr(checkpoints, "pin_problems", lambda: [])  # as in the book's kernel
     cpu = checkpoint_path(BOOK_RECIPE, tmp_path)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.checkpoints import load_checkpoint
-from helpers.data import make_reversal_dataset
-from helpers.distributed import (
+from helpers.core.data import make_reversal_dataset
+from helpers.training.checkpoints import load_checkpoint
+from helpers.training.distributed import (
     DistInfo,
     LaunchError,
     init_distributed,
@@ -29,8 +29,8 @@ from helpers.distributed import (
     torchrun_command,
     train_reversal_ddp,
 )
-from helpers.recipes import BOOK_RECIPE
-from helpers.train import build_model
+from helpers.training.recipes import BOOK_RECIPE
+from helpers.training.train import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "train_ddp.py"

@@ -58,8 +58,8 @@ def test_model_and_recipe_scales():
     import dataclasses
 
     from helpers import BOOK_RECIPE, Transformer, fixed_budget_recipe
-    from helpers.recipes import embedding_scale_recipe
-    from helpers.train import build_model
+    from helpers.training.recipes import embedding_scale_recipe
+    from helpers.training.train import build_model
 
     model = Transformer(13, 13, d_model=16, num_heads=2, dff=32, max_len=8)
     assert "scale" not in repr(model.config)

@@ -1,4 +1,4 @@
-"""helpers.evaluation: the test split, the Wilson interval and the overlap count."""
+"""helpers.training.evaluation: the test split, the Wilson interval and the overlap count."""
 
 import math
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from helpers import BOOK_RECIPE, SEED_RECIPE, make_reversal_dataset
-from helpers.evaluation import (
+from helpers.core.vocab import VOCAB_SIZE
+from helpers.training.evaluation import (
     TEST_SEED,
     TEST_SIZE,
     exact_match_with_interval,
@@ -14,7 +15,6 @@ from helpers.evaluation import (
     train_test_overlap,
     wilson_interval,
 )
-from helpers.vocab import VOCAB_SIZE
 
 
 def test_test_seed_is_its_own():

@@ -13,9 +13,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import EOS_ID, PAD_ID, VOCAB_SIZE, exact_match_with_interval, make_reversal_dataset
-from helpers.decoding import sequences_equal
-from helpers.distributed import DistInfo, sharded_exact_match
-from helpers.train import sequence_correct, teacher_forced_exact_match
+from helpers.decoding.greedy import sequences_equal
+from helpers.training.distributed import DistInfo, sharded_exact_match
+from helpers.training.train import sequence_correct, teacher_forced_exact_match
 
 
 def reference_correct(pred: list[int], tgt: list[int]) -> bool:
@@ -115,7 +115,7 @@ def test_every_teacher_forced_count_is_the_definitions(data, batch_size):
 
 def test_sharded_counts_add_up_over_ranks(data, monkeypatch):
     """Each rank scores every world_size-th sequence; the sum over ranks is the whole count."""
-    import helpers.distributed as d
+    import helpers.training.distributed as d
 
     src, tgt, pred_out, want = data
     model = Oracle(src, pred_out)

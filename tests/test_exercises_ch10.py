@@ -182,7 +182,7 @@ def test_the_checkers_configs_show_the_gate_and_the_stop():
     end, the second's gate is never met (only the last step is scored), the third stops at
     its first evaluation. Each catalogued mistake changes one of these runs."""
     from helpers.exercises.ch10 import _loop, _loop_configs
-    from helpers.train import train_reversal
+    from helpers.training.train import train_reversal
 
     expected = [[4, 8, 12], [12], [4]]
     for (where, cfg), steps in zip(_loop_configs(), expected):

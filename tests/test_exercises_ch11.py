@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import BOS_ID, EOS_ID, PAD_ID, greedy_decode, make_reversal_dataset
-from helpers.decoding import restores_mode
+from helpers.decoding.greedy import restores_mode
 from helpers.exercises import (
     ExerciseError,
     check_beam_search,

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from helpers import make_causal_mask, make_padding_mask
+from helpers.analysis.torch_reference import copy_attention, torch_mask_arguments
 from helpers.exercises import ExerciseError, check_load_attention, check_torch_masks
-from helpers.torch_reference import copy_attention, torch_mask_arguments
 
 
 @pytest.fixture(autouse=True)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from helpers.analysis.visualize import mirrored_columns
 from helpers.exercises import ExerciseError, check_mirror_weight, check_row_entropy
-from helpers.visualize import mirrored_columns
 
 # ------------------------------------------------------------------ check_mirror_weight
 

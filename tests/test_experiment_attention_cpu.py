@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from twin_prose import prose
 
+from helpers.analysis.experiments import load_record
 from helpers.benchmark import MiB, activation_bytes, loglog_slope, series
-from helpers.experiments import load_record
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_attention_cpu.py").read_text()

@@ -2,7 +2,7 @@
 
 The record is chapters/data/ch07_cross_mask.json (tools/record_ch07_cross_mask.py); the page is
 appendix/experiment_cross_mask.py. Every number and comparison their prose states is recomputed
-here with helpers.experiments, so that a re-recorded study that changes one fails this test
+here with helpers.analysis.experiments, so that a re-recorded study that changes one fails this test
 until the prose follows.
 """
 
@@ -14,7 +14,7 @@ import pytest
 from twin_prose import prose as twin_prose
 
 from helpers import COMPARISON_STEPS, TEST_SEED, TEST_SIZE
-from helpers.experiments import arm_bits, compare_arms, load_record, mcnemar_exact
+from helpers.analysis.experiments import arm_bits, compare_arms, load_record, mcnemar_exact
 
 prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from twin_prose import prose
 
-from helpers.experiments import load_record, mean_interval
+from helpers.analysis.experiments import load_record, mean_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_ddp_timing.py").read_text()

@@ -2,7 +2,8 @@
 
 The record is chapters/data/ch12_init_2x2.json (tools/record_ch12_init_2x2.py); the page is
 appendix/experiment_initialisation.py. Every number and every comparison their prose states is
-recomputed here with helpers.experiments, so that a re-recorded study that changes one fails
+recomputed here with helpers.analysis.experiments, so that a re-recorded study that changes one
+fails
 this test until the prose follows.
 """
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 from twin_prose import prose as twin_prose
 
-from helpers.experiments import load_record, mean_interval
-from helpers.recipes import fixed_budget_recipe
+from helpers.analysis.experiments import load_record, mean_interval
+from helpers.training.recipes import fixed_budget_recipe
 
 prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import pytest
 from twin_prose import prose
 
 from helpers import wilson_interval
-from helpers.experiments import load_record
+from helpers.analysis.experiments import load_record
 
 ROOT = Path(__file__).resolve().parents[1]
 

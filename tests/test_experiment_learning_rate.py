@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from twin_prose import prose
 
-from helpers.experiments import (
+from helpers.analysis.experiments import (
     arm_bits,
     compare_arms,
     largest_fall,
@@ -17,7 +17,7 @@ from helpers.experiments import (
     mcnemar_exact,
     mean_interval,
 )
-from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 

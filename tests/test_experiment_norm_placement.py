@@ -2,7 +2,7 @@
 
 The record is chapters/data/ch05_norm_sweep.json (tools/record_ch05_norm_sweep.py); the page
 is appendix/experiment_norm_placement.py. Every number their prose quotes is recomputed here
-with helpers.experiments, so that a re-recorded sweep that changes a number fails this test
+with helpers.analysis.experiments, so that a re-recorded sweep that changes a number fails this test
 until the prose follows.
 """
 
@@ -15,8 +15,8 @@ import torch
 from twin_prose import prose as twin_prose
 
 from helpers import make_reversal_dataset
-from helpers.experiments import load_record, mean_interval
-from helpers.norm_experiment import order_blind_loss, running_mean, tagging_labels
+from helpers.analysis.experiments import load_record, mean_interval
+from helpers.analysis.norm_experiment import order_blind_loss, running_mean, tagging_labels
 
 prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_page_quotes_the_record(record):
 def test_seeded_arms_start_from_the_same_weights():
     """The design's pairing: the same seed gives both arms identical initial weights; only
     Pre-Norm's final LayerNorm is extra, and it starts at scale 1 and shift 0."""
-    from helpers.norm_experiment import EncoderTagger
+    from helpers.analysis.norm_experiment import EncoderTagger
 
     torch.manual_seed(3)
     pre = EncoderTagger("pre", num_layers=2).state_dict()
@@ -154,11 +154,11 @@ def test_chapter_5_cites_the_page_with_the_interval(record):
 
 def test_recorder_stores_per_sequence_outcomes(tmp_path, monkeypatch):
     """A tiny sweep through the recorder: its runs carry correct_bits in the layout of
-    helpers.experiments, so that a re-recorded sweep supports McNemar's test."""
+    helpers.analysis.experiments, so that a re-recorded sweep supports McNemar's test."""
     import importlib.util
     import sys
 
-    from helpers.experiments import compare_arms, unpack_bits
+    from helpers.analysis.experiments import compare_arms, unpack_bits
 
     spec = importlib.util.spec_from_file_location(
         "record_ch05_norm_sweep", ROOT / "tools" / "record_ch05_norm_sweep.py"

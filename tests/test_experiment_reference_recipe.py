@@ -6,8 +6,8 @@ from pathlib import Path
 
 from twin_prose import prose
 
-from helpers.experiments import load_record
-from helpers.recipes import SEED_RECIPE
+from helpers.analysis.experiments import load_record
+from helpers.training.recipes import SEED_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_reference_recipe.py").read_text()

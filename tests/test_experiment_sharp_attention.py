@@ -2,7 +2,8 @@
 
 Each number the page's prose or chapter 18's prose quotes from chapters/data/ch18_sharpness.json,
 ch18_seed_recipe.json, ch18_training_time.json, seed_recipe_run.json or kernel_spread.json is
-recomputed here from the record (with helpers.experiments) and looked up, formatted as the prose
+recomputed here from the record (with helpers.analysis.experiments) and looked up, formatted as the
+prose
 writes it, in the markdown of the .py twins.
 """
 
@@ -14,7 +15,7 @@ import pytest
 from twin_prose import prose as twin_prose
 
 from helpers import SEED_RECIPE, SHARP_ATTENTION_RECIPE
-from helpers.experiments import load_record, mean_interval
+from helpers.analysis.experiments import load_record, mean_interval
 
 prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]

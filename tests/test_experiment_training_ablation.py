@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from twin_prose import prose
 
-from helpers.experiments import load_record, mean_interval
-from helpers.recipes import BOOK_RECIPE, SEED_RECIPE
+from helpers.analysis.experiments import load_record, mean_interval
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_training_ablation.py").read_text()

@@ -9,10 +9,10 @@ import pytest
 from twin_prose import prose
 
 from helpers import wilson_interval
+from helpers.analysis.experiments import load_record
 from helpers.debugging import check_model, compare_with_band, training_band
 from helpers.debugging.band import FACTORS, NEIGHBOURS, WINDOW, _history, held_out_outside
-from helpers.experiments import load_record
-from helpers.recipes import BOOK_RECIPE
+from helpers.training.recipes import BOOK_RECIPE
 
 PAGE = prose("appendix/experiment_training_band.py")
 CHAPTER = prose("chapters/17_pitfalls_and_debugging.py")

@@ -1,13 +1,13 @@
 """helpers.experiments (the Experiments pages' statistics) and
-helpers.numerics.assert_within_measured_spread (the one call a chapter makes for a bound)."""
+helpers.repro.numerics.assert_within_measured_spread (the one call a chapter makes for a bound)."""
 
 import math
 
 import numpy as np
 import pytest
 
-import helpers.numerics as numerics
-from helpers.experiments import (
+import helpers.repro.numerics as numerics
+from helpers.analysis.experiments import (
     compare_arms,
     mcnemar_exact,
     mean_interval,

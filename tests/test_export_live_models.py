@@ -25,7 +25,7 @@ from helpers import (
     encode_digits,
     greedy_decode,
 )
-from helpers.checkpoints import default_cache_dir, load_checkpoint
+from helpers.training.checkpoints import default_cache_dir, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "book_assets"
@@ -105,7 +105,7 @@ def test_index(tool, files):
 def test_wrong_examples_are_wrong(tool):
     """The tour's inputs that each model gets wrong: greedy_decode on the file's model gives
     the output the index records, and it is not the reversal."""
-    from helpers.vocab import EOS_ID, NUM_OFFSET
+    from helpers.core.vocab import EOS_ID, NUM_OFFSET
 
     index = tool.read_script(ASSETS / tool.INDEX_FILE)
     for m in index["models"]:

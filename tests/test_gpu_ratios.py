@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from helpers import gpu_results as gr
+from helpers.repro import gpu_results as gr
 
 
 def test_reference_ratios_are_the_reference_chapters_numbers():

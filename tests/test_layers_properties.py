@@ -1,4 +1,4 @@
-"""Properties of the layers (helpers.layers) that a fresh model cannot show.
+"""Properties of the layers (helpers.core.layers) that a fresh model cannot show.
 
 A fresh nn.LayerNorm is the identity map followed by normalisation (weight 1, bias 0), so
 every LayerNorm of a fresh layer computes the same function: a layer that used ln1 where it

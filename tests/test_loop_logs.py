@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from helpers import BOOK_RECIPE, PAD_ID, make_reversal_dataset
-from helpers.distributed import rank_batches, summed_loss, train_reversal_ddp, trimmed
-from helpers.train import (
+from helpers.training.distributed import rank_batches, summed_loss, train_reversal_ddp, trimmed
+from helpers.training.train import (
     build_model,
     epoch_batches,
     lr_factor,

@@ -1,4 +1,4 @@
-"""The pinned numerics (helpers.numerics, helpers.pin), the book's kernel and `make doctor`."""
+"""The pinned numerics (helpers.repro.numerics and .pin), the book's kernel and `make doctor`."""
 
 import importlib.util
 import json
@@ -12,7 +12,7 @@ import nbformat
 import pytest
 import torch
 
-from helpers import numerics, pin
+from helpers.repro import numerics, pin
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted(
@@ -93,7 +93,7 @@ CAN_PIN = numerics.blas() == "MKL" and platform.machine().lower() in ("x86_64", 
 def test_under_the_pin_the_fingerprint_is_the_books():
     """In a fresh process with the book kernel's environment, the bits are the record's."""
     code = (
-        "import json; from helpers import numerics; "
+        "import json; from helpers.repro import numerics; "
         "print(json.dumps([numerics.pin_problems(), numerics.compare_fingerprint("
         "numerics.fingerprint(), numerics.book_fingerprint())]))"
     )
@@ -162,7 +162,8 @@ def test_provenance_of_this_process():
 
 
 def test_a_model_trained_without_the_pin_gets_its_own_checkpoint(monkeypatch, tmp_path):
-    from helpers import BOOK_RECIPE, checkpoints
+    from helpers import BOOK_RECIPE
+    from helpers.training import checkpoints
 
     monkeypatch.setattr(checkpoints, "pin_problems", lambda: [])
     pinned = checkpoints.checkpoint_path(BOOK_RECIPE, tmp_path)

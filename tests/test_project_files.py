@@ -144,7 +144,7 @@ def load(path: Path, name: str):
 
 
 def test_conftest_reads_the_one_kernel_name():
-    pin = load(ROOT / "src" / "helpers" / "pin.py", "_pin")
+    pin = load(ROOT / "src" / "helpers" / "repro" / "pin.py", "_pin")
     assert pin.KERNEL_NAME not in (ROOT / "conftest.py").read_text(), "a copy in conftest.py"
     assert load(ROOT / "conftest.py", "_root_conftest").KERNEL_NAME == pin.KERNEL_NAME
 

@@ -51,7 +51,7 @@ def test_padding_invariance(cfg, extra):
 
 def test_broken_causal_mask_is_caught(monkeypatch):
     """The causality test can fail: with diagonal=0 replaced by no mask at all it does."""
-    import helpers.model as model_mod
+    import helpers.core.model as model_mod
 
     m = model_for(CONFIGS[1])
     src, tgt = make_reversal_dataset(4, seed=3)

@@ -26,9 +26,9 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 
-from helpers import gpu_results as gr
-from helpers.recipes import BOOK_RECIPE, fixed_budget_recipe
-from helpers.train import train_reversal
+from helpers.repro import gpu_results as gr
+from helpers.training.recipes import BOOK_RECIPE, fixed_budget_recipe
+from helpers.training.train import train_reversal
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools" / "record_gpu.py"

@@ -1,11 +1,11 @@
-"""The preallocated KV cache of chapter 13 (helpers.static_cache): token-identical to the
+"""The preallocated KV cache of chapter 13 (helpers.decoding.static_cache): token-identical to the
 growing torch.cat cache and to naive decoding, writes in place, and a planted indexing bug
 is caught by the identity check."""
 
 import pytest
 import torch
 
-import helpers.static_cache as sc
+import helpers.decoding.static_cache as sc
 from helpers import (
     PAD_ID,
     VOCAB_SIZE,

@@ -22,8 +22,13 @@ from helpers import (
     make_reversal_dataset,
     train_test_overlap,
 )
-from helpers.checkpoints import checkpoint_path, load_checkpoint, load_or_train, save_checkpoint
-from helpers.recipes import (
+from helpers.training.checkpoints import (
+    checkpoint_path,
+    load_checkpoint,
+    load_or_train,
+    save_checkpoint,
+)
+from helpers.training.recipes import (
     BOOK_RECIPE,
     COMPARISON_STEPS,
     SEED_RECIPE,
@@ -31,8 +36,8 @@ from helpers.recipes import (
     default_init_recipe,
     fixed_budget_recipe,
 )
-from helpers.schedule import noam_lambda
-from helpers.train import (
+from helpers.training.schedule import noam_lambda
+from helpers.training.train import (
     build_model,
     epoch_batches,
     lr_factor,
@@ -238,9 +243,9 @@ def test_garbage_and_wrong_config_files_are_retrained(tmp_path, capsys):
 WRITER = textwrap.dedent("""
     import os, sys, time, torch
     sys.path.insert(0, {src!r})
-    from helpers.checkpoints import save_checkpoint
-    from helpers.recipes import TrainConfig
-    from helpers.train import train_reversal
+    from helpers.training.checkpoints import save_checkpoint
+    from helpers.training.recipes import TrainConfig
+    from helpers.training.train import train_reversal
     cfg = TrainConfig(**{cfg!r})
     result = train_reversal(cfg, progress=False)
     real_save = torch.save

@@ -1,4 +1,5 @@
-"""helpers.visualize: input validation, the attention matrix, plots and the explorer's logic.
+"""helpers.analysis.visualize: input validation, the attention matrix, plots and the explorer's
+logic.
 
 An untrained (seeded) model is enough here: these tests check shapes, labels and the
 handling of bad input, not what a trained model learned (the chapter asserts that).
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from helpers import VOCAB_SIZE, Transformer
-from helpers.visualize import (
+from helpers.analysis.visualize import (
     MEAN_OF_HEADS,
     AttentionExplorer,
     AttentionMap,
@@ -168,7 +169,7 @@ def test_explorer_widget_updates_on_control_changes(model):
 
 def test_mirror_weight_batch_matches_the_single_sequence_measure(model):
     from helpers import make_reversal_dataset
-    from helpers.visualize import mirror_weight_batch
+    from helpers.analysis.visualize import mirror_weight_batch
 
     src, tgt = make_reversal_dataset(6, seed=3)
     batch = mirror_weight_batch(model, src, tgt)
@@ -186,7 +187,7 @@ def test_mirror_weight_batch_matches_the_single_sequence_measure(model):
 
 def test_alignment_stats_per_layer_by_hand(model):
     from helpers import make_reversal_dataset
-    from helpers.visualize import alignment_stats, mirror_weight_batch
+    from helpers.analysis.visualize import alignment_stats, mirror_weight_batch
 
     src, tgt = make_reversal_dataset(8, seed=5)
     stats = alignment_stats(model, src, tgt)
@@ -217,7 +218,7 @@ def test_alignment_stats_per_layer_by_hand(model):
 
 def test_alignment_stats_rejects_mismatched_batches(model):
     from helpers import make_reversal_dataset
-    from helpers.visualize import alignment_stats
+    from helpers.analysis.visualize import alignment_stats
 
     src, tgt = make_reversal_dataset(4, seed=5)
     with pytest.raises(ValueError, match="same B"):

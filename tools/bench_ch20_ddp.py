@@ -10,7 +10,7 @@ same loop (helpers.train_reversal_ddp; one process runs it without a process gro
 same global batches, so with the same seed they differ only in the rounding of the sums.
 The configurations are interleaved seed by seed, so that a change in the machine's load hits
 all three alike; the load average is recorded. The trained models are scored on the test set
-(helpers.evaluation: 10,000 sequences that stopping never looks at; about one in nine also
+(helpers.training.evaluation: 10,000 sequences that stopping never looks at; about one in nine also
 occurs in the training set, chapter 09 counts them).
 """
 
@@ -44,8 +44,8 @@ def child(args) -> None:
 
     import torch
 
-    from helpers.distributed import train_reversal_ddp
-    from helpers.recipes import BOOK_RECIPE
+    from helpers.training.distributed import train_reversal_ddp
+    from helpers.training.recipes import BOOK_RECIPE
 
     torch.set_num_threads(args.threads)
     cfg = dataclasses.replace(BOOK_RECIPE, seed=args.seed, threads=args.threads)
@@ -65,7 +65,7 @@ def child(args) -> None:
 
 
 def run_config(name: str, seed: int) -> dict:
-    from helpers.distributed import torchrun_command
+    from helpers.training.distributed import torchrun_command
 
     procs, threads = CONFIGS[name]
     with tempfile.TemporaryDirectory() as out:
@@ -99,9 +99,9 @@ def run_config(name: str, seed: int) -> dict:
 def test_exact_match(path: Path) -> float:
     import torch
 
-    from helpers.evaluation import test_set
-    from helpers.recipes import TrainConfig
-    from helpers.train import build_model, teacher_forced_exact_match
+    from helpers.training.evaluation import test_set
+    from helpers.training.recipes import TrainConfig
+    from helpers.training.train import build_model, teacher_forced_exact_match
 
     ckpt = torch.load(path)
     model = build_model(TrainConfig(**ckpt["config"]))
@@ -112,7 +112,7 @@ def test_exact_match(path: Path) -> float:
 def main(args) -> None:
     import torch
 
-    from helpers.numerics import provenance
+    from helpers.repro.numerics import provenance
 
     seeds = [int(s) for s in args.seeds.split(",")]
     record = {

@@ -47,13 +47,13 @@ DATA = ROOT / "chapters" / "data"
 SEED_RUN = DATA / "seed_recipe_run.json"
 ABLATION = DATA / "training_ablation.json"
 
-import helpers.embeddings  # noqa: E402
-import helpers.model  # noqa: E402
+import helpers.core.embeddings  # noqa: E402
+import helpers.core.model  # noqa: E402
 from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset  # noqa: E402
-from helpers.numerics import provenance  # noqa: E402
-from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
-from helpers.schedule import noam_lambda  # noqa: E402
-from helpers.train import build_model, teacher_forced_exact_match, train_reversal  # noqa: E402
+from helpers.repro.numerics import provenance  # noqa: E402
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
+from helpers.training.schedule import noam_lambda  # noqa: E402
+from helpers.training.train import build_model, teacher_forced_exact_match, train_reversal  # noqa: E402
 
 TARGET = 0.995
 
@@ -195,8 +195,10 @@ def test_exact_match(model) -> float:
     nine also occurs in the training set, chapter 09 counts them);
     teacher-forced, which equals greedy exact match (helpers.teacher_forced_exact_match)."""
     try:
-        from helpers.evaluation import test_set
-    except ImportError:  # before helpers.evaluation existed: the same split, drawn directly
+        from helpers.training.evaluation import test_set
+    except (
+        ImportError
+    ):  # before helpers.training.evaluation existed: the same split, drawn directly
         return teacher_forced_exact_match(model, *make_reversal_dataset(10_000, seed=2027))
     return teacher_forced_exact_match(model, *test_set())
 
@@ -325,7 +327,8 @@ FUSED_ADAM = "+ fused Adam step (torch.optim.Adam(fused=True), one kernel for al
 
 
 def fused_adam():
-    """Make helpers.train's Adam the fused one (torch 2.13 has it on the CPU) while a row runs."""
+    """Make helpers.training.train's Adam the fused one (torch 2.13 has it on the CPU) while a row
+    runs."""
     import functools
 
     saved = torch.optim.Adam
@@ -340,11 +343,13 @@ def fused_adam():
 def no_checks():
     """Switch off the token-id validation (four checks per forward pass: src and tgt_in in the
     model, then again in each embedding; each a .min() and a .max()) to measure what it costs."""
-    saved = helpers.model.check_token_ids, helpers.embeddings.check_token_ids
-    helpers.model.check_token_ids = helpers.embeddings.check_token_ids = lambda *a, **k: None
+    saved = helpers.core.model.check_token_ids, helpers.core.embeddings.check_token_ids
+    helpers.core.model.check_token_ids = helpers.core.embeddings.check_token_ids = lambda *a, **k: (
+        None
+    )
 
     def restore():
-        helpers.model.check_token_ids, helpers.embeddings.check_token_ids = saved
+        helpers.core.model.check_token_ids, helpers.core.embeddings.check_token_ids = saved
 
     return restore
 
@@ -365,7 +370,7 @@ def time_in_fresh_process(cfg: TrainConfig) -> dict:
 
     code = (
         f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        "import bench_training as b; from helpers.recipes import TrainConfig; "
+        "import bench_training as b; from helpers.training.recipes import TrainConfig; "
         "print(json.dumps(b.time_to_target(TrainConfig(**json.loads(sys.argv[1])))))"
     )
     with tempfile.TemporaryDirectory() as cache:

@@ -65,7 +65,7 @@ from pathlib import Path
 import websocket  # websocket-client
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src" / "helpers"))
+sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import KERNEL_NAME, PIN  # noqa: E402  (plain data, no torch import)
 
 HTML = ROOT / "_build" / "html"
@@ -478,7 +478,7 @@ def live_reference(static: Path) -> dict:
     from export_live_models import model_from_file
 
     from helpers import encode_digits, greedy_decode
-    from helpers.vocab import EOS_ID
+    from helpers.core.vocab import EOS_ID
 
     inputs, logit_ids = live_inputs()
     ref = {}

@@ -71,7 +71,7 @@ FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
 HARNESS = re.compile(r"\bnbval\b|stored outputs?\b|\bmake test\b|\bthis project\b", re.I)
 # the reproducibility machinery stays off the reader's path (the appendix page "How the book
 # checks itself" explains it): chapters import none of it; a trained-model bound goes through
-# helpers.numerics.assert_within_measured_spread
+# helpers.repro.numerics.assert_within_measured_spread
 MACHINERY = re.compile(r"\b(kernel_spread|tolerance|path_label|largest_gap)\b")
 MACHINERY_IMPORT = re.compile(
     r"^\s*(from\s+helpers[\w.]*\s+import\s+[^\n]*|import\s+helpers[\w.]*)", re.M
@@ -130,7 +130,11 @@ def reader_path_problems(cells) -> list[tuple[int, str]]:
             for imp in MACHINERY_IMPORT.findall(text):
                 for name in dict.fromkeys(MACHINERY.findall(imp)):
                     found.append(
-                        (i, f"imports {name}: call helpers.numerics.assert_within_measured_spread")
+                        (
+                            i,
+                            f"imports {name}: call "
+                            "helpers.repro.numerics.assert_within_measured_spread",
+                        )
                     )
             for match in dict.fromkeys(RECORD_READ.findall(text)):
                 found.append((i, f"reads the record {match}: cite its Experiments page instead"))

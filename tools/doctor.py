@@ -2,7 +2,7 @@
 """`make doctor`: will this machine show the book's exact digits?
 
 Prints what decides float32 bits here (CPU, ATen's kernels, BLAS and MKL's mode, threads,
-torch, Python), hashes of a few seeded computations (helpers.numerics.fingerprint, well
+torch, Python), hashes of a few seeded computations (helpers.repro.numerics.fingerprint, well
 under a second) beside the book's recorded ones, what the pin costs (one matrix product timed
 with and without it, each in a fresh process) and a plain verdict. `make doctor` runs it
 in the environment of the book's Jupyter kernel; run it bare to see an unpinned process.
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from helpers import numerics
-from helpers.pin import PIN, PIN_VARS
+from helpers.repro import numerics
+from helpers.repro.pin import PIN, PIN_VARS
 
 
 def verdict(problems: list[str], differing: list[str]) -> str:
@@ -76,7 +76,10 @@ def main() -> int:
         if problems:
             print("refusing to record: the pin does not hold here:", "; ".join(problems))
             return 1
-        record = {"what": "helpers.numerics.fingerprint() under the pin", **numerics.provenance()}
+        record = {
+            "what": "helpers.repro.numerics.fingerprint() under the pin",
+            **numerics.provenance(),
+        }
         record["fingerprint"] = mine
         numerics.FINGERPRINT_FILE.write_text(json.dumps(record, indent=1) + "\n")
         print(f"recorded {numerics.FINGERPRINT_FILE}")

@@ -14,7 +14,7 @@ For each notebook this script
   passes `make lint`;
 - runs every cell, top to bottom, in a fresh kernel of the book's own (``transformer-book``,
   installed into *this* Python's environment by `make venv`), whose environment pins the
-  numerics (helpers/pin.py), as nbval's does; execution counts come out 1, 2, 3, ...;
+  numerics (helpers/repro/pin.py), as nbval's does; execution counts come out 1, 2, 3, ...;
 - records no timing metadata and drops any volatile cell metadata left by editors;
 - sets the pairing metadata ``jupytext: {formats: "ipynb,py:percent"}`` and a standard
   kernelspec naming the book's kernel, then writes the notebook and its ``.py`` twin.
@@ -45,7 +45,7 @@ CHAPTERS = ROOT / "chapters"
 PYPROJECT = ROOT / "pyproject.toml"
 FORMATS = "ipynb,py:percent"
 TWIN_FMT = "py:percent"
-sys.path.insert(0, str(ROOT / "src" / "helpers"))
+sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import KERNEL_DISPLAY_NAME, KERNEL_NAME  # noqa: E402  (plain data, no torch import)
 
 CELL_TIMEOUT = 900  # seconds per cell

@@ -1,9 +1,10 @@
 """Record how sharp the cross-attention of a reversal model gets as it trains (chapter 18).
 
-Trains one TrainConfig exactly as helpers.train.train_reversal does (same model, data, batches,
+Trains one TrainConfig exactly as helpers.training.train.train_reversal does (same model, data,
+batches,
 schedule and random streams: the final weights are those of the cached checkpoint of that
 config), and every --every steps measures, on 200 probe sequences (seed 7) under teacher
-forcing, per decoder layer and mean of heads (helpers.visualize.alignment_stats):
+forcing, per decoder layer and mean of heads (helpers.analysis.visualize.alignment_stats):
 
   mirror      mean weight on the mirrored source position (the reference chapter's map: >= 0.94),
   eos_peak    share of sequences whose <eos>-predicting row peaks on the source's <eos>,
@@ -11,7 +12,7 @@ forcing, per decoder layer and mean of heads (helpers.visualize.alignment_stats)
 
 plus teacher-forced exact match on the first 1000 validation sequences and the mean training
 loss since the last measurement. At the end it also records the trained model's exact match on
-the test set (helpers.evaluation, 10,000 sequences, Wilson 95 % interval) and its
+the test set (helpers.training.evaluation, 10,000 sequences, Wilson 95 % interval) and its
 cross-attention maps (every decoder layer, mean of heads) on the chapter's input 7 3 0 9 5 1 8,
 so that appendix/experiment_sharp_attention can show a run nobody retrains. Each run is
 appended to a JSON file (default chapters/data/ch18_sharpness.json) under a name; a run with
@@ -33,13 +34,13 @@ from pathlib import Path
 
 import torch
 
-from helpers.data import make_reversal_dataset
-from helpers.evaluation import exact_match_with_interval, test_set
-from helpers.model import count_parameters
-from helpers.numerics import provenance
-from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
-from helpers.train import teacher_forced_exact_match, train_reversal
-from helpers.visualize import alignment_stats, cross_attention
+from helpers.analysis.visualize import alignment_stats, cross_attention
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import count_parameters
+from helpers.repro.numerics import provenance
+from helpers.training.evaluation import exact_match_with_interval, test_set
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
+from helpers.training.train import teacher_forced_exact_match, train_reversal
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "chapters" / "data" / "ch18_sharpness.json"

@@ -2,7 +2,8 @@
 """Export the weights of the models that chapter 18's live explorer runs in the HTML book.
 
 Usage (the book's pinned numerics, as the chapters run):
-    env $(.venv/bin/python src/helpers/pin.py pinned) .venv/bin/python tools/export_live_models.py
+    env $(.venv/bin/python src/helpers/repro/pin.py pinned) .venv/bin/python
+    tools/export_live_models.py
 
 The HTML book runs the trained encoder-decoder in plain JavaScript
 (book_assets/book_model.js; the page is book_assets/attention_explorer.js). This script writes
@@ -95,7 +96,7 @@ def model_config(model) -> dict:
     embeds = (model.encoder.embed, model.decoder.embed)
     if len({(e.token_scale, e.position_scale) for e in embeds}) != 1:
         raise ValueError("encoder and decoder embeddings scale differently")
-    from helpers.vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID
+    from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID
 
     return {
         "src_vocab": cfg.src_vocab,
@@ -159,7 +160,7 @@ def state_dict_from(data: dict) -> dict[str, torch.Tensor]:
 def model_from_file(path: Path):
     """A helpers Transformer holding the weights of an exported file (eval mode)."""
     from helpers import Transformer
-    from helpers.model import ModelConfig
+    from helpers.core.model import ModelConfig
 
     data = read_script(path)
     model = Transformer.from_config(ModelConfig(**data["config"]["model_config"]))
@@ -169,7 +170,7 @@ def model_from_file(path: Path):
 
 def sharp_model():
     from helpers import SHARP_ATTENTION_RECIPE
-    from helpers.train import build_model
+    from helpers.training.train import build_model
 
     stored = torch.load(SHARP_WEIGHTS, weights_only=True)
     assert stored["key"] == SHARP_ATTENTION_RECIPE.key(), "ch18_sharp_model.pt: another recipe"
@@ -186,7 +187,7 @@ def twin_recipe():
 
 def cached_model(cfg, what: str):
     """load_or_train, announcing a cold cache: training then happens here."""
-    from helpers.checkpoints import checkpoint_path, load_or_train
+    from helpers.training.checkpoints import checkpoint_path, load_or_train
 
     path = checkpoint_path(cfg)
     if not path.exists():
@@ -218,8 +219,8 @@ def book_models() -> dict:
 def wrong_on_test_set(model) -> tuple[int, int, dict | None]:
     """(wrong, total, the shortest wrong input with the model's output) on helpers.test_set."""
     from helpers import greedy_decode, test_set
-    from helpers.decoding import sequences_equal
-    from helpers.vocab import EOS_ID, NUM_OFFSET
+    from helpers.core.vocab import EOS_ID, NUM_OFFSET
+    from helpers.decoding.greedy import sequences_equal
 
     src, tgt = test_set()
     wrong = []
@@ -242,7 +243,7 @@ def wrong_short_input(model) -> dict | None:
     """The first input of one or two digits (shorter than any training input) the model gets
     wrong, for a model that gets the whole test set right."""
     from helpers import encode_digits, greedy_decode
-    from helpers.vocab import BOS_ID, EOS_ID, NUM_OFFSET
+    from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET
 
     for n in (1, 2):
         for k in range(10**n):
@@ -306,7 +307,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ASSETS, help="default: book_assets/")
     args = ap.parse_args(argv)
-    from helpers.numerics import pin_problems
+    from helpers.repro.numerics import pin_problems
 
     problems = pin_problems()
     if problems:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Install the book's Jupyter kernel into this Python's environment (run by `make venv`).
 
-The kernel, named helpers.numerics.KERNEL_NAME, runs this interpreter with the pinned
-numerics of helpers.numerics.PIN (and PYTHONHASHSEED=0) in its environment. JupyterLab,
+The kernel, named helpers.repro.numerics.KERNEL_NAME, runs this interpreter with the pinned
+numerics of helpers.repro.numerics.PIN (and PYTHONHASHSEED=0) in its environment. JupyterLab,
 nbval and tools/execute_notebooks.py all start it by that name, which every notebook's
 metadata names. It goes into sys.prefix/share/jupyter/kernels, so it exists only for the
 Jupyter of this environment (.venv), never for the user's other Pythons.
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src" / "helpers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src" / "helpers" / "repro"))
 
 from pin import KERNEL_DISPLAY_NAME, KERNEL_NAME, PIN
 

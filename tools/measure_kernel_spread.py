@@ -4,7 +4,7 @@
 Trains, in a fresh process per numerics mode, the models whose numbers chapters 10, 11, 12
 and 18 print, and records what those chapters report about them:
 
-  pinned   the book's kernel environment (helpers/pin.py PIN): what the chapters print;
+  pinned   the book's kernel environment (helpers/repro/pin.py PIN): what the chapters print;
   broken   make test-portable's environment (BROKEN_PIN): ATen's scalar kernels, MKL's
            default path, as on a CPU where the pin cannot hold;
   native   no pin at all on this CPU (its own ATen kernels, MKL_CBWR unset), one thread.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "kernel_spread.json"
-sys.path.insert(0, str(ROOT / "src" / "helpers"))
+sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import BROKEN_PIN, PIN, PIN_VARS  # noqa: E402
 
 # A fourth path, not re-run: the same models as recorded before the pin existed, on an Intel
@@ -72,8 +72,8 @@ def sharp_parts() -> dict:
     import torch
 
     from helpers import SHARP_ATTENTION_RECIPE, make_reversal_dataset, train_reversal
-    from helpers.train import build_model
-    from helpers.visualize import alignment_stats
+    from helpers.analysis.visualize import alignment_stats
+    from helpers.training.train import build_model
 
     src_p, tgt_p = make_reversal_dataset(200, seed=7)
     cfg = dataclasses.replace(SHARP_ATTENTION_RECIPE, max_steps=100, cooldown=0)
@@ -106,9 +106,9 @@ def worker() -> dict:
         test_set,
         train_reversal,
     )
-    from helpers.numerics import provenance
-    from helpers.recipes import default_init_recipe, fixed_budget_recipe
-    from helpers.visualize import alignment_stats
+    from helpers.analysis.visualize import alignment_stats
+    from helpers.repro.numerics import provenance
+    from helpers.training.recipes import default_init_recipe, fixed_budget_recipe
 
     src_p, tgt_p = make_reversal_dataset(200, seed=7)  # chapter 18's probe set
     test = test_set()

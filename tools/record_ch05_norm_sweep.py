@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Record the Pre-Norm vs Post-Norm sweep -> chapters/data/ch05_norm_sweep.json.
 
-    env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch05_norm_sweep.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch05_norm_sweep.py
     ... tools/record_ch05_norm_sweep.py --seeds 2 --out /tmp/x.json   # a quicker look
 
-Every run is helpers.norm_experiment.train_tagger (6-layer encoder-only tagger, d_model 64,
+Every run is helpers.analysis.norm_experiment.train_tagger (6-layer encoder-only tagger, d_model 64,
 Adam at a constant learning rate, no warmup, batch 64, one thread): the same seed gives both
 variants identical initial weights and identical batches. The file stores the settings, and per
 run the seed, the learning rate, the training loss of every step (rounded to 4 decimals), and
 the loss and exact match on the 1000 held-out sequences (seed 1), plus which held-out
-sequences came out right (`correct_bits`, helpers.experiments.pack_bits). The same outcomes
+sequences came out right (`correct_bits`, helpers.analysis.experiments.pack_bits). The same outcomes
 also appear in the layout of helpers.experiments (`test_set`, and `arms` keyed "pre@0.002"),
 so that `compare_arms(record, "pre@0.002", "post@0.002")` runs McNemar's test on them.
 No timings are stored. The Experiments page appendix/experiment_norm_placement shows the
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from helpers.experiments import pack_bits
-from helpers.norm_experiment import tagger_data, train_tagger
-from helpers.numerics import provenance
+from helpers.analysis.experiments import pack_bits
+from helpers.analysis.norm_experiment import tagger_data, train_tagger
+from helpers.repro.numerics import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "ch05_norm_sweep.json"
@@ -55,7 +55,8 @@ def main() -> int:
         "numerics": provenance(),
         "torch": torch.__version__,
         "settings": {
-            "model": "helpers.norm_experiment.EncoderTagger: d_model 64, 4 heads, dff 256, "
+            "model": "helpers.analysis.norm_experiment.EncoderTagger: d_model 64, 4 heads, "
+            "dff 256, "
             f"{args.layers} layers, no dropout, Xavier",
             "optimizer": "Adam betas (0.9, 0.98), constant lr, no warmup",
             "batch_size": 64,

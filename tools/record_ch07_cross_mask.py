@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record what a triangular cross-attention mask costs -> chapters/data/ch07_cross_mask.json.
 
-    env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch07_cross_mask.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch07_cross_mask.py
 
 For each seed (default 0-4), two arms train with the same recipe
 (helpers.fixed_budget_recipe(BOOK_RECIPE, steps=STEPS): the book's recipe for a fixed number
@@ -14,11 +14,12 @@ of steps, no early stop), the same initial weights and the same batches:
   cross-attention does not train: it runs on the trimmed training batches, where Lt = Ls, and
   raises at the first validation pass, where Ls = 14 and Lt = 13.)
 
-Each trained model is scored on the test set (helpers.evaluation.test_set(): 10,000 sequences,
+Each trained model is scored on the test set (helpers.training.evaluation.test_set(): 10,000
+sequences,
 a seed neither training nor validation uses): exact match (teacher-forced argmax right at every
 position up to <eos>, which equals greedy exact match for these causal decoders), which test
-sequences came out right (helpers.experiments.pack_bits, for McNemar's paired test) and the
-token accuracy at each output position. The layout is helpers.experiments' record layout.
+sequences came out right (helpers.analysis.experiments.pack_bits, for McNemar's paired test) and the
+token accuracy at each output position. The layout is helpers.analysis.experiments' record layout.
 No timings are stored.
 """
 
@@ -35,7 +36,7 @@ from unittest import mock
 
 import torch
 
-import helpers.train
+import helpers.training.train
 from helpers import (
     BOOK_RECIPE,
     COMPARISON_STEPS,
@@ -44,11 +45,11 @@ from helpers import (
     fixed_budget_recipe,
     make_padding_mask,
 )
-from helpers.evaluation import TEST_SEED, test_set
-from helpers.experiments import pack_bits
-from helpers.masks import make_causal_mask
-from helpers.numerics import provenance
-from helpers.train import sequence_correct, train_reversal
+from helpers.analysis.experiments import pack_bits
+from helpers.core.masks import make_causal_mask
+from helpers.repro.numerics import provenance
+from helpers.training.evaluation import TEST_SEED, test_set
+from helpers.training.train import sequence_correct, train_reversal
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "ch07_cross_mask.json"
@@ -100,7 +101,7 @@ def main() -> int:
         "design": "arms correct and triangular_cross; per seed the same initial weights and "
         f"batches; fixed_budget_recipe(BOOK_RECIPE, steps={args.steps}), no early stop; "
         "scored on the test set",
-        "command": "env $(python src/helpers/pin.py pinned) nice -n 10 python "
+        "command": "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python "
         + " ".join(["tools/record_ch07_cross_mask.py"] + sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "numerics": provenance(),
@@ -116,7 +117,7 @@ def main() -> int:
             ("correct", Transformer),
             ("triangular_cross", TriangularCrossTransformer),
         ):
-            with mock.patch.object(helpers.train, "Transformer", cls):
+            with mock.patch.object(helpers.training.train, "Transformer", cls):
                 run = train_reversal(cfg, progress=False)
             assert isinstance(run.model, cls)
             right, per_pos = score(run.model, src, tgt)

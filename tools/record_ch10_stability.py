@@ -2,7 +2,7 @@
 """How much higher the book's learning rate can go: the record behind the Experiments page
 "The learning rate" (appendix/experiment_learning_rate).
 
-    env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py
         # ~6 CPU-minutes -> chapters/data/ch10_stability.json
     python tools/record_ch10_stability.py --keep  # train only the runs the file lacks
 
@@ -13,7 +13,8 @@ order; the data is the same). Every run has the same budget (the recipe's 500 st
 same stopping rule (the recipe's 99.5 % on the validation set). For every run it stores whether
 and when the run reached the target, the validation scores, the per-step curves of the training
 batch's exact match and loss (rounded), and which of the 10,000 test sequences the stopped
-model gets right (`helpers.experiments.pack_bits`), so that the arms can be compared seed by
+model gets right (`helpers.analysis.experiments.pack_bits`), so that the arms can be compared seed
+by
 seed and sequence by sequence. CPU seconds per run are stored for the record's cost, not as a
 benchmark. With --keep, runs already in the file for the same recipe are kept (training is
 deterministic on one machine and thread count) and only the missing ones are trained.
@@ -33,15 +34,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "ch10_stability.json"
 
-from helpers.evaluation import TEST_SEED, test_set  # noqa: E402
-from helpers.experiments import pack_bits  # noqa: E402
-from helpers.numerics import provenance  # noqa: E402
-from helpers.recipes import BOOK_RECIPE  # noqa: E402
-from helpers.train import sequence_correct, train_reversal  # noqa: E402
+from helpers.analysis.experiments import pack_bits  # noqa: E402
+from helpers.repro.numerics import provenance  # noqa: E402
+from helpers.training.evaluation import TEST_SEED, test_set  # noqa: E402
+from helpers.training.recipes import BOOK_RECIPE  # noqa: E402
+from helpers.training.train import sequence_correct, train_reversal  # noqa: E402
 
 LR_SCALES = (1.0, 3.0)
 SEEDS = (0, 1, 2, 3, 4)
-COMMAND = "env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py"
+COMMAND = (
+    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py"
+)
 
 
 def arm_name(lr_scale: float) -> str:

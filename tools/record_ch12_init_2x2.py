@@ -17,9 +17,10 @@ each trained once per seed (TrainConfig.seed: the initial weights and the batch 
 training data, validation set and schedule are the same for every run). For every run it
 records the training loss per step, the teacher-forced validation exact match every 20 steps
 (1000 sequences, seed 1), the final greedy exact match on the same validation set, and the
-exact match on the test set (helpers.evaluation.test_set(): 10,000 sequences, a seed that
+exact match on the test set (helpers.training.evaluation.test_set(): 10,000 sequences, a seed that
 neither training nor validation uses) with its Wilson 95 % interval, and which test sequences
-came out right (test.correct_bits, helpers.experiments.pack_bits), so that the Experiments page
+came out right (test.correct_bits, helpers.analysis.experiments.pack_bits), so that the Experiments
+page
 can pair two arms sequence by sequence with McNemar's test. The record of 2026-11-30 predates
 correct_bits; the appendix asks for at least 5 seeds per arm before a conclusion
 (--seeds 0 1 2 3 4: about 20 runs of 300 steps, some 15 CPU-minutes on one thread).
@@ -44,12 +45,12 @@ from pathlib import Path
 import torch
 
 from helpers import make_reversal_dataset
-from helpers.decoding import exact_match, greedy_decode, sequences_equal
-from helpers.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
-from helpers.experiments import pack_bits
-from helpers.numerics import provenance
-from helpers.recipes import BOOK_RECIPE, COMPARISON_STEPS, fixed_budget_recipe
-from helpers.train import train_reversal
+from helpers.analysis.experiments import pack_bits
+from helpers.decoding.greedy import exact_match, greedy_decode, sequences_equal
+from helpers.repro.numerics import provenance
+from helpers.training.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
+from helpers.training.recipes import BOOK_RECIPE, COMPARISON_STEPS, fixed_budget_recipe
+from helpers.training.train import train_reversal
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "chapters" / "data" / "ch12_init_2x2.json"

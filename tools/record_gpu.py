@@ -24,7 +24,7 @@ Parts, in this order, each with its own time cap (seconds, --caps) inside the --
               book's recipe (helpers.BOOK_RECIPE, 3 runs) and the reference chapter's
               (helpers.SEED_RECIPE, stopping at the first epoch that reaches 99.5 %, 1 run), after
               an untimed warm-up; then exact match of each trained model on the 10,000-sequence
-              test set (helpers.evaluation), with its 95 % interval.
+              test set (helpers.training.evaluation), with its 95 % interval.
 3. decoding   greedy decoding without and with the KV cache for 16, 64, 256 and 512 new tokens
               (batch 1, untrained model of the book's default shape, seed 0), tokens compared.
 4. unit_tests pytest on tests/test_cuda.py on the device (both attention paths agree in
@@ -63,12 +63,12 @@ import torch  # noqa: E402
 # every module of the package, none of which imports anything else at import time
 # (tests/test_record_gpu.py runs this script with every other installed package hidden).
 from helpers import benchmark as bm  # noqa: E402
-from helpers.data import make_reversal_dataset  # noqa: E402
-from helpers.decoding import greedy_decode  # noqa: E402
-from helpers.model import Transformer  # noqa: E402
-from helpers.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
-from helpers.train import train_reversal  # noqa: E402
-from helpers.vocab import VOCAB_SIZE  # noqa: E402
+from helpers.core.data import make_reversal_dataset  # noqa: E402
+from helpers.core.model import Transformer  # noqa: E402
+from helpers.core.vocab import VOCAB_SIZE  # noqa: E402
+from helpers.decoding.greedy import greedy_decode  # noqa: E402
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
+from helpers.training.train import train_reversal  # noqa: E402
 
 PARTS = ("attention", "training", "decoding", "unit_tests")
 CAPS = {"attention": 150, "training": 150, "decoding": 60, "unit_tests": 60}
@@ -187,7 +187,8 @@ def log_row(row: dict) -> None:
 
 
 def train_on(cfg: TrainConfig, device: str, deadline: float | None = None) -> dict:
-    """helpers.train.train_reversal on `device` (no progress bar, stopped at `deadline`)."""
+    """helpers.training.train.train_reversal on `device` (no progress bar, stopped at
+    `deadline`)."""
     result = train_reversal(cfg, progress=False, device=device, deadline=deadline)
     return {
         "model": result.model,
@@ -244,8 +245,9 @@ def jsonable(value):
 
 
 def test_set_exact_match(model, quick: bool) -> dict:
-    """Exact match on helpers.evaluation's test set, with its 95 % interval (quick: 300 of it)."""
-    from helpers.evaluation import exact_match_with_interval, test_set
+    """Exact match on helpers.training.evaluation's test set, with its 95 % interval (quick: 300
+    of it)."""
+    from helpers.training.evaluation import exact_match_with_interval, test_set
 
     src, tgt = test_set(300) if quick else test_set()
     device = next(model.parameters()).device
@@ -298,7 +300,7 @@ def part_training(args, deadline: float, save) -> dict:
             }
             try:
                 run["test"] = test_set_exact_match(out["model"], args.quick)
-            except Exception as err:  # e.g. helpers.evaluation not there yet
+            except Exception as err:  # e.g. helpers.training.evaluation not there yet
                 run["test_error"] = f"{type(err).__name__}: {err}"
             record["runs"].append(run)
             print(

@@ -2,7 +2,7 @@
 """The band of the book's training curve: the record behind the Experiments page "The training
 band" (appendix/experiment_training_band) and helpers.debugging.compare_with_band (chapter 17).
 
-    env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_training_band.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_training_band.py
         # ~5 CPU-minutes -> chapters/data/training_band.json
     python tools/record_training_band.py --seeds 1   # one seed, to measure the cost first
     ... tools/record_training_band.py --jobs 4        # the same runs in 4 processes
@@ -39,16 +39,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "chapters" / "data" / "training_band.json"
 
-from helpers.data import make_reversal_dataset  # noqa: E402
-from helpers.numerics import provenance  # noqa: E402
-from helpers.recipes import BOOK_RECIPE  # noqa: E402
-from helpers.train import teacher_forced_exact_match, train_reversal  # noqa: E402
+from helpers.core.data import make_reversal_dataset  # noqa: E402
+from helpers.repro.numerics import provenance  # noqa: E402
+from helpers.training.recipes import BOOK_RECIPE  # noqa: E402
+from helpers.training.train import teacher_forced_exact_match, train_reversal  # noqa: E402
 
 SEEDS = (1, 2, 3, 4, 5, 6)
 CHECK_SEEDS = (7, 8, 9, 10, 11, 12)
 STEPS = 400
 EVAL_EVERY = 10
-COMMAND = "env $(python src/helpers/pin.py pinned) nice -n 10 python tools/record_training_band.py"
+COMMAND = (
+    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_training_band.py"
+)
 
 
 def one_run(seed: int) -> dict:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from bench_training import hardware, load, time_to_target  # the same clock as chapter 10's
 
-from helpers.numerics import provenance
-from helpers.recipes import SHARP_ATTENTION_RECIPE
+from helpers.repro.numerics import provenance
+from helpers.training.recipes import SHARP_ATTENTION_RECIPE
 
 ROOT = Path(__file__).resolve().parent.parent
 

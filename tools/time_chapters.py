@@ -48,7 +48,7 @@ RECIPE_NAMES = {
 def known_recipes() -> dict[str, dict]:
     import dataclasses
 
-    from helpers import recipes
+    from helpers.training import recipes
 
     cfgs = {
         "BOOK_RECIPE": recipes.BOOK_RECIPE,
@@ -101,14 +101,14 @@ def run_time_text(rec: dict) -> str:
 
 
 def kernel_numerics() -> dict:
-    """helpers.numerics.provenance() as the book's kernel sees it (its kernelspec's env)."""
+    """helpers.repro.numerics.provenance() as the book's kernel sees it (its kernelspec's env)."""
     import subprocess
 
-    from helpers.pin import KERNEL_NAME
+    from helpers.repro.pin import KERNEL_NAME
 
     spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json"
     env = {**os.environ, **json.loads(spec.read_text())["env"]}
-    code = "import json; from helpers import numerics; print(json.dumps(numerics.provenance()))"
+    code = "import json; from helpers.repro import numerics as n; print(json.dumps(n.provenance()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     out.check_returncode()
     return json.loads(out.stdout)

@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src" / "helpers"))
+sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import PIN, PIN_VARS  # noqa: E402
 
 STEP = """
 import json, time, torch, torch.nn.functional as F
 from helpers import BOOK_RECIPE, SHARP_ATTENTION_RECIPE, PAD_ID, VOCAB_SIZE, make_reversal_dataset
-from helpers.train import build_model
+from helpers.training.train import build_model
 src, tgt = make_reversal_dataset(128, seed=0)
 out = {}
 for name, cfg in (("book", BOOK_RECIPE), ("sharp", SHARP_ATTENTION_RECIPE)):

@@ -6,7 +6,8 @@
     python -m torch.distributed.run --standalone --nproc_per_node=2 tools/train_ddp.py \\
         --out /tmp/ddp --one-step          # one step on a fixed batch (chapter 20's proof)
 
-Every rank runs this file; the logic is in helpers.distributed. Rank 0 prints the log, writes
+Every rank runs this file; the logic is in helpers.training.distributed. Rank 0 prints the log,
+writes
 OUT/model.pt (the checkpoint), OUT/grads.pt (--one-step: the all-reduced gradients)
 and OUT/result.json (what every rank saw, gathered over the process group); every rank also
 writes OUT/rank<r>.json on its own machine. A bad launch (no torchrun, one process, a port in
@@ -26,7 +27,7 @@ T_START = time.perf_counter()  # before torch is imported: start-up is part of t
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from helpers.distributed import (  # noqa: E402
+from helpers.training.distributed import (  # noqa: E402
     LaunchError,
     bucket_demo,
     init_distributed,
@@ -35,7 +36,7 @@ from helpers.distributed import (  # noqa: E402
     save_on_rank0,
     train_reversal_ddp,
 )
-from helpers.recipes import BOOK_RECIPE  # noqa: E402
+from helpers.training.recipes import BOOK_RECIPE  # noqa: E402
 
 ONE_STEP_ROWS = 64  # the fixed global batch of --one-step: rows 0..63 of the training set
 

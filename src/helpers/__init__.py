@@ -7,27 +7,27 @@ Mask convention everywhere: a bool tensor, True = blocked (may not be attended).
 # ruff: noqa: I001 (the imports follow the book, not the alphabet)
 
 # 1. The task and the architecture: the vocabulary of the reversal task
-from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
-from .data import decode_digits, describe, encode_digits
-from .device import device
+from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
+from helpers.core.data import decode_digits, describe, encode_digits
+from helpers.core.device import device
 
 # 2. Embeddings and positions
-from .embeddings import TokenAndPosition, sinusoidal_position_encoding
+from helpers.core.embeddings import TokenAndPosition, sinusoidal_position_encoding
 
 # 3. Multi-head attention
-from .attention import MultiHeadAttention
+from helpers.core.attention import MultiHeadAttention
 
 # 4. The feed-forward block
-from .layers import FeedForward
+from helpers.core.layers import FeedForward
 
 # 5. The encoder
-from .layers import Encoder, EncoderLayer
+from helpers.core.layers import Encoder, EncoderLayer
 
 # 6. The decoder
-from .layers import Decoder, DecoderLayer
+from helpers.core.layers import Decoder, DecoderLayer
 
 # 7. Masks and the full model
-from .masks import (
+from helpers.core.masks import (
     from_hf_attention_mask,
     fully_masked_rows,
     make_causal_mask,
@@ -35,33 +35,35 @@ from .masks import (
     to_hf_attention_mask,
     to_sdpa_mask,
 )
-from .model import ModelConfig, Transformer, count_parameters, xavier_init_linears
+from helpers.core.model import ModelConfig, Transformer, count_parameters, xavier_init_linears
 
 # 8. Test before you train
 from .debugging.masks import MaskCheck, check_masks
 
 # 9. Data
-from .data import make_reversal_dataset
-from .evaluation import TEST_SEED, TEST_SIZE, test_set, train_test_overlap
+from helpers.core.data import make_reversal_dataset
+from helpers.training.evaluation import TEST_SEED, TEST_SIZE, test_set, train_test_overlap
 
 # 10. Training
-from .schedule import noam_lambda
-from .recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
-from .train import TrainResult, teacher_forced_exact_match, train_reversal
-from .checkpoints import load_or_train, trained_reversal_model
-from .evaluation import Interval, exact_match_with_interval, wilson_interval
+from helpers.training.schedule import noam_lambda
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
+from helpers.training.train import TrainResult, teacher_forced_exact_match, train_reversal
+from helpers.training.checkpoints import load_or_train, trained_reversal_model
+from helpers.training.evaluation import Interval, exact_match_with_interval, wilson_interval
 
 # 11. Greedy decoding
-from .decoding import exact_match, greedy_decode, restores_mode, sequences_equal
+from helpers.decoding.greedy import exact_match, greedy_decode, restores_mode, sequences_equal
 
 # 12. When correct code learns slowly
-from .model import apply_default_init
-from .recipes import COMPARISON_STEPS, default_init_recipe, fixed_budget_recipe
-from .checkpoints import trained_default_init_model, trained_fixed_budget_model
+from helpers.core.model import apply_default_init
+from helpers.training.recipes import COMPARISON_STEPS, default_init_recipe, fixed_budget_recipe
+from helpers.training.checkpoints import trained_default_init_model, trained_fixed_budget_model
 
 # 13. The KV cache (the growing cache is in DecoderLayer; a preallocated one here)
-from .static_cache import StaticCaches, allocate_static_caches, greedy_decode_static
-from .beam_search import beam_search  # exercise 11.3's search, batched, on this cache
+from helpers.decoding.static_cache import StaticCaches, allocate_static_caches, greedy_decode_static
+from helpers.decoding.beam_search import (
+    beam_search,
+)  # exercise 11.3's search, batched, on this cache
 
 # 14. A decoder-only mini GPT
 from .gpt import (
@@ -78,7 +80,7 @@ from .gpt import (
 )
 
 # 15. Checked against torch.nn.Transformer
-from .torch_reference import (
+from helpers.analysis.torch_reference import (
     copy_attention,
     to_torch_transformer,
     torch_forward,
@@ -89,7 +91,7 @@ from .torch_reference import (
 from .debugging import Finding, ModelReport, check_model, compare_with_band
 
 # 18. Cross-attention heatmaps
-from .visualize import (
+from helpers.analysis.visualize import (
     MEAN_OF_HEADS,
     AttentionExplorer,
     AttentionMap,
@@ -102,7 +104,7 @@ from .visualize import (
     plot_attention,
     plot_attention_grid,
 )
-from .recipes import SHARP_ATTENTION_RECIPE
+from helpers.training.recipes import SHARP_ATTENTION_RECIPE
 
 # 19. The attention benchmark
 from .benchmark import (
@@ -116,7 +118,7 @@ from .benchmark import (
 )
 
 # 20. Distributed data parallel
-from .distributed import (
+from helpers.training.distributed import (
     LaunchError,
     init_distributed,
     rank_batches,

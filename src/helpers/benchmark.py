@@ -63,8 +63,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .attention import MultiHeadAttention
-from .masks import make_causal_mask
+from helpers.core.attention import MultiHeadAttention
+from helpers.core.masks import make_causal_mask
 
 VARIANTS = ("handwritten", "sdpa", "sdpa_causal")  # the default sweep
 FORCED_BACKENDS = {  # variant -> torch.nn.attention.SDPBackend member
@@ -713,7 +713,9 @@ def _nvidia_driver() -> str:
 
 
 def _numerics_provenance() -> dict:
-    from .numerics import provenance  # late: benchmark is imported by record_gpu on bare torch
+    from helpers.repro.numerics import (
+        provenance,  # late: benchmark is imported by record_gpu on bare torch
+    )
 
     return provenance()
 

@@ -13,21 +13,21 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import check_token_ids
-from .decoding import restores_mode
-from .device import device as book_device
-from .embeddings import TokenAndPosition
-from .layers import EncoderLayer
-from .model import xavier_init_linears
-from .vocab import PAD_ID
+from helpers.core.checks import check_token_ids
+from helpers.core.device import device as book_device
+from helpers.core.embeddings import TokenAndPosition
+from helpers.core.layers import EncoderLayer
+from helpers.core.model import xavier_init_linears
+from helpers.core.vocab import PAD_ID
+from helpers.decoding.greedy import restores_mode
+from helpers.repro.paths import PACKAGE_DATA
 
-CORPUS_PATH = Path(__file__).resolve().parent / "data" / "corpus.txt"
+CORPUS_PATH = PACKAGE_DATA / "corpus.txt"
 
 
 def load_corpus() -> str:

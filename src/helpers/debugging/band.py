@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..experiments import load_record
-from ..vocab import VOCAB_SIZE
+from helpers.analysis.experiments import load_record
+from helpers.core.vocab import VOCAB_SIZE
 
 WINDOW = 10
 FACTORS = tuple(1 + 0.5 * i for i in range(9))  # 1, 1.5, ..., 5: the factors measured_factor tries

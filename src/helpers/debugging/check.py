@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..vocab import BOS_ID, PAD_ID
+from helpers.core.vocab import BOS_ID, PAD_ID
+
 from .data import data_checks
 from .gradients import gradient_checks
 from .loss_at_init import embedding_scale, initial_loss

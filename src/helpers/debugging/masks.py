@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..decoding import restores_mode
-from ..vocab import PAD_ID
+from helpers.core.vocab import PAD_ID
+from helpers.decoding.greedy import restores_mode
+
 from .recorder import Recorder
 from .report import Finding, ModelReport, short
 

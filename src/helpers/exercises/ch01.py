@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ..model import Transformer, count_parameters
+from helpers.core.model import Transformer, count_parameters
+
 from ._common import call, fail, passed
 
 __all__ = ["check_parameter_count"]

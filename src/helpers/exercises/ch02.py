@@ -7,7 +7,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ..embeddings import sinusoidal_position_encoding
+from helpers.core.embeddings import sinusoidal_position_encoding
+
 from ._common import call, expect_close, expect_shape, expect_tensor, fail, passed
 
 __all__ = ["check_sinusoidal_table", "check_learned_positions"]

@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..attention import MultiHeadAttention
+from helpers.core.attention import MultiHeadAttention
+
 from ._common import (
     ExerciseError,
     call,

@@ -13,8 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..layers import Encoder, EncoderLayer
-from ..masks import make_padding_mask
+from helpers.core.layers import Encoder, EncoderLayer
+from helpers.core.masks import make_padding_mask
+
 from ._common import ExerciseError, call, expect_close, expect_shape, fail, passed
 
 __all__ = [

@@ -6,8 +6,9 @@ import itertools
 
 import torch
 
-from ..layers import DecoderLayer
-from ..masks import make_causal_mask, make_padding_mask
+from helpers.core.layers import DecoderLayer
+from helpers.core.masks import make_causal_mask, make_padding_mask
+
 from ._common import call, expect_close, expect_shape, fail, passed
 
 __all__ = ["check_decoder_layer_forward"]

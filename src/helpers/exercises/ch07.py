@@ -6,8 +6,9 @@ import re
 
 import torch
 
-from ..masks import make_causal_mask, make_padding_mask
-from ..vocab import PAD_ID
+from helpers.core.masks import make_causal_mask, make_padding_mask
+from helpers.core.vocab import PAD_ID
+
 from ._common import ExerciseError, call, expect_equal, expect_tensor, fail, passed
 
 __all__ = ["check_decoder_masks", "check_decoder_self_mask", "check_hf_to_sdpa"]

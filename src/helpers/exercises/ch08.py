@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from ..data import make_reversal_dataset
-from ..masks import make_causal_mask, make_padding_mask
-from ..model import Transformer
-from ..vocab import VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.masks import make_causal_mask, make_padding_mask
+from helpers.core.model import Transformer
+from helpers.core.vocab import VOCAB_SIZE
+
 from ._common import call, fail, passed
 
 __all__ = ["check_causality_test", "check_padding_test"]

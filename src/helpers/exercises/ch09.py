@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from ..data import make_reversal_dataset
-from ..vocab import PAD_ID
+from helpers.core.data import make_reversal_dataset
+from helpers.core.vocab import PAD_ID
+
 from ._common import call, expect_equal, expect_tensor, fail, passed
 
 __all__ = ["check_trim_padding"]

@@ -26,11 +26,18 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ..data import make_reversal_dataset
-from ..model import Transformer
-from ..recipes import TrainConfig
-from ..train import build_model, epoch_batches, lr_factor, sequence_correct, train_reversal
-from ..vocab import PAD_ID, VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import Transformer
+from helpers.core.vocab import PAD_ID, VOCAB_SIZE
+from helpers.training.recipes import TrainConfig
+from helpers.training.train import (
+    build_model,
+    epoch_batches,
+    lr_factor,
+    sequence_correct,
+    train_reversal,
+)
+
 from ._common import call, expect_tensor, fail, passed
 
 __all__ = ["check_smoothed_cross_entropy", "check_teacher_forcing_loss", "check_training_loop"]

@@ -36,11 +36,12 @@ from statistics import NormalDist
 
 import torch
 
-from ..data import make_reversal_dataset
-from ..decoding import greedy_decode
-from ..evaluation import wilson_interval
-from ..model import Transformer
-from ..vocab import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import Transformer
+from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
+from helpers.decoding.greedy import greedy_decode
+from helpers.training.evaluation import wilson_interval
+
 from ._common import call, expect_tensor, fail, one_thread_isolated, passed
 
 __all__ = ["check_beam_search", "check_greedy_decode", "check_wilson_interval"]

@@ -19,8 +19,9 @@ import math
 import torch
 import torch.nn as nn
 
-from ..model import Transformer, apply_default_init
-from ..vocab import PAD_ID, VOCAB_SIZE
+from helpers.core.model import Transformer, apply_default_init
+from helpers.core.vocab import PAD_ID, VOCAB_SIZE
+
 from ._common import call, fail, passed
 
 __all__ = ["check_book_init"]

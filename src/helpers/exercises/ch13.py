@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import torch
 
-from ..data import make_reversal_dataset
-from ..decoding import greedy_decode
-from ..masks import make_causal_mask, make_padding_mask
-from ..model import Transformer
-from ..vocab import BOS_ID, PAD_ID, VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.masks import make_causal_mask, make_padding_mask
+from helpers.core.model import Transformer
+from helpers.core.vocab import BOS_ID, PAD_ID, VOCAB_SIZE
+from helpers.decoding.greedy import greedy_decode
+
 from ._common import (
     ExerciseError,
     call,

@@ -7,11 +7,12 @@ import warnings
 import torch
 import torch.nn as nn
 
-from ..attention import MultiHeadAttention
-from ..data import make_reversal_dataset
-from ..model import Transformer
-from ..torch_reference import to_torch_transformer, torch_mask_arguments
-from ..vocab import VOCAB_SIZE
+from helpers.analysis.torch_reference import to_torch_transformer, torch_mask_arguments
+from helpers.core.attention import MultiHeadAttention
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import Transformer
+from helpers.core.vocab import VOCAB_SIZE
+
 from ._common import call, expect_close, expect_shape, fail, passed
 
 __all__ = ["check_load_attention", "check_torch_masks"]
@@ -57,7 +58,7 @@ def _as_blocked(name: str, mask, where: str) -> torch.Tensor:
 def check_torch_masks(torch_masks_fn) -> None:
     """Exercise 15.2: torch_masks_fn(src, tgt_in) -> dict of nn.Transformer's mask arguments.
 
-    Used in chapter 15. Compared with helpers.torch_reference.torch_mask_arguments on three
+    Used in chapter 15. Compared with helpers.analysis.torch_reference.torch_mask_arguments on three
     fixed batches, then used to run our weights inside nn.Transformer: the logits must be our
     model's.
     """

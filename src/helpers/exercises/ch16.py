@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..layers import DecoderLayer
+from helpers.core.layers import DecoderLayer
+
 from ._common import call, fail, passed
 
 __all__ = ["check_bart_decoder_names"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from ..data import make_reversal_dataset
+from helpers.core.data import make_reversal_dataset
+from helpers.core.masks import make_padding_mask
+from helpers.core.model import Transformer
+from helpers.core.vocab import PAD_ID, VOCAB_SIZE
+
 from ..debugging import check_model
-from ..masks import make_padding_mask
-from ..model import Transformer
-from ..vocab import PAD_ID, VOCAB_SIZE
 from ._common import call, expect_close, fail, passed
 
 __all__ = ["check_fixed_model"]  # BuggyTransformer: import it from helpers.exercises.ch17

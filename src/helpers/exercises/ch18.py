@@ -14,7 +14,8 @@ import math
 
 import torch
 
-from ..visualize import mirrored_columns
+from helpers.analysis.visualize import mirrored_columns
+
 from ._common import call, expect_close, expect_shape, fail, passed
 
 __all__ = ["check_mirror_weight", "check_row_entropy"]

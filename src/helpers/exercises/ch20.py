@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
-from ..data import make_reversal_dataset
-from ..model import Transformer
-from ..vocab import PAD_ID, VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import Transformer
+from helpers.core.vocab import PAD_ID, VOCAB_SIZE
+
 from ._common import call, expect_close, fail, passed
 
 __all__ = ["check_shard_indices", "check_rank_loss"]

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .data import make_reversal_dataset
-from .decoding import exact_match, sequences_equal
-from .model import Transformer, apply_default_init
-from .recipes import TrainConfig
-from .schedule import noam_lambda
-from .vocab import PAD_ID, VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import Transformer, apply_default_init
+from helpers.core.vocab import PAD_ID, VOCAB_SIZE
+from helpers.decoding.greedy import exact_match, sequences_equal
+from helpers.training.recipes import TrainConfig
+from helpers.training.schedule import noam_lambda
 
 
 @dataclass

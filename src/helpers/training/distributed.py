@@ -36,11 +36,11 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
-from .data import make_reversal_dataset
-from .decoding import greedy_decode, restores_mode, sequences_equal
-from .recipes import TrainConfig
-from .train import build_model, lr_factor, sequence_correct
-from .vocab import PAD_ID
+from helpers.core.data import make_reversal_dataset
+from helpers.core.vocab import PAD_ID
+from helpers.decoding.greedy import greedy_decode, restores_mode, sequences_equal
+from helpers.training.recipes import TrainConfig
+from helpers.training.train import build_model, lr_factor, sequence_correct
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -97,7 +97,7 @@ def init_distributed(min_world_size: int = 2, timeout_s: float = 60.0) -> DistIn
     with the fix in its message, when the script was not started by torchrun, when fewer than
     min_world_size processes were started, or when MASTER_PORT is taken by another program.
     """
-    from .device import device as book_device
+    from helpers.core.device import device as book_device
 
     missing = [k for k in TORCHRUN_VARS if k not in os.environ]
     if missing:
@@ -498,8 +498,8 @@ def save_on_rank0(
     Every replica holds the same weights, so one copy is enough; several ranks writing one file
     at once could interleave their bytes.
     """
-    from .checkpoints import save_checkpoint
-    from .train import TrainResult
+    from helpers.training.checkpoints import save_checkpoint
+    from helpers.training.train import TrainResult
 
     info = info or current()
     written = None

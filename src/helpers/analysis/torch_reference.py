@@ -9,8 +9,8 @@ import warnings
 import torch
 import torch.nn as nn
 
-from .masks import make_causal_mask
-from .vocab import PAD_ID
+from helpers.core.masks import make_causal_mask
+from helpers.core.vocab import PAD_ID
 
 
 @torch.no_grad()

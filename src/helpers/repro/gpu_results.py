@@ -28,12 +28,13 @@ import json
 import statistics
 from pathlib import Path
 
-from .benchmark import attention_flops, outcome, results_table, score_matrix_bytes
+from helpers.benchmark import attention_flops, outcome, results_table, score_matrix_bytes
+from helpers.repro.paths import records_dir
 
 RECORD_COMMAND = (
     "PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out OUT_DIR"
 )
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "chapters" / "data"
+DEFAULT_DATA = records_dir()
 
 # The reference chapter's own GPU measurement (RTX 4090, B=8, L=1024, d_model=512, h=8, float32
 # weights under bfloat16 autocast, mean of 20 calls, absolute max_memory_allocated / 2**20).
@@ -380,7 +381,7 @@ def plot_cpu_and_gpu(
     recorded GPU sweep (bfloat16) when there is one. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from .benchmark import plot_sweep
+    from helpers.benchmark import plot_sweep
 
     gpu = load_gpu_record("attention", data_dir)
     rows = 1 if gpu is None else 2

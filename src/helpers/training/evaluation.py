@@ -21,11 +21,11 @@ from statistics import NormalDist
 
 import torch
 
-from .data import make_reversal_dataset
-from .decoding import greedy_decode, restores_mode, sequences_equal
-from .train import sequence_correct
+from helpers.core.data import make_reversal_dataset
+from helpers.decoding.greedy import greedy_decode, restores_mode, sequences_equal
+from helpers.training.train import sequence_correct
 
-TEST_SEED = 2027  # training uses seed 0 and validation seed 1 (helpers.recipes)
+TEST_SEED = 2027  # training uses seed 0 and validation seed 1 (helpers.training.recipes)
 TEST_SIZE = 10_000
 
 

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import torch
 
-from .pin import BROKEN_PIN, KERNEL_DISPLAY_NAME, KERNEL_NAME, PIN, PIN_VARS  # noqa: F401
+from helpers.repro.paths import PACKAGE_DATA, records_dir
+from helpers.repro.pin import BROKEN_PIN, KERNEL_DISPLAY_NAME, KERNEL_NAME, PIN, PIN_VARS  # noqa: F401
 
-FINGERPRINT_FILE = Path(__file__).resolve().parent / "data" / "fingerprint.json"
+FINGERPRINT_FILE = PACKAGE_DATA / "fingerprint.json"
 
 
 def torch_version() -> str:
@@ -193,7 +194,7 @@ def timing_label(env: dict | None = None) -> str:
     return "timed with PyTorch's default kernels on this CPU"
 
 
-SPREAD_FILE = Path(__file__).resolve().parents[2] / "chapters" / "data" / "kernel_spread.json"
+SPREAD_FILE = records_dir() / "kernel_spread.json"
 
 
 def kernel_spread(path: Path | None = None) -> dict:

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "chapters" / "data"
+from helpers.repro.paths import records_dir
+
+DATA_DIR = records_dir()
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: 1.96 is within
 # 2 % of the true value). A table keeps the library free of SciPy.

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .checks import check_rank, check_same_batch, check_token_ids
-from .layers import Decoder, Encoder
-from .masks import make_causal_mask, make_padding_mask
+from helpers.core.checks import check_rank, check_same_batch, check_token_ids
+from helpers.core.layers import Decoder, Encoder
+from helpers.core.masks import make_causal_mask, make_padding_mask
 
 
 def xavier_init_linears(module: nn.Module) -> None:

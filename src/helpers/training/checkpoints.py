@@ -15,31 +15,29 @@ from pathlib import Path
 
 import torch
 
-from .device import device as device_from_env
-from .model import Transformer
-from .numerics import pin_problems
-from .recipes import (
+from helpers.core.device import device as device_from_env
+from helpers.core.model import Transformer
+from helpers.repro.numerics import pin_problems
+from helpers.repro.paths import cache_dir
+from helpers.training.recipes import (
     BOOK_RECIPE,
     CHECKPOINT_FORMAT,
     TrainConfig,
     default_init_recipe,
     fixed_budget_recipe,
 )
-from .train import TrainResult, build_model, train_reversal
+from helpers.training.train import TrainResult, build_model, train_reversal
 
 
 def default_cache_dir() -> Path:
     """$TRANSFORMER_BOOK_CACHE, else .cache/checkpoints at the repository root."""
-    env = os.environ.get("TRANSFORMER_BOOK_CACHE")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / ".cache" / "checkpoints"
+    return cache_dir()
 
 
 def checkpoint_path(cfg: TrainConfig, cache_dir: Path | None = None, device=None) -> Path:
     """reversal-<key>.pt; a model trained on another device than the CPU gets its own file
     (reversal-<key>-cuda.pt), and so does one trained on the CPU without the book's pinned
-    numerics (reversal-<key>-unpinned.pt, helpers.numerics): their weights differ in the last
+    numerics (reversal-<key>-unpinned.pt, helpers.repro.numerics): their weights differ in the last
     bits, and the book's printed outputs come from the pinned CPU's."""
     kind = torch.device(device or "cpu").type
     suffix = "" if kind == "cpu" else f"-{kind}"

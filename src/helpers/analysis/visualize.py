@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .data import decode_digits, encode_digits
-from .decoding import greedy_decode
-from .vocab import EOS_ID, token_name
+from helpers.core.data import decode_digits, encode_digits
+from helpers.core.vocab import EOS_ID, token_name
+from helpers.decoding.greedy import greedy_decode
 
 MEAN_OF_HEADS = "mean of heads"
 
@@ -165,7 +165,7 @@ def attention_sharpness(amap: AttentionMap) -> dict:
 @torch.no_grad()
 def _teacher_forced_cross(model, src: torch.Tensor, tgt: torch.Tensor):
     """-> (weights [layers, B, h, Lt, Ls], target column [B, Lt], valid rows [B, Lt], n [B])."""
-    from .vocab import PAD_ID
+    from helpers.core.vocab import PAD_ID
 
     if src.dim() != 2 or tgt.dim() != 2 or src.size(0) != tgt.size(0):
         raise ValueError(

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import checked_max_len, restores_mode
-from .masks import make_padding_mask
-from .vocab import BOS_ID, EOS_ID, PAD_ID
+from helpers.core.masks import make_padding_mask
+from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
+from helpers.decoding.greedy import checked_max_len, restores_mode
 
 DEFAULT_LENGTH_PENALTY = 0.6  # alpha of the Transformer paper's beam search
 

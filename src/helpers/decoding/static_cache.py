@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .decoding import checked_max_len, restores_mode
-from .vocab import BOS_ID, EOS_ID, PAD_ID
+from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
+from helpers.decoding.greedy import checked_max_len, restores_mode
 
 
 class StaticCaches(list):

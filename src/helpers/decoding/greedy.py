@@ -5,9 +5,9 @@ import functools
 
 import torch
 
-from .checks import check_token_ids
-from .masks import make_padding_mask
-from .vocab import BOS_ID, EOS_ID, PAD_ID
+from helpers.core.checks import check_token_ids
+from helpers.core.masks import make_padding_mask
+from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
 def restores_mode(fn):

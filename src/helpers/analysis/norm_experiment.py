@@ -21,12 +21,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .data import make_reversal_dataset
-from .embeddings import TokenAndPosition
-from .layers import EncoderLayer
-from .masks import make_padding_mask
-from .model import xavier_init_linears
-from .vocab import EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE
+from helpers.core.data import make_reversal_dataset
+from helpers.core.embeddings import TokenAndPosition
+from helpers.core.layers import EncoderLayer
+from helpers.core.masks import make_padding_mask
+from helpers.core.model import xavier_init_linears
+from helpers.core.vocab import EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE
 
 NORMS = ("pre", "post")
 

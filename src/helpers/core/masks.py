@@ -5,8 +5,8 @@ Built in chapter 7 (chapter 3 uses the padding and causal masks first).
 
 import torch
 
-from .checks import check_rank
-from .vocab import PAD_ID
+from helpers.core.checks import check_rank
+from helpers.core.vocab import PAD_ID
 
 
 def make_padding_mask(ids: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:

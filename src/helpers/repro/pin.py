@@ -2,8 +2,8 @@
 
 The values must be in the environment before torch starts, so they live in the book's
 Jupyter kernel (tools/install_kernel.py) and in the Makefile's test commands, which read
-them from here: `python src/helpers/pin.py pinned` prints `NAME=value ...` for `env`.
-See helpers.numerics for why each is set.
+them from here: `python src/helpers/repro/pin.py pinned` prints `NAME=value ...` for `env`.
+See helpers.repro.numerics for why each is set.
 """
 
 KERNEL_NAME = "transformer-book"

@@ -5,8 +5,8 @@ import math
 import torch
 import torch.nn as nn
 
-from .checks import check_token_ids
-from .vocab import PAD_ID
+from helpers.core.checks import check_token_ids
+from helpers.core.vocab import PAD_ID
 
 
 def sinusoidal_position_encoding(max_len: int, d_model: int) -> torch.Tensor:

@@ -6,9 +6,9 @@ Built in chapters 4 (FeedForward), 5 (EncoderLayer, Encoder) and 6 (DecoderLayer
 import torch
 import torch.nn as nn
 
-from .attention import MultiHeadAttention
-from .checks import check_cross_mask, check_mask_broadcasts, check_same_batch
-from .embeddings import TokenAndPosition
+from helpers.core.attention import MultiHeadAttention
+from helpers.core.checks import check_cross_mask, check_mask_broadcasts, check_same_batch
+from helpers.core.embeddings import TokenAndPosition
 
 
 class FeedForward(nn.Module):

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .checks import check_mask, check_rank
+from helpers.core.checks import check_mask, check_rank
 
 
 class MultiHeadAttention(nn.Module):

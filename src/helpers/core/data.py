@@ -4,7 +4,7 @@ chapter 09."""
 import numpy as np
 import torch
 
-from .vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
+from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID, VOCAB_SIZE, token_name
 
 
 def make_reversal_dataset(n: int, seed: int, min_len: int = 3, max_len: int = 12):
