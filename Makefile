@@ -12,9 +12,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# The book's Jupyter kernel (tools/install_kernel.py): this venv's Python with the pinned
+# The book's Jupyter kernel (tools/build/install_kernel.py): this venv's Python with the pinned
 # numerics of src/helpers/repro/pin.py in its environment. JupyterLab, nbval and
-# tools/execute_notebooks.py all run the chapters in it.
+# tools/build/execute_notebooks.py all run the chapters in it.
 KERNEL := $(VENV)/share/jupyter/kernels/transformer-book/kernel.json
 SETUP  := $(STAMP) $(KERNEL)
 # The same pin for make doctor, and the deliberately broken one of make test-portable. The
@@ -26,7 +26,7 @@ BROKEN := $(shell $(PYTHON) src/helpers/repro/pin.py broken)
 # warnings from unchanged pages are reported too (a full build takes seconds).
 BOOK_BUILD := $(BIN)/jupyter-book build -q -W --keep-going --all .
 
-# Kernels started by JupyterLab, nbval and tools/execute_notebooks.py all hash strings
+# Kernels started by JupyterLab, nbval and tools/build/execute_notebooks.py all hash strings
 # the same way, so outputs that depend on set order agree.
 export PYTHONHASHSEED := 0
 
@@ -45,7 +45,7 @@ help:
 	@echo "make lab      JupyterLab on the chapters"
 	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
 	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
-	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (tools/record_gpu.py)"
+	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (tools/record/gpu.py)"
 	@echo "make clean    remove build outputs; make distclean also removes .venv"
 
 # ---------------------------------------------------------------------------- set-up
@@ -62,8 +62,8 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $@
 	@echo "installed: $(VENV) is ready"
 
-$(KERNEL): $(STAMP) src/helpers/repro/pin.py tools/install_kernel.py
-	$(BIN)/python tools/install_kernel.py
+$(KERNEL): $(STAMP) src/helpers/repro/pin.py tools/build/install_kernel.py
+	$(BIN)/python tools/build/install_kernel.py
 
 # ---------------------------------------------------------------------------- book
 book: $(SETUP)
@@ -88,7 +88,7 @@ lint: $(SETUP)
 	  chapters/data/README.md README.md CONTRIBUTING.md CHANGELOG.md _config.yml _toc.yml
 
 # Apply ruff's formatting and safe fixes to the package, tests and tools. Chapters are
-# formatted by tools/execute_notebooks.py when they are executed.
+# formatted by tools/build/execute_notebooks.py when they are executed.
 format: $(SETUP)
 	$(BIN)/ruff format src tests tools conftest.py
 	$(BIN)/ruff check --fix src tests tools conftest.py
@@ -109,12 +109,12 @@ test-fast: $(SETUP)
 	$(BIN)/python -m pytest tests/ -q $(FAST_TESTS) -n 2
 
 test-pairing: $(SETUP)
-	$(BIN)/python tools/check_pairing.py
+	$(BIN)/python tools/check/pairing.py
 
 # What nbval cannot see: unexecuted cells, addresses in outputs, checks printed as True,
 # long lines, titles, Summary/Exercises/solutions, a figure per chapter.
 test-conventions: $(SETUP)
-	$(BIN)/python tools/check_notebooks.py
+	$(BIN)/python tools/check/notebooks.py
 
 # Two workers, one notebook each at a time (--dist loadfile keeps a notebook's cells in
 # order in one kernel). A model that two notebooks need is trained once: the checkpoint
@@ -148,7 +148,7 @@ test-portable: $(SETUP)
 # few seeded computations compared with the book's, and a plain verdict; run in the book
 # kernel's environment.
 doctor: $(SETUP)
-	@env $(PINNED) $(BIN)/python tools/doctor.py
+	@env $(PINNED) $(BIN)/python tools/check/doctor.py
 
 # The book must work offline and without JavaScript errors: no page may load a script,
 # stylesheet, image or frame from another host, and the sphinx-thebe inline script
@@ -165,7 +165,7 @@ test-book: $(SETUP)
 	echo "book: _build/html/index.html built; no remote resources, no thebe script"
 
 # ---------------------------------------------------------------------------- browser
-# tools/check_browser.py in Debian's headless Chromium: (a) every page of the built book
+# tools/check/browser.py in Debian's headless Chromium: (a) every page of the built book
 # (math rendered, images loaded, no request off localhost, no JavaScript error); (b) the
 # heatmap chapter run in JupyterLab, its layer control switched, the heatmap redrawn.
 # Chromium is installed from Debian's packages when missing (as root, or through sudo).
@@ -175,7 +175,7 @@ check-browser: $(SETUP)
 	  echo "installing Debian's chromium (apt-get)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@test -f _build/html/index.html || $(BOOK_BUILD)
-	$(BIN)/python tools/check_browser.py
+	$(BIN)/python tools/check/browser.py
 
 # ---------------------------------------------------------------------------- GPU
 # The one command to run on a machine with an NVIDIA GPU (it needs only python3 with torch,
@@ -184,7 +184,7 @@ check-browser: $(SETUP)
 # Experiments page (no chapter reads them yet).
 OUT ?= gpu_results
 record-gpu:
-	PYTHONPATH=src python3 tools/record_gpu.py --device cuda --out $(OUT)
+	PYTHONPATH=src python3 tools/record/gpu.py --device cuda --out $(OUT)
 
 # ---------------------------------------------------------------------------- authoring
 # The server runs at the repository root (so jupytext.toml applies and src/ is at hand)
@@ -196,7 +196,7 @@ lab: $(SETUP)
 
 NB ?=
 execute: $(SETUP)
-	$(BIN)/python tools/execute_notebooks.py $(NB)
+	$(BIN)/python tools/build/execute_notebooks.py $(NB)
 
 # ---------------------------------------------------------------------------- cleaning
 clean:

@@ -6,7 +6,7 @@
 - sanitizes outputs with chapters/sanitize.cfg (an absolute path, so the working
   folder does not matter) unless --nbval-sanitize-with is given;
 - runs each notebook in the book's own kernel (helpers.repro.pin.KERNEL_NAME, installed by
-  `make venv`), whose environment pins the numerics as tools/execute_notebooks.py's does,
+  `make venv`), whose environment pins the numerics as tools/build/execute_notebooks.py's does,
   unless --nbval-kernel-name or --nbval-current-env is given (`make test-portable` runs
   kernels of the current Python with the pin broken);
 - starts kernels with PYTHONHASHSEED=0 and OMP_NUM_THREADS=1 in any case, so that
@@ -64,7 +64,7 @@ def pytest_configure(config):
     # Inherited by the kernels nbval starts.
     os.environ["PYTHONHASHSEED"] = "0"
     # One torch thread per kernel: `make test` runs two notebooks at a time on two cores, and
-    # the stored outputs were made with one thread (tools/execute_notebooks.py sets the same).
+    # the stored outputs were made with one thread (tools/build/execute_notebooks.py sets the same).
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ.pop("MPLBACKEND", None)  # let ipykernel use its inline backend
 

@@ -40,7 +40,7 @@
 # Recorded before the book pinned its numerics, in commit `4e8c110`:
 #
 # ```bash
-# python tools/bench_training.py --record-seed   # -> chapters/data/seed_recipe_run.json
+# python tools/bench/training.py --record-seed   # -> chapters/data/seed_recipe_run.json
 # ```
 #
 # ## Provenance

@@ -5,7 +5,7 @@
  *
  * Every <div class="html-attention-explorer"> on the page gets an explorer. This script loads,
  * from its own folder: book_model.js (the model), live_models.js (the list of models, written
- * by tools/export_live_models.py) and, when a model is first chosen, its weights_<id>.js.
+ * by tools/build/export_live_models.py) and, when a model is first chosen, its weights_<id>.js.
  *
  * The reader sees greedy decoding one step at a time (back, step, play), the next-token
  * probabilities of the step, the cross-attention of every decoder layer and head for the

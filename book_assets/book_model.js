@@ -1,6 +1,6 @@
 /* The book's encoder-decoder Transformer in plain JavaScript: the forward pass of
  * src/helpers (model.py, layers.py, attention.py, embeddings.py) and greedy decoding with a KV
- * cache (decoding.py), on weights exported by tools/export_live_models.py.
+ * cache (decoding.py), on weights exported by tools/build/export_live_models.py.
  *
  * window.BookModel:
  *   load(id, baseUrl) -> Promise of the model: injects <script src="baseUrl + weights_<id>.js">
@@ -15,7 +15,7 @@
  *   erf(x), tokenName(id).
  *
  * Weights are float32 (exact, from the file); the arithmetic is float64. PyTorch computes in
- * float32, so logits differ from its by up to about 2e-5 (tools/check_browser.py prints the
+ * float32, so logits differ from its by up to about 2e-5 (tools/check/browser.py prints the
  * largest gap, requires at most 1e-4 and equal tokens on 2,111 inputs per model). Only the
  * sources the page feeds exist here: no padding, so the source padding mask is never set;
  * the cache holds past positions only, so self-attention is causal by construction.

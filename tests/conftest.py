@@ -32,7 +32,7 @@ MARKED = {
             "test_one_process_is_refused",  # a fresh Python that imports torch (14 s)
             "test_a_port_in_use_is_named",  # the same (8.5 s)
         ],
-        "test_record_gpu.py": ["dry_run"],  # tools/record_gpu.py --quick in a bare Python (25 s)
+        "test_record_gpu.py": ["dry_run"],  # tools/record/gpu.py --quick in a bare Python (25 s)
         "test_numerics.py": ["test_under_the_pin_the_fingerprint_is_the_books"],  # (8.4 s)
         "test_training.py": [
             "test_killing_the_writer_mid_write_leaves_no_valid_looking_checkpoint"  # (18 s)

@@ -1,6 +1,6 @@
 """The cross-mask Experiments page and chapter 7's citation agree with the record.
 
-The record is chapters/data/ch07_cross_mask.json (tools/record_ch07_cross_mask.py); the page is
+The record is chapters/data/ch07_cross_mask.json (tools/record/ch07_cross_mask.py); the page is
 appendix/experiment_cross_mask.py. Every number and comparison their prose states is recomputed
 here with helpers.analysis.experiments, so that a re-recorded study that changes one fails this test
 until the prose follows.

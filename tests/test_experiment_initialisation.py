@@ -1,6 +1,6 @@
 """The initialisation Experiments page and chapter 12's citation agree with the record.
 
-The record is chapters/data/ch12_init_2x2.json (tools/record_ch12_init_2x2.py); the page is
+The record is chapters/data/ch12_init_2x2.json (tools/record/ch12_init_2x2.py); the page is
 appendix/experiment_initialisation.py. Every number and every comparison their prose states is
 recomputed here with helpers.analysis.experiments, so that a re-recorded study that changes one
 fails

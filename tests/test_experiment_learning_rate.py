@@ -1,6 +1,6 @@
 """The learning-rate page and chapter 10 quote the record correctly
 (appendix/experiment_learning_rate.py, chapters/10_training.py; chapters/data/ch10_stability.json,
-made by tools/record_ch10_stability.py)."""
+made by tools/record/ch10_stability.py)."""
 
 import dataclasses
 from pathlib import Path

@@ -1,6 +1,6 @@
 """The Pre/Post-Norm Experiments page and chapter 5's citation agree with the record.
 
-The record is chapters/data/ch05_norm_sweep.json (tools/record_ch05_norm_sweep.py); the page
+The record is chapters/data/ch05_norm_sweep.json (tools/record/ch05_norm_sweep.py); the page
 is appendix/experiment_norm_placement.py. Every number their prose quotes is recomputed here
 with helpers.analysis.experiments, so that a re-recorded sweep that changes a number fails this test
 until the prose follows.
@@ -161,7 +161,7 @@ def test_recorder_stores_per_sequence_outcomes(tmp_path, monkeypatch):
     from helpers.analysis.experiments import compare_arms, unpack_bits
 
     spec = importlib.util.spec_from_file_location(
-        "record_ch05_norm_sweep", ROOT / "tools" / "record_ch05_norm_sweep.py"
+        "record_ch05_norm_sweep", ROOT / "tools" / "record" / "ch05_norm_sweep.py"
     )
     recorder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(recorder)

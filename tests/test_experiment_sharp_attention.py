@@ -206,7 +206,7 @@ def test_training_times(page, chapter):
 
 def test_html_explorer(chapter):
     """The chapter's HTML explorer is the live one (book_assets/attention_explorer.js running
-    the weights tools/export_live_models.py writes), and the prose names its three models."""
+    the weights tools/build/export_live_models.py writes), and the prose names its three models."""
     import sys
 
     sys.path.insert(0, str(ROOT / "tools"))

@@ -22,9 +22,9 @@ def record():
 
 
 def ablation_configs() -> dict:
-    """{lever: TrainConfig} of the measured rows, from the recorder (tools/bench_training.py)."""
+    """{lever: TrainConfig} of the measured rows, from the recorder (tools/bench/training.py)."""
     spec = importlib.util.spec_from_file_location(
-        "bench_training", ROOT / "tools" / "bench_training.py"
+        "bench_training", ROOT / "tools" / "bench" / "training.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,6 +1,6 @@
 """The training-band page and chapter 17 quote the record and the library correctly
 (appendix/experiment_training_band.py, chapters/17_pitfalls_and_debugging.py;
-chapters/data/training_band.json, made by tools/record_training_band.py)."""
+chapters/data/training_band.json, made by tools/record/training_band.py)."""
 
 import dataclasses
 import inspect

@@ -58,7 +58,7 @@ def test_recorded_gpu_ratios_refuse_rows_of_different_shapes(tmp_path):
 
 
 def test_the_recorder_writes_the_fields_read_here():
-    # measure_like_reference (what tools/record_gpu.py runs) on a tiny CPU case: its rows carry
+    # measure_like_reference (what tools/record/gpu.py runs) on a tiny CPU case: its rows carry
     # the shape and the mean time that recorded_gpu_ratios reads (peak_abs_mib only on CUDA)
     from helpers.benchmark import measure_like_reference
 

@@ -1,4 +1,4 @@
-"""The encoder-decoder KV cache of greedy_decode (chapter 13) and tools/bench_decoding.py."""
+"""The encoder-decoder KV cache of greedy_decode (chapter 13) and tools/bench/decoding.py."""
 
 import importlib.util
 from pathlib import Path
@@ -124,7 +124,7 @@ def test_long_outputs_identical(seed, cfg):
 
 def load_bench():
     spec = importlib.util.spec_from_file_location(
-        "bench_decoding", ROOT / "tools" / "bench_decoding.py"
+        "bench_decoding", ROOT / "tools" / "bench" / "decoding.py"
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -90,8 +90,8 @@ def test_every_path_a_document_names_exists(doc):
 
 
 def test_named_paths_skips_placeholders():
-    text = "`tools/check_pairing.py`, `chapters/NN_slug.py`, `appendix/experiment_<slug>.py`"
-    assert named_paths(text + ", `tools/record_....py`") == {"tools/check_pairing.py"}
+    text = "`tools/check/pairing.py`, `chapters/NN_slug.py`, `appendix/experiment_<slug>.py`"
+    assert named_paths(text + ", `tools/record_....py`") == {"tools/check/pairing.py"}
 
 
 MAKE_TARGET = re.compile(r"`make ([a-z][\w-]*)")

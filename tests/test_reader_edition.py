@@ -1,4 +1,4 @@
-"""The reader's-edition rules of tools/check_notebooks.py (issue 18): each chapter opens with
+"""The reader's-edition rules of tools/check/notebooks.py (issue 18): each chapter opens with
 its picture and its measured run time, its median sentence is at most 20 words, and its
 main-path prose (outside dropdowns) at most 2,500 words. Each rule is shown failing on a copy
 of a real chapter with one thing broken."""

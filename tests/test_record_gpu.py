@@ -1,4 +1,4 @@
-"""tools/record_gpu.py and helpers.gpu_results (chapter 19): the GPU run cannot fail on a typo.
+"""tools/record/gpu.py and helpers.gpu_results (chapter 19): the GPU run cannot fail on a typo.
 
 - The dry run (`--device cpu --quick`) runs every part, in a subprocess whose Python sees only
   torch, numpy, pytest (and what they depend on) and the standard library: every other
@@ -31,7 +31,7 @@ from helpers.training.recipes import BOOK_RECIPE, fixed_budget_recipe
 from helpers.training.train import train_reversal
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tools" / "record_gpu.py"
+SCRIPT = ROOT / "tools" / "record" / "gpu.py"
 PARTS = ("attention", "training", "decoding", "unit_tests")
 GPU_MACHINE_HAS = ("torch", "numpy", "pytest")
 

@@ -1,7 +1,7 @@
 """Time and peak memory of attention: handwritten (materialises the scores) vs SDPA. Chapter 19.
 
-Used by tools/bench_attention.py (the CPU sweep, written to chapters/data/*.json), by
-tools/record_gpu.py (the GPU sweep) and by the benchmark chapter (a small live sweep, and
+Used by tools/bench/attention.py (the CPU sweep, written to chapters/data/*.json), by
+tools/record/gpu.py (the GPU sweep) and by the benchmark chapter (a small live sweep, and
 the tables and plots of the recorded ones).
 
 What is measured, per variant and sequence length L, for one self-attention call of a
@@ -503,7 +503,7 @@ def measure(
     On the CPU, the handwritten path and the math backend (which also builds the [L, L]
     scores) are skipped when their estimated peak exceeds `memory_fraction` of the memory
     available now; on CUDA they are attempted and an out-of-memory error is recorded.
-    timer (CPU only): "perf_counter" times each call on its own (tools/bench_attention.py);
+    timer (CPU only): "perf_counter" times each call on its own (tools/bench/attention.py);
     "blocked_autorange" uses torch.utils.benchmark (benchmark_times_s: min_runs blocks of at
     least min_run_time seconds each).
     """

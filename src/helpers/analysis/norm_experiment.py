@@ -8,7 +8,7 @@ batches; only the LayerNorms differ: their place, and Pre-Norm's final one.
     run = train_tagger("post", seed=0, steps=300, lr=2e-3)
     run.losses, run.val_loss, run.exact_match
 
-tools/record_ch05_norm_sweep.py runs it over several seeds and learning rates and stores the
+tools/record/ch05_norm_sweep.py runs it over several seeds and learning rates and stores the
 result in chapters/data/ch05_norm_sweep.json, which the Experiments page
 appendix/experiment_norm_placement shows (chapter 5 cites it).
 """

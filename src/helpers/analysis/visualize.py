@@ -202,7 +202,7 @@ def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Te
 
 def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     """How sharp the teacher-forced cross-attention is, per decoder layer (mean of heads).
-    Used in chapter 18 and by tools/explore_ch18_sharpness.py.
+    Used in chapter 18 and by tools/record/ch18_sharpness.py.
 
     mirror      float [layers]: mean weight on the mirrored position (mirror_weight_batch);
     eos_peak    float [layers]: share of sequences whose final row (the one that predicts

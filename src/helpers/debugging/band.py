@@ -1,6 +1,6 @@
 """Is my run healthy? The band of the book's training curve, and a reader's run held against it.
 
-The band comes from chapters/data/training_band.json (tools/record_training_band.py): the book's
+The band comes from chapters/data/training_band.json (tools/record/training_band.py): the book's
 recipe (BOOK_RECIPE) trained from scratch with several seeds, the loss of every step and the
 validation exact match every 10 steps. Used in chapter 17; the Experiments page "The training
 band" shows it.

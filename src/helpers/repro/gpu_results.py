@@ -1,7 +1,7 @@
 """The recorded GPU results, as text a page prints. Written for chapters 10, 13 and 19; until a
 GPU record exists, chapter 19 uses only GPU_SPECS and the reference ratios.
 
-tools/record_gpu.py measures everything the book shows about GPUs in one run on a lent
+tools/record/gpu.py measures everything the book shows about GPUs in one run on a lent
 device and writes one JSON file per part; copied into chapters/data/ they are
 
     attention_cuda.json    the attention sweep (chapter 19)
@@ -32,7 +32,7 @@ from helpers.benchmark import attention_flops, outcome, results_table, score_mat
 from helpers.repro.paths import records_dir
 
 RECORD_COMMAND = (
-    "PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out OUT_DIR"
+    "PYTHONPATH=src timeout -k 10 460 python3 tools/record/gpu.py --device cuda --out OUT_DIR"
 )
 DEFAULT_DATA = records_dir()
 
@@ -84,7 +84,7 @@ def load_gpu_record(part: str, data_dir=None) -> dict | None:
     record = json.loads(path.read_text())
     for key in ("part", "environment", "status"):
         if key not in record:
-            raise ValueError(f"{path}: not a record of tools/record_gpu.py (no {key!r})")
+            raise ValueError(f"{path}: not a record of tools/record/gpu.py (no {key!r})")
     return record
 
 

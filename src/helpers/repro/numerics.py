@@ -8,13 +8,13 @@ Two things make a seeded float32 run differ between CPUs:
 - MKL, which serves `mm`, `bmm` and `nn.Linear` in PyTorch's x86 wheels, picks its code
   path by CPU model unless its conditional numerical reproducibility mode is set.
 
-The book's Jupyter kernel (installed by `make venv`, see tools/install_kernel.py) sets
+The book's Jupyter kernel (installed by `make venv`, see tools/build/install_kernel.py) sets
 `PIN` in its environment. `MKL_CBWR=COMPATIBLE` is the one mode that Intel documents as
 giving the same results on Intel and non-Intel CPUs; `AVX2` falls back to `AUTO` off Intel.
 The variables take effect only when set before torch starts, so a running kernel can only
 report them, never change them.
 
-`make doctor` (tools/doctor.py) prints `describe()` and compares `fingerprint()` with the
+`make doctor` (tools/check/doctor.py) prints `describe()` and compares `fingerprint()` with the
 book's recorded one (src/helpers/data/fingerprint.json).
 """
 
@@ -198,7 +198,7 @@ SPREAD_FILE = records_dir() / "kernel_spread.json"
 
 
 def kernel_spread(path: Path | None = None) -> dict:
-    """tools/measure_kernel_spread.py's record: the book's trained models under the pinned,
+    """tools/record/kernel_spread.py's record: the book's trained models under the pinned,
     the broken and the unpinned numerics (chapters 10, 11, 12 and 18 read their bounds from it).
     """
     return json.loads(Path(path or SPREAD_FILE).read_text())

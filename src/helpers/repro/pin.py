@@ -1,7 +1,7 @@
 """The book's pinned numerics as plain data, importable without torch.
 
 The values must be in the environment before torch starts, so they live in the book's
-Jupyter kernel (tools/install_kernel.py) and in the Makefile's test commands, which read
+Jupyter kernel (tools/build/install_kernel.py) and in the Makefile's test commands, which read
 them from here: `python src/helpers/repro/pin.py pinned` prints `NAME=value ...` for `env`.
 See helpers.repro.numerics for why each is set.
 """

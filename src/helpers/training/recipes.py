@@ -68,7 +68,7 @@ class TrainConfig:
 SEED_RECIPE = TrainConfig()
 
 # The recipe the book trains with. Chapter 10 measures each change against SEED_RECIPE
-# (tools/bench_training.py): a 60,781-parameter model (d_model 32), no dropout, batch 128, a
+# (tools/bench/training.py): a 60,781-parameter model (d_model 32), no dropout, batch 128, a
 # short warmup and a linear cooldown to 0 at step 500, one thread, and a cheap evaluation at
 # every 10th step whose training batch is at least 98 % exactly right. It stops at 99.5 %.
 BOOK_RECIPE = TrainConfig(
@@ -136,7 +136,7 @@ def embedding_scale_recipe(
 
 
 # Chapter 18's model, whose cross-attention map comes close to the reference chapter's
-# (tools/explore_ch18_sharpness.py recorded the search, one seed per lever and three seeds of
+# (tools/record/ch18_sharpness.py recorded the search, one seed per lever and three seeds of
 # this recipe, into chapters/data/ch18_sharpness.json; appendix/experiment_sharp_attention):
 # two heads of d_k 32 (d_model 64), dropout 0.15, lr_scale 2 (a peak learning rate 1.41 times the
 # book's, since the Noam factor falls as d_model^-1/2), and a

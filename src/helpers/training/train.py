@@ -171,9 +171,9 @@ def train_reversal(
     device: where to train (default: the CPU); the model stays there. The data is drawn on
     the CPU and moved, and the batches are drawn by a CPU generator, so every device sees
     the same batches in the same order. deadline: a time.monotonic() value; past it, training
-    stops before the next step and result.stopped says so (tools/record_gpu.py caps its
+    stops before the next step and result.stopped says so (tools/record/gpu.py caps its
     parts with it). on_step(step, model, loss): called after every optimizer step, e.g. to
-    measure something every k steps (tools/explore_ch18_sharpness.py); the model is put back in
+    measure something every k steps (tools/record/ch18_sharpness.py); the model is put back in
     training mode after it. stop_after: end after this many steps (at most cfg.max_steps) with
     the schedule of the full cfg.max_steps, cooldown included (the first steps of a longer
     run, bit for bit). The last step taken is always evaluated. Chapter 10 writes this loop by

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Write each chapter's opening picture from its stored outputs.
 
-    python tools/export_opening_figures.py [--check] [chapters/NN_slug.ipynb ...]
+    python tools/build/export_opening_figures.py [--check] [chapters/NN_slug.ipynb ...]
 
 A chapter opens with `![...](figures/NN_slug.png)`. That png is the first image/png output
 of the chapter's code cell tagged `opening-figure`, decoded from the notebook as
-tools/execute_notebooks.py stored it: the picture is what the chapter's own cell drew, never
+tools/build/execute_notebooks.py stored it: the picture is what the chapter's own cell drew, never
 drawn by hand. With --check nothing is written; the script exits 1 when a png is missing or
-differs from its cell's output (tools/check_notebooks.py runs the same check).
+differs from its cell's output (tools/check/notebooks.py runs the same check).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 TAG = "opening-figure"
 
@@ -50,11 +50,11 @@ def problems(notebook: Path) -> list[str]:
     if png is None:
         return [f"no code cell tagged {TAG} with an image/png output"]
     if not target.exists():
-        return [f"{rel(target)} is missing: run tools/export_opening_figures.py"]
+        return [f"{rel(target)} is missing: run tools/build/export_opening_figures.py"]
     if target.read_bytes() != png:
         return [
             f"{rel(target)} differs from the {TAG} cell's output: "
-            "run tools/export_opening_figures.py"
+            "run tools/build/export_opening_figures.py"
         ]
     return []
 

@@ -7,8 +7,8 @@ under a second) beside the book's recorded ones, what the pin costs (one matrix 
 with and without it, each in a fresh process) and a plain verdict. `make doctor` runs it
 in the environment of the book's Jupyter kernel; run it bare to see an unpinned process.
 
-    python tools/doctor.py            # report
-    python tools/doctor.py --record   # store this machine's fingerprint as the book's
+    python tools/check/doctor.py            # report
+    python tools/check/doctor.py --record   # store this machine's fingerprint as the book's
                                       # (only when the book's outputs are re-made here)
 """
 
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from helpers.repro import numerics
 from helpers.repro.pin import PIN, PIN_VARS

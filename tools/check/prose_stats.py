@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Print, per chapter, the words of prose and the median sentence length.
 
-    python tools/prose_stats.py [chapters/*.ipynb ...]
+    python tools/check/prose_stats.py [chapters/*.ipynb ...]
 
 Prose is the markdown of a chapter outside code blocks, math and collapsed dropdowns
 (`:::{dropdown}` ... `:::`); "main path" counts only what is not in a dropdown. Sentences end
 at '.', '?' or '!' followed by a space or the end of a line. Issue 18 of the book asks for a
 median sentence of at most 20 words and at most 2,500 main-path words per chapter;
-tools/check_notebooks.py enforces both (in `make test`) and prints the same table.
+tools/check/notebooks.py enforces both (in `make test`) and prints the same table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"```.*?```", re.S)
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
 ROLE = re.compile(r"\{(cite|ref|numref|doc)\}`[^`]*`")

@@ -4,8 +4,8 @@ versus the KV cache (feed only the newest token), side by side in one run; the c
 as it grows with torch.cat and preallocated (helpers.greedy_decode_static, chapter 13).
 
 Usage:
-    python tools/bench_decoding.py                  # lengths 16 64 256 512
-    python tools/bench_decoding.py --lengths 16 64 256 --repeats 5 --threads 2
+    python tools/bench/decoding.py                  # lengths 16 64 256 512
+    python tools/bench/decoding.py --lengths 16 64 256 --repeats 5 --threads 2
 
 The model is an untrained encoder-decoder Transformer with the book's default shape
 (d_model=128, 4 heads, dff=512, 2 layers) and max_len large enough for the longest output:

@@ -12,7 +12,7 @@ This check fails (exit 1) when
 
 `jupytext --diff` exits 0 even when files differ, so it cannot serve as this check.
 
-Usage: python tools/check_pairing.py [NOTEBOOK.ipynb ...]   (default: chapters/*.ipynb)
+Usage: python tools/check/pairing.py [NOTEBOOK.ipynb ...]   (default: chapters/*.ipynb)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import jupytext
 import nbformat
 from jupytext.compare import compare_notebooks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 NOTEBOOK_FOLDERS = (CHAPTERS, ROOT / "appendix")  # every notebook of the book lives in one
 FORMATS = "ipynb,py:percent"
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
         failed += 1
         print(
             f"FAIL {twin.relative_to(ROOT)}: twin without a notebook "
-            f"(create it: python tools/execute_notebooks.py {twin.relative_to(ROOT)})"
+            f"(create it: python tools/build/execute_notebooks.py {twin.relative_to(ROOT)})"
         )
 
     total = len(notebooks) + len(orphans)
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
         print(
             f"check_pairing: {failed} of {total} file(s) out of sync. Re-execute from the "
             "file you edited, which rewrites the other one: python "
-            "tools/execute_notebooks.py chapters/NN_slug.py (or .ipynb)"
+            "tools/build/execute_notebooks.py chapters/NN_slug.py (or .ipynb)"
         )
         return 1
     print(f"check_pairing: {len(notebooks)} notebook(s) paired and in sync")

@@ -2,7 +2,7 @@
 """What the book's pinned numerics cost: one training step of two of the book's models, timed
 with the pin and with PyTorch's default kernels, each in a fresh one-thread process.
 
-    .venv/bin/python tools/time_pin_cost.py
+    .venv/bin/python tools/bench/pin_cost.py
 
 Prints the median of 12 steps (after 3 warm-up steps) of the book's model (BOOK_RECIPE) and of
 chapter 18's (SHARP_ATTENTION_RECIPE), on a batch of 128 sequences. Run it on an idle machine.
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import PIN, PIN_VARS  # noqa: E402
 

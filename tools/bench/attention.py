@@ -2,15 +2,15 @@
 """Attention benchmark: handwritten vs F.scaled_dot_product_attention, time and peak memory vs L.
 
 Usage:
-    python tools/bench_attention.py                         # CPU, float32, L = 128 ... 4096
-    python tools/bench_attention.py --dtype bfloat16        # CPU, bfloat16
-    python tools/bench_attention.py --device cuda           # GPU, bfloat16, CUDA events
-    python tools/bench_attention.py --lengths 128 256 --min-run-time 0.2 --out /tmp/b.json
+    python tools/bench/attention.py                         # CPU, float32, L = 128 ... 4096
+    python tools/bench/attention.py --dtype bfloat16        # CPU, bfloat16
+    python tools/bench/attention.py --device cuda           # GPU, bfloat16, CUDA events
+    python tools/bench/attention.py --lengths 128 256 --min-run-time 0.2 --out /tmp/b.json
 
 Every row is timed at least --min-runs times (default 5) and for at least --min-run-time
 seconds, each call on its own, after two warm-up calls and one call that measures the peak
 memory; every run is stored ("times_ms"), and the median and the spread (interquartile range,
-min-max) are printed. (For the GPU, tools/record_gpu.py records all of chapter 19's GPU
+min-max) are printed. (For the GPU, tools/record/gpu.py records all of chapter 19's GPU
 measurements in one run.)
 
 Writes a JSON record (environment: hardware, date, torch version, device, dtype, load
@@ -45,7 +45,7 @@ from helpers.benchmark import (
     spread_table,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "chapters" / "data"
 
 
@@ -105,7 +105,7 @@ def main(argv) -> int:
         "min_run_time_s": args.min_run_time,
         "min_runs": args.min_runs,
         "cuda_repeats": args.cuda_repeats,
-        "command": "python tools/bench_attention.py " + " ".join(argv),
+        "command": "python tools/bench/attention.py " + " ".join(argv),
     }
     env = environment(device)
     env["load_average_before"] = env.pop("load_average", None)

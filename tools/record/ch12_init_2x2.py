@@ -2,8 +2,8 @@
 """Record chapter 12's 2 x 2 of initialisations: which of the two fixes does what.
 
 Usage (from the repository root; about 12 + 6 runs of 10-140 s each on one thread):
-    nice -n 10 .venv/bin/python tools/record_ch12_init_2x2.py
-    nice -n 10 .venv/bin/python tools/record_ch12_init_2x2.py --seeds 0 1 2 --budgets 600 1200
+    nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py
+    nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py --seeds 0 1 2 --budgets 600 1200
 
 The four cells are the book's fixed-budget recipe (helpers.fixed_budget_recipe: BOOK_RECIPE
 trained for exactly COMPARISON_STEPS steps, no early stop) with TrainConfig.init set to
@@ -52,7 +52,7 @@ from helpers.training.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_i
 from helpers.training.recipes import BOOK_RECIPE, COMPARISON_STEPS, fixed_budget_recipe
 from helpers.training.train import train_reversal
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "ch12_init_2x2.json"
 INITS = ("fixed", "embedding_only", "xavier_only", "default")
 
@@ -118,7 +118,7 @@ def main() -> None:
         "what": "chapter 12's 2 x 2: the book's fixed-budget recipe with each of four inits, "
         "several seeds; plus the default init on longer budgets",
         # the command that reproduces this record (--out only says where to write it)
-        "command": "nice -n 10 .venv/bin/python tools/record_ch12_init_2x2.py --seeds "
+        "command": "nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py --seeds "
         + " ".join(map(str, args.seeds))
         + " --budgets "
         + " ".join(map(str, args.budgets)),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record what a triangular cross-attention mask costs -> chapters/data/ch07_cross_mask.json.
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch07_cross_mask.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch07_cross_mask.py
 
 For each seed (default 0-4), two arms train with the same recipe
 (helpers.fixed_budget_recipe(BOOK_RECIPE, steps=STEPS): the book's recipe for a fixed number
@@ -51,7 +51,7 @@ from helpers.repro.numerics import provenance
 from helpers.training.evaluation import TEST_SEED, test_set
 from helpers.training.train import sequence_correct, train_reversal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "ch07_cross_mask.json"
 STEPS = COMPARISON_STEPS  # the budget chapter 12 compares initialisations on
 
@@ -102,7 +102,7 @@ def main() -> int:
         f"batches; fixed_budget_recipe(BOOK_RECIPE, steps={args.steps}), no early stop; "
         "scored on the test set",
         "command": "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python "
-        + " ".join(["tools/record_ch07_cross_mask.py"] + sys.argv[1:]),
+        + " ".join(["tools/record/ch07_cross_mask.py"] + sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "numerics": provenance(),
         "recipe": f"fixed_budget_recipe(BOOK_RECIPE, steps={args.steps})",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Collapse exercise solutions the way tools/check_notebooks.py wants them (idempotent).
+"""Collapse exercise solutions the way tools/check/notebooks.py wants them (idempotent).
 
-Usage: python tools/hide_solutions.py chapters/NN_x.ipynb ...
+Usage: python tools/build/hide_solutions.py chapters/NN_x.ipynb ...
 
 - a solution cell (`# Solution to exercise N.k`) gets jupyter.source_hidden and the tag
   hide-input; the solution of a prediction exercise also hides its output (tag hide-cell,

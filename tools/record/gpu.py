@@ -4,11 +4,11 @@
 On a machine with an NVIDIA GPU (from the repository root; it needs only torch and numpy, plus
 pytest for the last part, and writes nothing outside --out):
 
-    PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out OUT_DIR
+    PYTHONPATH=src timeout -k 10 460 python3 tools/record/gpu.py --device cuda --out OUT_DIR
 
 The dry run, every part at tiny sizes on the CPU (tests/test_record_gpu.py runs it):
 
-    PYTHONPATH=src python3 tools/record_gpu.py --device cpu --quick --out /tmp/record_gpu
+    PYTHONPATH=src python3 tools/record/gpu.py --device cpu --quick --out /tmp/record_gpu
 
 Parts, in this order, each with its own time cap (seconds, --caps) inside the --budget:
 1. attention  the attention sweep of chapter 19 (B=8, d_model=512, h=8, causal; L = 128 ...
@@ -53,7 +53,7 @@ import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "src") not in sys.path:  # PYTHONPATH=src is then optional
     sys.path.insert(0, str(ROOT / "src"))
 
@@ -74,7 +74,7 @@ PARTS = ("attention", "training", "decoding", "unit_tests")
 CAPS = {"attention": 150, "training": 150, "decoding": 60, "unit_tests": 60}
 TARGET = 0.995
 DEVICE_COMMAND = (
-    "PYTHONPATH=src timeout -k 10 460 python3 tools/record_gpu.py --device cuda --out $OUT/gpu"
+    "PYTHONPATH=src timeout -k 10 460 python3 tools/record/gpu.py --device cuda --out $OUT/gpu"
 )
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Seconds to >= 99.5 % exact match on the 1000 held-out sequences: the book's recipe vs the seed's.
 
-    python tools/bench_training.py                # the benchmark (a few minutes)
-    python tools/bench_training.py --record-seed  # once: the seed recipe's full 10-epoch curve
+    python tools/bench/training.py                # the benchmark (a few minutes)
+    python tools/bench/training.py --record-seed  # once: the seed recipe's full 10-epoch curve
                                                   #   -> chapters/data/seed_recipe_run.json
-    python tools/bench_training.py --ablation     # one row per lever, seconds to target
+    python tools/bench/training.py --ablation     # one row per lever, seconds to target
                                                   #   -> chapters/data/training_ablation.json
 
 The benchmark trains helpers.BOOK_RECIPE from scratch --repeats times (wall clock from the call
@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "chapters" / "data"
 SEED_RUN = DATA / "seed_recipe_run.json"
 ABLATION = DATA / "training_ablation.json"
@@ -220,7 +220,7 @@ def time_to_target(cfg: TrainConfig) -> dict:
 def benchmark(args) -> None:
     if not SEED_RUN.exists():
         raise SystemExit(
-            f"missing {SEED_RUN}: run  python tools/bench_training.py --record-seed  once"
+            f"missing {SEED_RUN}: run  python tools/bench/training.py --record-seed  once"
         )
     record = json.loads(SEED_RUN.read_text())
     seed_steps, seed_epochs = seed_steps_to_target(record)

@@ -2,11 +2,11 @@
 """The band of the book's training curve: the record behind the Experiments page "The training
 band" (appendix/experiment_training_band) and helpers.debugging.compare_with_band (chapter 17).
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_training_band.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/training_band.py
         # ~5 CPU-minutes -> chapters/data/training_band.json
-    python tools/record_training_band.py --seeds 1   # one seed, to measure the cost first
-    ... tools/record_training_band.py --jobs 4        # the same runs in 4 processes
-    ... tools/record_training_band.py --check --jobs 2
+    python tools/record/training_band.py --seeds 1   # one seed, to measure the cost first
+    ... tools/record/training_band.py --jobs 4        # the same runs in 4 processes
+    ... tools/record/training_band.py --check --jobs 2
         # ~5 CPU-minutes: seeds 7-12, added to the record as "check"
 
 Trains helpers.BOOK_RECIPE from scratch once for each of the seeds 1-6 (the seed sets the
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "training_band.json"
 
 from helpers.core.data import make_reversal_dataset  # noqa: E402
@@ -49,7 +49,7 @@ CHECK_SEEDS = (7, 8, 9, 10, 11, 12)
 STEPS = 400
 EVAL_EVERY = 10
 COMMAND = (
-    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_training_band.py"
+    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/training_band.py"
 )
 
 

@@ -15,7 +15,7 @@ chapter 12 (test exact match) and SHARP_ATTENTION_RECIPE (sharpness, test exact 
 Writes chapters/data/kernel_spread.json; the chapters read their bounds' justification
 from it. Two modes run at a time (one thread each): about 10 minutes on 2 cores.
 
-    .venv/bin/python tools/measure_kernel_spread.py
+    .venv/bin/python tools/record/kernel_spread.py
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "kernel_spread.json"
 sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import BROKEN_PIN, PIN, PIN_VARS  # noqa: E402
@@ -191,7 +191,7 @@ def main() -> int:
         results = dict(zip(args.modes, pool.map(run_mode, args.modes)))
     record = {
         "what": "the book's trained models under three numerics modes (see the tool's docstring)",
-        "command": "tools/measure_kernel_spread.py",
+        "command": "tools/record/kernel_spread.py",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "modes": {name: MODES[name] for name in args.modes},
         "results": {**results, "avx512_earlier": EARLIER},

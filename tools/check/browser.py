@@ -2,11 +2,11 @@
 """Check the book in a real browser: headless Chromium driven over the DevTools protocol.
 
 Usage:
-    python tools/check_browser.py                 # both checks
-    python tools/check_browser.py --book-only     # (a) only
-    python tools/check_browser.py --lab-only      # (b) and (c) only
-    python tools/check_browser.py --markup-only   # (c) only
-    python tools/check_browser.py --screenshots DIR   # keep screenshots of (b) in DIR
+    python tools/check/browser.py                 # both checks
+    python tools/check/browser.py --book-only     # (a) only
+    python tools/check/browser.py --lab-only      # (b) and (c) only
+    python tools/check/browser.py --markup-only   # (c) only
+    python tools/check/browser.py --screenshots DIR   # keep screenshots of (b) in DIR
 
 (a) The HTML book (_build/html; built first when missing) is opened twice: served from
     127.0.0.1, and from disk (file://, as a reader who opens _build/html/index.html does).
@@ -15,7 +15,7 @@ Usage:
     request went to the local server, or stayed on disk under file:// (or is a data:/blob:
     URL), and nothing was logged as a JavaScript error (console.error, an uncaught exception,
     a failed load). On chapter 18's page the live explorer (book_assets/attention_explorer.js,
-    running book_model.js on the weights of tools/export_live_models.py) must start with
+    running book_model.js on the weights of tools/build/export_live_models.py) must start with
     labelled controls and draw; Step and Back must move through decoding and grow the KV
     cache; a focused cell's tooltip must show its weight, its fill be matplotlib's Blues, and
     ArrowRight move the focus. In one call the page decodes, with each of the three models,
@@ -64,7 +64,7 @@ from pathlib import Path
 
 import websocket  # websocket-client
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
 from pin import KERNEL_NAME, PIN  # noqa: E402  (plain data, no torch import)
 
@@ -345,7 +345,7 @@ SOLUTIONS_JS = r"""
 
 
 # Chapter 18's live explorer (book_assets/attention_explorer.js; the model in
-# book_assets/book_model.js; weights from tools/export_live_models.py): its drawn state.
+# book_assets/book_model.js; weights from tools/build/export_live_models.py): its drawn state.
 LIVE_STATE_JS = r"""
 (() => {
   const root = document.querySelector('.html-attention-explorer');

@@ -2,9 +2,9 @@
 """Re-execute chapter notebooks in a fresh kernel and store their outputs.
 
 Usage:
-    python tools/execute_notebooks.py                      # every chapters/*.ipynb
-    python tools/execute_notebooks.py chapters/03_x.ipynb  # one notebook, from its cells
-    python tools/execute_notebooks.py chapters/03_x.py     # from the .py twin: creates or
+    python tools/build/execute_notebooks.py                      # every chapters/*.ipynb
+    python tools/build/execute_notebooks.py chapters/03_x.ipynb  # one notebook, from its cells
+    python tools/build/execute_notebooks.py chapters/03_x.py     # from the .py twin: creates or
                                                            # updates 03_x.ipynb, then runs it
 
 For each notebook this script
@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 PYPROJECT = ROOT / "pyproject.toml"
 FORMATS = "ipynb,py:percent"
@@ -70,7 +70,7 @@ from nbclient import NotebookClient  # noqa: E402
 
 
 class BookKernelSpecs(KernelSpecManager):
-    """Resolve the book's kernel (tools/install_kernel.py) in *this* Python's environment only.
+    """Resolve the book's kernel (tools/build/install_kernel.py) in *this* Python's env only.
 
     A user-level kernelspec of the same name pointing at another interpreter (without torch,
     or without `helpers`) must not be picked up, and a missing one is an error, never a
@@ -136,7 +136,7 @@ def load(path: Path):
                 raise ExecutionFailed(
                     f"{twin.name} is newer than {notebook.name} and differs from it: "
                     f"executing the notebook would overwrite the twin's edits. Run "
-                    f"`python tools/execute_notebooks.py {rel(twin)}` to build the "
+                    f"`python tools/build/execute_notebooks.py {rel(twin)}` to build the "
                     f"notebook from the twin (or touch the .ipynb to keep the notebook)."
                 ) from None
         stable_cell_ids(nb, {c.get("id") for c in nb.cells if c.get("id")})

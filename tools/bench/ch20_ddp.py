@@ -2,7 +2,7 @@
 """Chapter 20's measurement: the book's recipe trained to 99.5 % validation exact match with
 1 process x 1 thread, 1 process x 2 threads and 2 processes x 1 thread (DDP, gloo).
 
-    python tools/bench_ch20_ddp.py [--seeds 0,1,2,3,4]   # -> chapters/data/ch20_ddp_timing.json
+    python tools/bench/ch20_ddp.py [--seeds 0,1,2,3,4]   # -> chapters/data/ch20_ddp_timing.json
 
 Every run is a fresh command, timed from its start to its exit: Python and torch start-up,
 data, training, evaluations and the checkpoint all count. All three configurations run the
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "ch20_ddp_timing.json"
 CONFIGS = {  # name: (processes, threads per process)
     "1 process x 1 thread": (1, 1),
@@ -120,7 +120,7 @@ def main(args) -> None:
         "helpers.train_reversal_ddp; seconds: wall clock of the whole command (start-up "
         "counted); ms_per_step: mean time of a training step; test_exact_match: teacher-forced "
         "(= greedy) exact match on the 10,000 test sequences",
-        "command": "python tools/bench_ch20_ddp.py --seeds " + args.seeds,
+        "command": "python tools/bench/ch20_ddp.py --seeds " + args.seeds,
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "numerics": provenance(),
         "cpu_count": os.cpu_count(),

@@ -2,9 +2,9 @@
 """How much higher the book's learning rate can go: the record behind the Experiments page
 "The learning rate" (appendix/experiment_learning_rate).
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch10_stability.py
         # ~6 CPU-minutes -> chapters/data/ch10_stability.json
-    python tools/record_ch10_stability.py --keep  # train only the runs the file lacks
+    python tools/record/ch10_stability.py --keep  # train only the runs the file lacks
 
 Trains helpers.BOOK_RECIPE from scratch with its whole learning-rate schedule multiplied by
 lr_scale (the `lr_scale` field of TrainConfig), for the arms lr_scale 1 (the book's recipe) and
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "ch10_stability.json"
 
 from helpers.analysis.experiments import pack_bits  # noqa: E402
@@ -43,7 +43,7 @@ from helpers.training.train import sequence_correct, train_reversal  # noqa: E40
 LR_SCALES = (1.0, 3.0)
 SEEDS = (0, 1, 2, 3, 4)
 COMMAND = (
-    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch10_stability.py"
+    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch10_stability.py"
 )
 
 

@@ -3,12 +3,12 @@
 
 The kernel, named helpers.repro.numerics.KERNEL_NAME, runs this interpreter with the pinned
 numerics of helpers.repro.numerics.PIN (and PYTHONHASHSEED=0) in its environment. JupyterLab,
-nbval and tools/execute_notebooks.py all start it by that name, which every notebook's
+nbval and tools/build/execute_notebooks.py all start it by that name, which every notebook's
 metadata names. It goes into sys.prefix/share/jupyter/kernels, so it exists only for the
 Jupyter of this environment (.venv), never for the user's other Pythons.
 
-    python tools/install_kernel.py          # install (or overwrite)
-    python tools/install_kernel.py --check  # exit 1 unless the installed kernel holds the pin
+    python tools/build/install_kernel.py          # install (or overwrite)
+    python tools/build/install_kernel.py --check  # exit 1 unless the installed kernel holds the pin
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src" / "helpers" / "repro"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "helpers" / "repro"))
 
 from pin import KERNEL_DISPLAY_NAME, KERNEL_NAME, PIN
 

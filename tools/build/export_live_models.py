@@ -3,7 +3,7 @@
 
 Usage (the book's pinned numerics, as the chapters run):
     env $(.venv/bin/python src/helpers/repro/pin.py pinned) .venv/bin/python
-    tools/export_live_models.py
+    tools/build/export_live_models.py
 
 The HTML book runs the trained encoder-decoder in plain JavaScript
 (book_assets/book_model.js; the page is book_assets/attention_explorer.js). This script writes
@@ -25,7 +25,7 @@ model (its stored weights, chapters/data/ch18_sharp_model.pt) and its default-in
 trained first (the script says so; the twin takes a few minutes on one thread).
 
 tests/test_export_live_models.py proves that each file holds its checkpoint bit for bit and
-that a forward pass computed from the file alone equals PyTorch's; tools/check_browser.py
+that a forward pass computed from the file alone equals PyTorch's; tools/check/browser.py
 proves that the page decodes as helpers.greedy_decode does.
 """
 
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "book_assets"
 SHARP_WEIGHTS = ROOT / "chapters" / "data" / "ch18_sharp_model.pt"
 WEIGHTS_GLOBAL = "BOOK_MODEL_WEIGHTS"
@@ -125,7 +125,7 @@ def export_model(model, model_id: str, label: str, source: str) -> dict:
         "id": model_id,
         "label": label,
         "source": source,
-        "generated_by": "tools/export_live_models.py",
+        "generated_by": "tools/build/export_live_models.py",
         "config": model_config(model),
         "parameters": sum(t.numel() for t in state.values()),
         "tensors": [tensor_entry(name, t) for name, t in state.items()],
@@ -277,7 +277,7 @@ def index(models: dict, files: dict[str, str]) -> dict:
         )
     return {
         "format": FORMAT,
-        "generated_by": "tools/export_live_models.py",
+        "generated_by": "tools/build/export_live_models.py",
         "example": EXAMPLE,
         "models": entries,
     }

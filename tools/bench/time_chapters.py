@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Measure how long each chapter runs, and what it trains on first use; write the openings.
 
-    python tools/time_chapters.py          # time every chapter, record, write the openings
-    python tools/time_chapters.py --write  # only put the recorded times into the chapters
-    python tools/time_chapters.py 10 11    # re-time some chapters (the others are kept)
-    python tools/time_chapters.py --no-write 10   # record only; two such runs may share the file
+    python tools/bench/time_chapters.py          # time every chapter, record, write the openings
+    python tools/bench/time_chapters.py --write  # only put the recorded times into the chapters
+    python tools/bench/time_chapters.py 10 11    # re-time some chapters (the others are kept)
+    python tools/bench/time_chapters.py --no-write 10   # record only; runs may share the file
 
 Each chapter runs top to bottom in a fresh kernel of the book's own, as
-tools/execute_notebooks.py runs it (one torch thread, the pinned numerics), but nothing is
+tools/build/execute_notebooks.py runs it (one torch thread, the pinned numerics), but nothing is
 stored. Each chapter starts from an empty checkpoint cache of its own, as for a reader who
 opens that chapter first: it trains every model it needs. The record holds its wall-clock
 seconds, the models it trained (read back from the checkpoints it wrote: recipe and training
@@ -15,7 +15,7 @@ seconds), and so the time of a run with those models already cached (total minus
 
 --write puts one markdown cell, tagged `run-time`, right after each chapter's opening cell,
 worded by `run_time_text` from the record; the outputs stay as they are (the code is not
-touched). tools/check_notebooks.py requires that cell and that it says what the record says.
+touched). tools/check/notebooks.py requires that cell and that it says what the record says.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "src"))
 RECORD = ROOT / "chapters" / "data" / "run_times.json"
@@ -125,7 +125,7 @@ def update_record(number: str | None, entry: dict | None) -> dict:
         if number is not None:
             record["chapters"][number] = entry
         record["numerics"] = kernel_numerics()
-        record["measured_with"] = {"tool": "tools/time_chapters.py"}  # numerics: the kernel
+        record["measured_with"] = {"tool": "tools/bench/time_chapters.py"}  # numerics: the kernel
         RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Record the Pre-Norm vs Post-Norm sweep -> chapters/data/ch05_norm_sweep.json.
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record_ch05_norm_sweep.py
-    ... tools/record_ch05_norm_sweep.py --seeds 2 --out /tmp/x.json   # a quicker look
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch05_norm_sweep.py
+    ... tools/record/ch05_norm_sweep.py --seeds 2 --out /tmp/x.json   # a quicker look
 
 Every run is helpers.analysis.norm_experiment.train_tagger (6-layer encoder-only tagger, d_model 64,
 Adam at a constant learning rate, no warmup, batch 64, one thread): the same seed gives both
@@ -31,7 +31,7 @@ from helpers.analysis.experiments import pack_bits
 from helpers.analysis.norm_experiment import tagger_data, train_tagger
 from helpers.repro.numerics import provenance
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "chapters" / "data" / "ch05_norm_sweep.json"
 
 
@@ -50,7 +50,7 @@ def main() -> int:
         "what": "training loss per step and held-out loss / exact match of the chapter-5 "
         "encoder-only tagger, Pre-Norm vs Post-Norm, same seed = same initial weights and batches",
         "command": "nice -n 10 python "
-        + " ".join(["tools/record_ch05_norm_sweep.py"] + sys.argv[1:]),
+        + " ".join(["tools/record/ch05_norm_sweep.py"] + sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "numerics": provenance(),
         "torch": torch.__version__,

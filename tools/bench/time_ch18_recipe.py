@@ -2,14 +2,14 @@
 """Wall-clock time to train chapter 18's SHARP_ATTENTION_RECIPE from scratch, on 1 and 2 threads.
 
 Usage:
-    nice -n 10 .venv/bin/python tools/time_ch18_recipe.py [--repeats N] [--out PATH]
+    nice -n 10 .venv/bin/python tools/bench/time_ch18_recipe.py [--repeats N] [--out PATH]
 
 The sharp-attention Experiments page says how long chapter 18's recipe takes to train. The
 recipe itself says one thread (`threads=1`, inherited from BOOK_RECIPE), so that `make test`
 can run two notebooks at once; this tool also times it on two threads (the same recipe with
 `threads=2`: the same steps and data, sums in another order). Each run trains from scratch (no
 checkpoint cache) and is timed from the call to the trained model, evaluations included, by
-tools/bench_training.py's time_to_target (whose test-set score after the run is not timed).
+tools/bench/training.py's time_to_target (whose test-set score after the run is not timed).
 Writes chapters/data/ch18_training_time.json, which appendix/experiment_sharp_attention prints.
 """
 
@@ -27,7 +27,7 @@ from bench_training import hardware, load, time_to_target  # the same clock as c
 from helpers.repro.numerics import provenance
 from helpers.training.recipes import SHARP_ATTENTION_RECIPE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> None:
@@ -49,8 +49,8 @@ def main() -> None:
     median = {t: statistics.median(r["seconds"] for r in runs if r["threads"] == t) for t in (1, 2)}
     record = {
         "what": "seconds to train SHARP_ATTENTION_RECIPE (1000 steps) from scratch, per run "
-        "(tools/bench_training.py's time_to_target: from the call to the trained model)",
-        "command": "nice -n 10 .venv/bin/python tools/time_ch18_recipe.py "
+        "(tools/bench/training.py's time_to_target: from the call to the trained model)",
+        "command": "nice -n 10 .venv/bin/python tools/bench/time_ch18_recipe.py "
         f"--repeats {args.repeats}",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "numerics": provenance(),

@@ -18,7 +18,7 @@ so that appendix/experiment_sharp_attention can show a run nobody retrains. Each
 appended to a JSON file (default chapters/data/ch18_sharpness.json) under a name; a run with
 the same name and seed replaces the old one. Run it niced and single-threaded:
 
-  nice -n 10 .venv/bin/python tools/explore_ch18_sharpness.py NAME --base book \\
+  nice -n 10 .venv/bin/python tools/record/ch18_sharpness.py NAME --base book \\
       --set d_model=64 dff=256 num_heads=1 max_steps=1200 cooldown=1100 --every 100 --seed 0
 
 The log prints rough training seconds; the file stores none (the machine was shared, so
@@ -42,7 +42,7 @@ from helpers.training.evaluation import exact_match_with_interval, test_set
 from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
 from helpers.training.train import teacher_forced_exact_match, train_reversal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "chapters" / "data" / "ch18_sharpness.json"
 PROBE_SEED, PROBE_SIZE = 7, 200  # the probe sequences the sharpness is measured on
 
@@ -135,7 +135,7 @@ def load(path: Path) -> dict:
     return {
         "description": (
             "Cross-attention sharpness of reversal models during training (chapter 18). "
-            "Recorded by tools/explore_ch18_sharpness.py; each run names its TrainConfig "
+            "Recorded by tools/record/ch18_sharpness.py; each run names its TrainConfig "
             "(config) and seed. Per point and decoder layer, mean of heads, on 200 probe "
             "sequences (make_reversal_dataset(200, seed=7)) under teacher forcing: mirror = "
             "mean weight on the mirrored source position, eos_peak = share of sequences whose "

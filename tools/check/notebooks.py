@@ -2,8 +2,8 @@
 """Check that every chapter notebook keeps the book's conventions (part of `make test`).
 
 Usage:
-    python tools/check_notebooks.py                  # chapters/NN_*.ipynb, appendix/*.ipynb
-    python tools/check_notebooks.py chapters/03_x.ipynb ...
+    python tools/check/notebooks.py                  # chapters/NN_*.ipynb, appendix/*.ipynb
+    python tools/check/notebooks.py chapters/03_x.ipynb ...
 
 It reads the stored notebooks (it runs nothing, so it takes well under a second) and fails
 on what nbval cannot see (appendix pages: the first group only):
@@ -26,10 +26,10 @@ on what nbval cannot see (appendix pages: the first group only):
   jupyterlab-myst renders the dropdown collapsed instead);
 - an opening that is not: the title, a few lines, and the picture `figures/NN_slug.png`,
   which must be the stored png of the code cell tagged `opening-figure`
-  (tools/export_opening_figures.py writes it); then a cell tagged `run-time` that says what
-  chapters/data/run_times.json recorded (tools/time_chapters.py measures and writes it);
+  (tools/build/export_opening_figures.py writes it); then a cell tagged `run-time` that says what
+  chapters/data/run_times.json recorded (tools/bench/time_chapters.py measures and writes it);
 - prose that is hard to read: a median sentence over 20 words, or over 2,500 words of
-  main-path prose (outside `:::{dropdown}` blocks), as tools/prose_stats.py counts them; the
+  main-path prose (outside `:::{dropdown}` blocks), as tools/check/prose_stats.py counts them; the
   table of both is printed for every chapter checked;
 - no figure (an image output, or an image or figure directive in the prose);
 - drawing code (a cell tagged `figure`) not hidden in the same two ways.
@@ -44,7 +44,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 sys.path.insert(0, str(ROOT / "tools"))
 import export_opening_figures  # noqa: E402
@@ -242,11 +242,15 @@ def check(path: Path) -> list[str]:
     rec = record.get("chapters", {}).get(path.name[:2])
     second = cells[1] if len(cells) > 1 else {}
     if rec is None or rec.get("notebook") != path.name:
-        problem("no run time recorded for this chapter: run tools/time_chapters.py NN")
+        problem("no run time recorded for this chapter: run tools/bench/time_chapters.py NN")
     elif time_chapters.TAG not in second.get("metadata", {}).get("tags", []):
-        problem("the second cell must be the run-time cell: run tools/time_chapters.py --write")
+        problem(
+            "the second cell must be the run-time cell: run tools/bench/time_chapters.py --write"
+        )
     elif source(second) != time_chapters.run_time_text(rec):
-        problem("the run-time cell differs from the record: run tools/time_chapters.py --write")
+        problem(
+            "the run-time cell differs from the record: run tools/bench/time_chapters.py --write"
+        )
 
     # plain prose
     stats = prose_stats.stats(path)
