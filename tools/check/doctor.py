@@ -67,7 +67,7 @@ def main() -> int:
     parser.add_argument("--record", action="store_true", help="record this fingerprint")
     args = parser.parse_args()
 
-    info = numerics.describe()
+    info = numerics.describe_machine()
     problems = numerics.pin_problems(info)
     start = time.perf_counter()
     mine = numerics.fingerprint()

@@ -14,7 +14,7 @@ giving the same results on Intel and non-Intel CPUs; `AVX2` falls back to `AUTO`
 The variables take effect only when set before torch starts, so a running kernel can only
 report them, never change them.
 
-`make doctor` (tools/check/doctor.py) prints `describe()` and compares `fingerprint()` with the
+`make doctor` (tools/check/doctor.py) prints `describe_machine()` and compares `fingerprint()` with the
 book's recorded one (src/helpers/data/fingerprint.json).
 """
 
@@ -72,7 +72,7 @@ def blas() -> str:
     return "unknown"
 
 
-def describe(env: dict | None = None) -> dict:
+def describe_machine(env: dict | None = None) -> dict:
     """What decides the reader's float32 bits: CPU, kernels, BLAS mode, threads, versions."""
     env = os.environ if env is None else env
     return {
@@ -91,10 +91,10 @@ def describe(env: dict | None = None) -> dict:
 def pin_problems(info: dict | None = None, flags: set[str] | None = None) -> list[str]:
     """Why this process will not reproduce the book's bits; an empty list when it will.
 
-    `info` is `describe()`'s dict and `flags` the CPU flags (both read from this machine when
+    `info` is `describe_machine()`'s dict and `flags` the CPU flags (both read from this machine when
     not given, so that the logic can be tested with made-up machines).
     """
-    info = describe() if info is None else info
+    info = describe_machine() if info is None else info
     flags = cpu_flags() if flags is None else flags
     problems = []
     if info["machine"].lower() not in ("x86_64", "amd64"):
@@ -171,7 +171,7 @@ def book_fingerprint() -> dict[str, str]:
 
 def provenance() -> dict:
     """What a record in chapters/data/ stores about how it was made."""
-    info = describe()
+    info = describe_machine()
     return {
         "cpu": info["cpu"],
         "aten_capability": info["aten_capability"],
