@@ -14,8 +14,8 @@ giving the same results on Intel and non-Intel CPUs; `AVX2` falls back to `AUTO`
 The variables take effect only when set before torch starts, so a running kernel can only
 report them, never change them.
 
-`make doctor` (tools/check/doctor.py) prints `describe_machine()` and compares `fingerprint()` with the
-book's recorded one (src/helpers/data/fingerprint.json).
+`make doctor` (tools/check/doctor.py) prints `describe_machine()` and compares `fingerprint()`
+with the book's recorded one (src/helpers/data/fingerprint.json).
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def describe_machine(env: dict | None = None) -> dict:
 def pin_problems(info: dict | None = None, flags: set[str] | None = None) -> list[str]:
     """Why this process will not reproduce the book's bits; an empty list when it will.
 
-    `info` is `describe_machine()`'s dict and `flags` the CPU flags (both read from this machine when
-    not given, so that the logic can be tested with made-up machines).
+    `info` is `describe_machine()`'s dict and `flags` the CPU flags (both read from this machine
+    when not given, so that the logic can be tested with made-up machines).
     """
     info = describe_machine() if info is None else info
     flags = cpu_flags() if flags is None else flags
