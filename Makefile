@@ -114,7 +114,7 @@ test-pairing: $(SETUP)
 # What nbval cannot see: unexecuted cells, addresses in outputs, checks printed as True,
 # long lines, titles, Summary/Exercises/solutions, a figure per chapter.
 test-conventions: $(SETUP)
-	$(BIN)/python tools/check/notebooks.py
+	$(BIN)/python -m tools.check.notebooks
 
 # Two workers, one notebook each at a time (--dist loadfile keeps a notebook's cells in
 # order in one kernel). A model that two notebooks need is trained once: the checkpoint

@@ -4,50 +4,37 @@ main-path prose (outside dropdowns) at most 2,500 words. Each rule is shown fail
 of a real chapter with one thing broken."""
 
 import base64
-import importlib.util
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools.bench import time_chapters
+from tools.check import notebooks, prose_stats
+from tools.common import ROOT
+
 CHAPTER = ROOT / "chapters" / "09_data.ipynb"
 
 
-def load(name):
-    sys.path.insert(0, str(ROOT / "tools"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def tools():
-    return {n: load(n) for n in ("prose_stats", "time_chapters", "check_notebooks")}
-
-
-def test_sentences_and_dropdowns_are_counted_apart(tools):
-    ps = tools["prose_stats"]
-    assert ps.sentences("One two three. Four five.\n\n- six seven") == [3, 2, 2]
-    main, deep = ps.split_dropdowns(
+def test_sentences_and_dropdowns_are_counted_apart():
+    assert prose_stats.sentences("One two three. Four five.\n\n- six seven") == [3, 2, 2]
+    main, deep = prose_stats.split_dropdowns(
         "a\n::::{dropdown} T\nb\n:::{note}\nc\n:::\nd\n::::\ne\n:::{dropdown} U\nf\n:::\ng"
     )
     assert main.split() == ["a", "e", "g"]
     assert deep.split() == ["b", ":::{note}", "c", ":::", "d", "f"]
 
 
-def test_run_time_text(tools):
-    tc = tools["time_chapters"]
-    assert tc.run_time_text({"cached_s": 12.4, "trains": []}) == "**Run time:** about 10 s."
-    text = tc.run_time_text(
+def test_run_time_text():
+    assert (
+        time_chapters.run_time_text({"cached_s": 12.4, "trains": []}) == "**Run time:** about 10 s."
+    )
+    text = time_chapters.run_time_text(
         {"cached_s": 130, "trains": [{"recipe": "BOOK_RECIPE", "seconds": 50.0}]}
     )
     assert text.startswith("**Run time:** about 2.2 min. The first time, it also trains ")
     assert "`BOOK_RECIPE`" in text and "(about 50 s more)" in text and "caches it " in text
-    two = tc.run_time_text(
+    two = time_chapters.run_time_text(
         {
             "cached_s": 700,
             "trains": [
@@ -76,7 +63,7 @@ def edit(path, change):
     path.write_text(json.dumps(nb))
 
 
-def reader_problems(tools, path):
+def reader_problems(path):
     words = (
         "picture",
         "opening-figure",
@@ -86,38 +73,38 @@ def reader_problems(tools, path):
         "main-path",
         "collapsed",
     )
-    return [p for p in tools["check_notebooks"].check(path) if any(w in p for w in words)]
+    return [p for p in notebooks.check(path) if any(w in p for w in words)]
 
 
-def test_the_real_chapter_keeps_the_rules(tools, chapter):
-    assert reader_problems(tools, chapter) == []
+def test_the_real_chapter_keeps_the_rules(chapter):
+    assert reader_problems(chapter) == []
 
 
-def test_a_missing_or_stale_run_time_cell_fails(tools, chapter):
+def test_a_missing_or_stale_run_time_cell_fails(chapter):
     edit(chapter, lambda nb: nb["cells"].pop(1))
-    assert any("run-time cell" in p for p in reader_problems(tools, chapter))
+    assert any("run-time cell" in p for p in reader_problems(chapter))
 
 
-def test_a_run_time_cell_that_says_another_time_fails(tools, chapter):
+def test_a_run_time_cell_that_says_another_time_fails(chapter):
     def change(nb):
         nb["cells"][1]["source"] = "**Run time:** about 1 s."
 
     edit(chapter, change)
-    assert any("differs from the record" in p for p in reader_problems(tools, chapter))
+    assert any("differs from the record" in p for p in reader_problems(chapter))
 
 
-def test_an_opening_without_its_picture_fails(tools, chapter):
+def test_an_opening_without_its_picture_fails(chapter):
     def change(nb):
         src = "".join(nb["cells"][0]["source"])
         nb["cells"][0]["source"] = src.replace("](figures/", "](elsewhere/")
 
     edit(chapter, change)
-    assert any("shows no picture" in p for p in reader_problems(tools, chapter))
+    assert any("shows no picture" in p for p in reader_problems(chapter))
 
 
-def test_a_picture_that_is_not_the_cells_output_fails(tools, chapter):
+def test_a_picture_that_is_not_the_cells_output_fails(chapter):
     (chapter.parent / "figures" / f"{chapter.stem}.png").write_bytes(base64.b64decode("AAAA"))
-    assert any("differs from the opening-figure" in p for p in reader_problems(tools, chapter))
+    assert any("differs from the opening-figure" in p for p in reader_problems(chapter))
 
 
 def long_prose(n_sentences, words_each):
@@ -125,17 +112,17 @@ def long_prose(n_sentences, words_each):
     return " ".join([sentence] * n_sentences)
 
 
-def test_long_sentences_fail(tools, chapter):
+def test_long_sentences_fail(chapter):
     def change(nb):
         cell = {"cell_type": "markdown", "id": "long1", "metadata": {}}
         cell["source"] = long_prose(400, 30)
         nb["cells"].insert(3, cell)
 
     edit(chapter, change)
-    assert any("median sentence" in p for p in reader_problems(tools, chapter))
+    assert any("median sentence" in p for p in reader_problems(chapter))
 
 
-def test_main_path_words_fail_but_the_same_words_in_a_dropdown_pass(tools, chapter):
+def test_main_path_words_fail_but_the_same_words_in_a_dropdown_pass(chapter):
     text = long_prose(200, 15)  # 3,000 words of 15-word sentences
 
     def add(source):
@@ -147,16 +134,16 @@ def test_main_path_words_fail_but_the_same_words_in_a_dropdown_pass(tools, chapt
         return change
 
     edit(chapter, add(text))
-    assert any("main-path prose" in p for p in reader_problems(tools, chapter))
+    assert any("main-path prose" in p for p in reader_problems(chapter))
     shutil.copy2(CHAPTER, chapter)
     edit(chapter, add(":::{dropdown} Going deeper: more\n" + text + "\n:::"))
-    assert reader_problems(tools, chapter) == []
+    assert reader_problems(chapter) == []
 
 
-def test_a_collapsed_markdown_cell_fails(tools, chapter):
+def test_a_collapsed_markdown_cell_fails(chapter):
     def change(nb):
         i = next(i for i, c in enumerate(nb["cells"]) if i > 1 and c["cell_type"] == "markdown")
         nb["cells"][i]["metadata"]["jupyter"] = {"source_hidden": True}
 
     edit(chapter, change)
-    assert any("collapsed" in p for p in reader_problems(tools, chapter))
+    assert any("collapsed" in p for p in reader_problems(chapter))

@@ -1,78 +1,101 @@
-#!/usr/bin/env python3
 """Collapse exercise solutions the way tools/check/notebooks.py wants them (idempotent).
 
-Usage: python tools/build/hide_solutions.py chapters/NN_x.ipynb ...
+Usage:
+    python -m tools.build.hide_solutions chapters/NN_x.ipynb ...
+    python -m tools.build.hide_solutions --check [chapters/NN_x.ipynb ...]   # write nothing
 
-- a solution cell (`# Solution to exercise N.k`) gets jupyter.source_hidden and the tag
-  hide-input; the solution of a prediction exercise also hides its output (tag hide-cell,
-  jupyter.outputs_hidden), since what it prints is the answer;
+- a solution cell (`# Solution to exercise N.k`) that the check finds showing something gets
+  jupyter.source_hidden and the tag hide-input; the solution of a prediction exercise also
+  hides its output (tag hide-cell, jupyter.outputs_hidden), since what it prints is the answer;
 - prose right after a solution (the written-out answer) moves into its own markdown cell,
-  a `:::{dropdown} Answer to exercise N.k` with jupyter.source_hidden.
+  a `:::{dropdown} Answer to exercise N.k`.
 
-It rewrites the notebook and its .py twin; outputs are kept. Re-execute the chapter after.
+Both rules are the check's own functions (`solution_shows`, `collapse_solution`,
+`gives_answer_away`, `answer_dropdown`), so the two cannot disagree: this tool changes exactly
+what the check refuses. A notebook it changes is rewritten with its .py twin, outputs kept;
+re-execute the chapter after. With --check it only says what it would change, and exits 1 if
+anything. Without paths: every chapter.
 """
 
-import re
+from __future__ import annotations
+
+import argparse
 import sys
 from pathlib import Path
 
 import jupytext
 import nbformat
 
-EX = re.compile(r"^### Exercise (\d+\.\d+) \(([^)]*)\)", re.M)
-STOP = re.compile(r"^(### Exercise|## )", re.M)
+from tools.check.notebooks import (
+    CHAPTERS,
+    NEXT_SECTION,
+    answer_dropdown,
+    collapse_solution,
+    exercises,
+    gives_answer_away,
+    solution_number,
+    solution_shows,
+)
 
-for arg in sys.argv[1:]:
-    path = Path(arg)
-    nb = nbformat.read(path, as_version=4)
-    out, kind, number = [], None, None
-    cells = nb.cells
+
+def hide(nb) -> list[str]:
+    """Collapse nb's solutions and move their written answers into dropdowns, in place.
+    Returns what it changed, one line each (empty when nb already keeps the convention)."""
+    kinds = {(ex.chapter, ex.k): ex.kind for ex in exercises(nb.cells)}
+    changes = []
+    out = []
+    cells = list(nb.cells)
     i = 0
-    changed = 0
     while i < len(cells):
-        c = cells[i]
-        out.append(c)
-        if c.cell_type == "markdown":
-            for m in EX.finditer(c.source):
-                number, kind = m.group(1), m.group(2)
-        if c.cell_type == "code" and c.source.startswith("# Solution to exercise"):
-            tags = [t for t in c.metadata.get("tags", []) if t not in ("hide-input", "hide-cell")]
-            jup = dict(c.metadata.get("jupyter", {}))
-            jup["source_hidden"] = True
-            if kind and kind.startswith("predict"):
-                tags.append("hide-cell")
-                jup["outputs_hidden"] = True
-            else:
-                tags.append("hide-input")
-                jup.pop("outputs_hidden", None)
-            c.metadata["tags"] = tags
-            c.metadata["jupyter"] = jup
-            nxt = cells[i + 1] if i + 1 < len(cells) else None
-            if (
-                nxt is not None
-                and nxt.cell_type == "markdown"
-                and not STOP.match(nxt.source)
-                and not nxt.source.startswith(":::{dropdown}")
-            ):
-                m = STOP.search(nxt.source)
-                answer = (nxt.source[: m.start()] if m else nxt.source).strip()
-                rest = nxt.source[m.start() :] if m else ""
-                drop = nbformat.v4.new_markdown_cell(
-                    f":::{{dropdown}} Answer to exercise {number}\n{answer}\n:::"
-                )
-                drop.metadata["jupyter"] = {"source_hidden": True}
-                out.append(drop)
-                changed += 1
-                if rest.strip():
-                    nxt.source = rest
-                    out.append(nxt)
-                    for m2 in EX.finditer(rest):
-                        number, kind = m2.group(1), m2.group(2)
-                i += 2
-                continue
+        cell = cells[i]
+        out.append(cell)
         i += 1
+        number = solution_number(cell)
+        if number is None:
+            continue
+        label = ".".join(number)
+        kind = kinds.get(number)
+        if solution_shows(cell, kind):
+            collapse_solution(cell, kind)
+            changes.append(f"collapsed the solution to exercise {label}")
+        if i < len(cells) and gives_answer_away(cells[i]):
+            prose = cells[i]
+            m = NEXT_SECTION.search(prose.source)
+            answer = (prose.source[: m.start()] if m else prose.source).strip()
+            out.append(nbformat.v4.new_markdown_cell(answer_dropdown(label, answer)))
+            changes.append(f"moved the answer to exercise {label} into a dropdown")
+            rest = prose.source[m.start() :] if m else ""
+            if rest.strip():
+                prose.source = rest
+                out.append(prose)
+            i += 1
     nb.cells = out
-    nbformat.validate(nb)
-    nbformat.write(nb, path)
-    Path(path.with_suffix(".py")).write_text(jupytext.writes(nb, fmt="py:percent"))
-    print(path, "answers moved into dropdowns:", changed)
+    return changes
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 on a change")
+    parser.add_argument("paths", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    paths = args.paths or sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+    changed = 0
+    for path in paths:
+        path = path.with_suffix(".ipynb")
+        nb = nbformat.read(path, as_version=4)
+        changes = hide(nb)
+        for change in changes:
+            print(f"{path}: {change}")
+        if changes:
+            changed += 1
+            if not args.check:
+                nbformat.validate(nb)
+                nbformat.write(nb, path)
+                path.with_suffix(".py").write_text(jupytext.writes(nb, fmt="py:percent"))
+    verb = "would change" if args.check else "changed"
+    print(f"hide_solutions: {verb} {changed} of {len(paths)} notebook(s)")
+    return 1 if args.check and changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,40 +1,18 @@
-#!/usr/bin/env python3
 """Check that every chapter notebook keeps the book's conventions (part of `make test`).
 
 Usage:
-    python tools/check/notebooks.py                  # chapters/NN_*.ipynb, appendix/*.ipynb
-    python tools/check/notebooks.py chapters/03_x.ipynb ...
+    python -m tools.check.notebooks                   # chapters/NN_*.ipynb, appendix/*.ipynb
+    python -m tools.check.notebooks chapters/03_x.ipynb ...
 
 It reads the stored notebooks (it runs nothing, so it takes well under a second) and fails
-on what nbval cannot see (appendix pages: the first group only):
+on what nbval cannot see. Each convention is one rule below, a function that takes the page
+and yields its problems; `RULES` lists them, and `PAGE_RULES` are the ones an appendix page
+keeps too (it has no chapter number, summary, exercises or figure). The exercise convention
+(`solution_shows`, `collapse_solution`, `gives_answer_away`, `answer_dropdown`) is shared with
+tools/build/hide_solutions.py, which applies what the check requires.
 
-- a code cell never executed, one with a stored error, execution counts not 1, 2, 3, ...,
-  or a cell that nbval would skip (`nbval-skip`, `# NBVAL_SKIP`);
-- a stored output holding a repr with a memory address (`<... at 0x7f...>`);
-- an output line that is only `True` or `False`, or a check printed as one
-  ("a == b: True", "same output: True"): print the measured numbers, then assert;
-- a code line over 100 characters (it scrolls sideways in the HTML book);
-- a title that is not numbered like the file (`# 7. ...` for `07_*.ipynb`);
-- no `## Summary` followed by `## Exercises` as the chapter's last two sections, fewer than
-  two exercises (`### Exercise N.k (kind): ...`), exercises not graded from "predict, then
-  run" over "modify" to "implement", or an exercise without a solution cell after it; a
-  solution cell must be collapsed in JupyterLab (`jupyter.source_hidden`) and behind a
-  toggle in the HTML (tag `hide-input`); a prediction's solution hides its output too (tag
-  `hide-cell`, `jupyter.outputs_hidden`), and prose right after a solution sits in a
-  `:::{dropdown}` cell, so that no answer shows before the reader asks for it; no markdown
-  cell is collapsed with `jupyter.source_hidden` (JupyterLab would show its first line raw:
-  jupyterlab-myst renders the dropdown collapsed instead);
-- an opening that is not: the title, a few lines, and the picture `figures/NN_slug.png`,
-  which must be the stored png of the code cell tagged `opening-figure`
-  (tools/build/export_opening_figures.py writes it); then a cell tagged `run-time` that says what
-  chapters/data/run_times.json recorded (tools/bench/time_chapters.py measures and writes it);
-- prose that is hard to read: a median sentence over 20 words, or over 2,500 words of
-  main-path prose (outside `:::{dropdown}` blocks), as tools/check/prose_stats.py counts them; the
-  table of both is printed for every chapter checked;
-- no figure (an image output, or an image or figure directive in the prose);
-- drawing code (a cell tagged `figure`) not hidden in the same two ways.
-
-It prints one line per problem and exits 1 if there is any.
+It prints the prose table (tools/check/prose_stats.py) for every chapter checked, then one
+line per problem, and exits 1 if there is any.
 """
 
 from __future__ import annotations
@@ -42,15 +20,18 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.bench import time_chapters
+from tools.build import export_opening_figures
+from tools.check import prose_stats
+from tools.common import ROOT
+
 CHAPTERS = ROOT / "chapters"
-sys.path.insert(0, str(ROOT / "tools"))
-import export_opening_figures  # noqa: E402
-import prose_stats  # noqa: E402
-import time_chapters  # noqa: E402
-
 MAX_LINE = 100
 MAX_MEDIAN_SENTENCE = 20  # words
 MAX_MAIN_PATH_WORDS = 2500
@@ -62,9 +43,6 @@ CHECK_BOOL = re.compile(
     r"\bidentical\b|\bagree)[^:;|]*:\s*(True|False)\b",
     re.I,
 )
-EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+) \(([^)]*)\)", re.M)
-KINDS = {"predict, then run": 0, "modify": 1, "implement": 2}  # the order exercises come in
-SOLUTION_MARK = re.compile(r"^# Solution to exercise (\d+)\.(\d+)\b")
 FIGURE_MD = re.compile(r"```\{(figure|image)\}|!\[[^\]]*\]\(")
 # words about the test harness or this project's machines: the introduction explains the
 # convention once, chapter prose teaches the Transformer
@@ -78,13 +56,17 @@ MACHINERY_IMPORT = re.compile(
 )
 # a chapter argues from its own cells: a recorded experiment is cited from its Experiments page
 RECORD_READ = re.compile(r"""["'](?:\.\./chapters/)?data/[\w.-]+\.json["']""")
-# a maintainer's command (a script under tools/) in a chapter's prose or output
-# (chapter 20 launches its own training script, tools/train_ddp.py: that one is the lesson)
+# a maintainer's command (a tool under tools/, by path or as a module) in a chapter's prose or
+# output (chapter 20 launches its own training script, tools/train_ddp.py: that one is the lesson)
 TOOL_COMMAND = re.compile(
-    r"\btools/(?!train_ddp\.py)[\w-]+\.py\b|\bmake (?:record-gpu|doctor|test-portable)\b"
+    r"\btools/(?!train_ddp\.py)[\w/-]+\.py\b|(?<![\w.])tools\.(?:build|check|bench|record)\.\w+"
+    r"|\bmake (?:record-gpu|doctor|test-portable)\b"
 )
 # a version number such as 2.13.0 in prose (not "section 3.2.1"): the notebook must print it
 VERSION = re.compile(r"(?<![\w.])(?<!section )(\d+\.\d+\.\d+)(?![\w.]*\d)", re.I)
+
+
+# --- cells -----------------------------------------------------------------------------------
 
 
 def source(cell) -> str:
@@ -100,251 +82,493 @@ def output_text(out) -> str:
     return "".join(text) if isinstance(text, list) else text
 
 
-def hidden(cell) -> bool:
-    meta = cell.get("metadata", {})
-    tags = meta.get("tags", [])
-    return meta.get("jupyter", {}).get("source_hidden") is True and (
-        "hide-input" in tags or "hide-cell" in tags
-    )
+def tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def hides_code(cell) -> bool:
+    """Collapsed in JupyterLab (jupyter.source_hidden) and behind a toggle in the HTML."""
+    hidden = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
+    return hidden and ("hide-input" in tags(cell) or "hide-cell" in tags(cell))
 
 
 def hides_output(cell) -> bool:
-    meta = cell.get("metadata", {})
-    return "hide-cell" in meta.get("tags", []) and meta.get("jupyter", {}).get("outputs_hidden")
+    """The output hidden too, in JupyterLab (jupyter.outputs_hidden) and the HTML (hide-cell)."""
+    outputs_hidden = cell.get("metadata", {}).get("jupyter", {}).get("outputs_hidden")
+    return "hide-cell" in tags(cell) and bool(outputs_hidden)
 
 
-def hidden_markdown(cell) -> bool:
-    return cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True
-
-
-def dropdown_start(text: str) -> bool:
+def starts_dropdown(text: str) -> bool:
     return bool(re.match(r":{3,}\{dropdown\}", text.lstrip()))
 
 
-def reader_path_problems(cells) -> list[tuple[int, str]]:
-    """What keeps the reproducibility machinery and recorded research out of a chapter."""
-    found = []
-    for i, cell in enumerate(cells):
-        text = source(cell)
-        if cell.get("cell_type") == "code":
-            for imp in MACHINERY_IMPORT.findall(text):
-                for name in dict.fromkeys(MACHINERY.findall(imp)):
-                    found.append(
-                        (
-                            i,
-                            f"imports {name}: call "
-                            "helpers.repro.numerics.assert_within_measured_spread",
-                        )
-                    )
-            for match in dict.fromkeys(RECORD_READ.findall(text)):
-                found.append((i, f"reads the record {match}: cite its Experiments page instead"))
-            shown = "".join(output_text(o) for o in cell.get("outputs", []))
-        else:
-            shown = text
-        for match in dict.fromkeys(m.group(0) for m in TOOL_COMMAND.finditer(shown)):
-            found.append((i, f"shows the maintainer's command {match!r} to the reader"))
-    return found
+# --- the exercise convention (tools/build/hide_solutions.py applies it) ------------------------
+
+EXERCISE = re.compile(r"^### Exercise (\d+)\.(\d+) \(([^)]*)\)", re.M)
+KINDS = {"predict, then run": 0, "modify": 1, "implement": 2}  # the order exercises come in
+SOLUTION_MARK = re.compile(r"^# Solution to exercise (\d+)\.(\d+)\b")
+NEXT_SECTION = re.compile(r"^(### Exercise|## )", re.M)
 
 
-def check(path: Path) -> list[str]:
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    cells = nb.get("cells", [])
-    problems: list[str] = []
+class Exercise(NamedTuple):
+    cell: int
+    chapter: str
+    k: str
+    kind: str
 
-    def problem(msg: str) -> None:
-        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        problems.append(f"{where}: {msg}")
+    @property
+    def number(self) -> str:
+        return f"{self.chapter}.{self.k}"
 
-    # execution and nbval
-    counts = []
-    for i, cell in enumerate(cells):
-        if cell.get("cell_type") != "code" or not source(cell).strip():
-            continue
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "nbval-skip" in tags or "NBVAL_SKIP" in source(cell):
-            problem(
+
+def exercises(cells) -> list[Exercise]:
+    """The `### Exercise N.k (kind)` headings, in order."""
+    return [
+        Exercise(i, *m.groups())
+        for i, cell in enumerate(cells)
+        if cell.get("cell_type") == "markdown"
+        for m in EXERCISE.finditer(source(cell))
+    ]
+
+
+def solution_number(cell) -> tuple[str, str] | None:
+    """(N, k) for a code cell starting `# Solution to exercise N.k`, else None."""
+    m = cell.get("cell_type") == "code" and SOLUTION_MARK.match(source(cell).lstrip())
+    return m.groups() if m else None
+
+
+def solution_shows(cell, kind: str | None) -> list[str]:
+    """What a solution cell shows before the reader asks: "code" and/or "output" (a
+    prediction's output is its answer). Empty when it is collapsed as the book wants."""
+    shown = [] if hides_code(cell) else ["code"]
+    if kind and kind.startswith("predict") and not hides_output(cell):
+        shown.append("output")
+    return shown
+
+
+def collapse_solution(cell, kind: str | None) -> None:
+    """Collapse a solution cell in place: code hidden (source_hidden, hide-input); a
+    prediction's output hidden too (hide-cell, outputs_hidden)."""
+    predict = bool(kind and kind.startswith("predict"))
+    meta = cell.setdefault("metadata", {})
+    meta["tags"] = [t for t in tags(cell) if t not in ("hide-input", "hide-cell")]
+    meta["tags"].append("hide-cell" if predict else "hide-input")
+    jupyter = dict(meta.get("jupyter", {}), source_hidden=True)
+    if predict:
+        jupyter["outputs_hidden"] = True
+    else:
+        jupyter.pop("outputs_hidden", None)
+    meta["jupyter"] = jupyter
+
+
+def gives_answer_away(after) -> bool:
+    """Prose right after a solution is its written answer unless it opens a dropdown or the
+    next exercise or section."""
+    text = source(after)
+    return (
+        after.get("cell_type") == "markdown"
+        and not NEXT_SECTION.match(text)
+        and not starts_dropdown(text)
+    )
+
+
+def answer_dropdown(number: str, answer: str) -> str:
+    """The markdown of a written answer's cell: a dropdown, collapsed in JupyterLab and the
+    HTML alike (never jupyter.source_hidden, which JupyterLab shows as a raw first line)."""
+    return f":::{{dropdown}} Answer to exercise {number}\n{answer}\n:::"
+
+
+# --- the page ------------------------------------------------------------------------------
+
+
+@dataclass
+class Page:
+    """A stored notebook as the rules read it."""
+
+    path: Path
+    cells: list[dict] = field(repr=False)
+
+    @classmethod
+    def read(cls, path: Path) -> Page:
+        return cls(path, json.loads(path.read_text(encoding="utf-8")).get("cells", []))
+
+    @property
+    def is_chapter(self) -> bool:
+        return self.path.name[:2].isdigit()
+
+    @property
+    def number(self) -> int:
+        return int(self.path.name[:2])
+
+    def executed(self) -> Iterator[tuple[int, dict]]:
+        """The code cells nbval runs (an empty one is skipped)."""
+        for i, cell in enumerate(self.cells):
+            if cell.get("cell_type") == "code" and source(cell).strip():
+                yield i, cell
+
+    def markdown(self) -> Iterator[tuple[int, dict]]:
+        for i, cell in enumerate(self.cells):
+            if cell.get("cell_type") == "markdown":
+                yield i, cell
+
+    @cached_property
+    def prose(self) -> dict:
+        return prose_stats.stats(self.path)
+
+    @cached_property
+    def exercises(self) -> list[Exercise]:
+        return exercises(self.cells)
+
+    def solutions(self, ex: Exercise) -> list[int]:
+        return [
+            j for j, cell in enumerate(self.cells) if solution_number(cell) == (ex.chapter, ex.k)
+        ]
+
+
+Rule = Callable[[Page], Iterator[str]]
+
+
+# --- rules for every page: what nbval cannot see --------------------------------------------
+
+
+def nothing_skipped(page: Page) -> Iterator[str]:
+    """Every code cell runs under nbval: a skipped one could rot unnoticed."""
+    for i, cell in page.executed():
+        if "nbval-skip" in tags(cell) or "NBVAL_SKIP" in source(cell):
+            yield (
                 f"cell {i} is skipped by nbval: run it, and tag it nbval-ignore-output if "
                 "its output cannot be stable"
             )
-        counts.append(cell.get("execution_count"))
-        texts = []  # consecutive stream writes joined (print(a, b) may write twice)
+
+
+def no_stored_errors(page: Page) -> Iterator[str]:
+    """No stored error: the reader would see a traceback where the lesson should be."""
+    for i, cell in page.executed():
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
-                problem(f"cell {i} has a stored error: {out.get('ename')}: {out.get('evalue')}")
-            elif out.get("output_type") == "stream" and texts and texts[-1][0] == out.get("name"):
-                texts[-1] = (out.get("name"), texts[-1][1] + output_text(out))
-            else:
-                texts.append((out.get("name"), output_text(out)))
-        for _, text in texts:
-            match = ADDRESS.search(text)
-            if match:
-                problem(f"cell {i} stores a repr with a memory address: {match.group(0)}")
+                yield f"cell {i} has a stored error: {out.get('ename')}: {out.get('evalue')}"
+
+
+def printed_texts(cell) -> list[str]:
+    """A cell's printed texts, consecutive writes to one stream joined (print(a, b) may write
+    twice)."""
+    texts: list[tuple[str | None, str]] = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            continue
+        if out.get("output_type") == "stream" and texts and texts[-1][0] == out.get("name"):
+            texts[-1] = (out.get("name"), texts[-1][1] + output_text(out))
+        else:
+            texts.append((out.get("name"), output_text(out)))
+    return [text for _, text in texts]
+
+
+def no_memory_addresses(page: Page) -> Iterator[str]:
+    """No repr with a memory address (`<... at 0x7f...>`): it changes on every run."""
+    for i, cell in page.executed():
+        for text in printed_texts(cell):
+            if match := ADDRESS.search(text):
+                yield f"cell {i} stores a repr with a memory address: {match.group(0)}"
+
+
+def no_checks_printed_as_bools(page: Page) -> Iterator[str]:
+    """A check is not printed as True/False: the reader learns from the numbers, and an
+    assert fails loudly where a printed False would pass nbval once stored."""
+    for i, cell in page.executed():
+        for text in printed_texts(cell):
             for line in text.splitlines():
                 if BARE_BOOL.match(line) or CHECK_BOOL.search(line):
-                    problem(
+                    yield (
                         f"cell {i} prints a check as True/False ({line.strip()[:60]!r}): "
                         "print the measured numbers, then assert"
                     )
                     break
+
+
+def code_lines_fit(page: Page) -> Iterator[str]:
+    """Code lines of at most 100 characters: a longer one scrolls sideways in the HTML book."""
+    for i, cell in page.executed():
         for n, line in enumerate(source(cell).splitlines(), 1):
             if len(line) > MAX_LINE:
-                problem(f"cell {i} line {n} has {len(line)} characters (at most {MAX_LINE})")
-    for i, cell in enumerate(cells):
-        if cell.get("cell_type") == "markdown" and hidden_markdown(cell):
-            problem(
+                yield f"cell {i} line {n} has {len(line)} characters (at most {MAX_LINE})"
+
+
+def no_collapsed_markdown(page: Page) -> Iterator[str]:
+    """No markdown cell collapsed with source_hidden: JupyterLab would show its first line
+    raw; a dropdown collapses it in both renderers."""
+    for i, cell in page.markdown():
+        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is True:
+            yield (
                 f"markdown cell {i} is collapsed (jupyter.source_hidden): JupyterLab then shows "
                 "its first source line raw; a ':::{dropdown}' collapses it in both renderers"
             )
-        if cell.get("cell_type") == "markdown" and path.name[:2].isdigit():
-            for match in dict.fromkeys(m.group(0) for m in HARNESS.finditer(source(cell))):
-                problem(
-                    f"cell {i} talks about the harness ({match!r}): say what the cell shows; "
-                    "the introduction explains how the book checks itself"
-                )
-    # versions named in prose are printed by a cell (code or output) of the same notebook
+
+
+def versions_are_printed(page: Page) -> Iterator[str]:
+    """A version named in the prose is printed by the notebook, so it cannot go stale."""
     shown = "\n".join(
         source(c) + "".join(output_text(o) for o in c.get("outputs", []))
-        for c in cells
+        for c in page.cells
         if c.get("cell_type") == "code"
     )
-    for i, cell in enumerate(cells):
-        if cell.get("cell_type") == "markdown":
-            for version in dict.fromkeys(VERSION.findall(source(cell))):
-                if version not in shown:
-                    problem(
-                        f"cell {i} names version {version}, which no cell of the notebook "
-                        "prints: print it (or say which package without the number)"
-                    )
+    for i, cell in page.markdown():
+        for version in dict.fromkeys(VERSION.findall(source(cell))):
+            if version not in shown:
+                yield (
+                    f"cell {i} names version {version}, which no cell of the notebook "
+                    "prints: print it (or say which package without the number)"
+                )
+
+
+def executed_in_order(page: Page) -> Iterator[str]:
+    """Every code cell executed, in one fresh kernel from the top: the outputs are what a
+    reader running it gets."""
+    counts = [cell.get("execution_count") for _, cell in page.executed()]
     if None in counts:
-        problem(f"{counts.count(None)} code cell(s) never executed: re-execute the notebook")
+        yield f"{counts.count(None)} code cell(s) never executed: re-execute the notebook"
     elif counts != list(range(1, len(counts) + 1)):
-        problem("execution counts are not 1, 2, 3, ...: re-execute it in a fresh kernel")
+        yield "execution counts are not 1, 2, 3, ...: re-execute it in a fresh kernel"
 
-    if not path.name[:2].isdigit():
-        return problems  # an appendix page: no chapter number, summary, exercises or figure
 
-    for i, msg in reader_path_problems(cells):
-        problem(f"cell {i} {msg}")
+# --- rules for chapters: the reader's path ---------------------------------------------------
 
-    # title
-    number = int(path.name[:2])
-    first = source(cells[0]).lstrip().splitlines()[0] if cells and source(cells[0]).strip() else ""
-    if cells[0].get("cell_type") != "markdown" or not first.startswith(f"# {number}. "):
-        problem(f"the first cell must be the title '# {number}. ...', found {first[:40]!r}")
 
-    # the opening: title, a few lines, the picture; then the measured run time
-    picture = f"](figures/{path.stem}.png)"
-    if picture not in source(cells[0]):
-        problem(f"the opening cell shows no picture: add '![...](figures/{path.stem}.png)'")
-    for msg in export_opening_figures.problems(path):
-        problem(msg)
+def prose_about_the_lesson(page: Page) -> Iterator[str]:
+    """Chapter prose says what the cell shows, not how the book tests itself (the
+    introduction explains that once)."""
+    for i, cell in page.markdown():
+        for match in dict.fromkeys(m.group(0) for m in HARNESS.finditer(source(cell))):
+            yield (
+                f"cell {i} talks about the harness ({match!r}): say what the cell shows; "
+                "the introduction explains how the book checks itself"
+            )
+
+
+def no_machinery_imports(page: Page) -> Iterator[str]:
+    """A chapter imports none of the reproducibility machinery: a trained-model bound goes
+    through one call."""
+    for i, cell in enumerate(page.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        for imp in MACHINERY_IMPORT.findall(source(cell)):
+            for name in dict.fromkeys(MACHINERY.findall(imp)):
+                yield (
+                    f"cell {i} imports {name}: call "
+                    "helpers.repro.numerics.assert_within_measured_spread"
+                )
+
+
+def no_record_reads(page: Page) -> Iterator[str]:
+    """A chapter argues from its own cells: a recorded experiment is cited from its page."""
+    for i, cell in enumerate(page.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        for match in dict.fromkeys(RECORD_READ.findall(source(cell))):
+            yield f"cell {i} reads the record {match}: cite its Experiments page instead"
+
+
+def no_maintainer_commands(page: Page) -> Iterator[str]:
+    """A chapter shows the reader no maintainer's command (a tool, make doctor, ...)."""
+    for i, cell in enumerate(page.cells):
+        if cell.get("cell_type") == "code":
+            shown = "".join(output_text(o) for o in cell.get("outputs", []))
+        else:
+            shown = source(cell)
+        for match in dict.fromkeys(m.group(0) for m in TOOL_COMMAND.finditer(shown)):
+            yield f"cell {i} shows the maintainer's command {match!r} to the reader"
+
+
+def title_is_numbered(page: Page) -> Iterator[str]:
+    """The first cell is the title, numbered like the file (`# 7. ...` for 07_*.ipynb)."""
+    head = page.cells[0] if page.cells else {}
+    first = source(head).lstrip().splitlines()[0] if source(head).strip() else ""
+    if head.get("cell_type") != "markdown" or not first.startswith(f"# {page.number}. "):
+        yield f"the first cell must be the title '# {page.number}. ...', found {first[:40]!r}"
+
+
+def opening_shows_its_picture(page: Page) -> Iterator[str]:
+    """The opening shows figures/NN_slug.png, the stored png of the cell tagged
+    opening-figure (tools/build/export_opening_figures.py writes it): drawn by the chapter."""
+    if f"](figures/{page.path.stem}.png)" not in source(page.cells[0] if page.cells else {}):
+        yield f"the opening cell shows no picture: add '![...](figures/{page.path.stem}.png)'"
+    yield from export_opening_figures.problems(page.path)
+
+
+def run_time_is_recorded(page: Page) -> Iterator[str]:
+    """The second cell, tagged run-time, says what chapters/data/run_times.json measured, so
+    the reader knows what opening the chapter costs."""
     record = json.loads(time_chapters.RECORD.read_text()) if time_chapters.RECORD.exists() else {}
-    rec = record.get("chapters", {}).get(path.name[:2])
-    second = cells[1] if len(cells) > 1 else {}
-    if rec is None or rec.get("notebook") != path.name:
-        problem("no run time recorded for this chapter: run tools/bench/time_chapters.py NN")
-    elif time_chapters.TAG not in second.get("metadata", {}).get("tags", []):
-        problem(
-            "the second cell must be the run-time cell: run tools/bench/time_chapters.py --write"
-        )
+    rec = record.get("chapters", {}).get(page.path.name[:2])
+    second = page.cells[1] if len(page.cells) > 1 else {}
+    if rec is None or rec.get("notebook") != page.path.name:
+        yield "no run time recorded for this chapter: run tools/bench/time_chapters.py NN"
+    elif time_chapters.TAG not in tags(second):
+        yield "the second cell must be the run-time cell: run tools/bench/time_chapters.py --write"
     elif source(second) != time_chapters.run_time_text(rec):
-        problem(
-            "the run-time cell differs from the record: run tools/bench/time_chapters.py --write"
-        )
+        yield "the run-time cell differs from the record: run tools/bench/time_chapters.py --write"
 
-    # plain prose
-    stats = prose_stats.stats(path)
-    if stats["median_sentence"] > MAX_MEDIAN_SENTENCE:
-        problem(
-            f"median sentence {stats['median_sentence']:.1f} words (at most "
+
+def sentences_are_short(page: Page) -> Iterator[str]:
+    """A median sentence of at most 20 words (tools/check/prose_stats.py): one idea each."""
+    if page.prose["median_sentence"] > MAX_MEDIAN_SENTENCE:
+        yield (
+            f"median sentence {page.prose['median_sentence']:.1f} words (at most "
             f"{MAX_MEDIAN_SENTENCE}): one idea per sentence"
         )
-    if stats["main_words"] > MAX_MAIN_PATH_WORDS:
-        problem(
-            f"{stats['main_words']:,} words of main-path prose (at most "
+
+
+def main_path_is_short(page: Page) -> Iterator[str]:
+    """At most 2,500 words of prose outside dropdowns: a chapter reads in one sitting."""
+    if page.prose["main_words"] > MAX_MAIN_PATH_WORDS:
+        yield (
+            f"{page.prose['main_words']:,} words of main-path prose (at most "
             f"{MAX_MAIN_PATH_WORDS:,}): move digressions into 'Going deeper' dropdowns"
         )
 
-    # summary, exercises, solutions
+
+def ends_with_summary_and_exercises(page: Page) -> Iterator[str]:
+    """The last two sections are `## Summary` and `## Exercises`, as in every chapter."""
     headings = [
-        (i, line)
-        for i, cell in enumerate(cells)
-        if cell.get("cell_type") == "markdown"
+        line.strip()
+        for _, cell in page.markdown()
         for line in source(cell).splitlines()
         if line.startswith("## ")
     ]
-    tail = [line.strip() for _, line in headings[-2:]]
-    if tail != ["## Summary", "## Exercises"]:
-        problem(f"the last two sections must be '## Summary' and '## Exercises', found {tail}")
-    exercises = []
-    for i, cell in enumerate(cells):
-        if cell.get("cell_type") == "markdown":
-            exercises += [
-                (i, m.group(1), m.group(2), m.group(3)) for m in EXERCISE.finditer(source(cell))
-            ]
-    if len(exercises) < 2:
-        problem(f"{len(exercises)} exercise(s); each chapter has at least 2 ('### Exercise N.k')")
-    ranks = [KINDS.get(kind, -1) for *_, kind in exercises]
+    if headings[-2:] != ["## Summary", "## Exercises"]:
+        yield (
+            f"the last two sections must be '## Summary' and '## Exercises', found {headings[-2:]}"
+        )
+
+
+def two_exercises_or_more(page: Page) -> Iterator[str]:
+    """At least two exercises (`### Exercise N.k (kind): ...`): the reader practises."""
+    if len(page.exercises) < 2:
+        n = len(page.exercises)
+        yield f"{n} exercise(s); each chapter has at least 2 ('### Exercise N.k')"
+
+
+def exercises_are_graded(page: Page) -> Iterator[str]:
+    """Exercises go from "predict, then run" over "modify" to "implement": easy ones first."""
+    kinds = [ex.kind for ex in page.exercises]
+    ranks = [KINDS.get(kind, -1) for kind in kinds]
     if -1 in ranks:
-        problem(f"exercise kinds must be one of {list(KINDS)}: found {[e[3] for e in exercises]}")
+        yield f"exercise kinds must be one of {list(KINDS)}: found {kinds}"
     elif ranks != sorted(ranks):
-        problem(f"exercises must be graded {' -> '.join(KINDS)}: found {[e[3] for e in exercises]}")
-    for i, chap, k, kind in exercises:
-        if int(chap) != number:
-            problem(f"exercise {chap}.{k} in chapter {number}: number it {number}.{k}")
-        solutions = [
-            j
-            for j, cell in enumerate(cells)
-            if cell.get("cell_type") == "code"
-            and (m := SOLUTION_MARK.match(source(cell).lstrip()))
-            and (m.group(1), m.group(2)) == (chap, k)
-        ]
+        yield f"exercises must be graded {' -> '.join(KINDS)}: found {kinds}"
+
+
+def exercises_carry_the_chapter_number(page: Page) -> Iterator[str]:
+    """Exercise N.k sits in chapter N, so a reference to it is unambiguous."""
+    for ex in page.exercises:
+        if int(ex.chapter) != page.number:
+            yield f"exercise {ex.number} in chapter {page.number}: number it {page.number}.{ex.k}"
+
+
+def every_exercise_has_a_solution(page: Page) -> Iterator[str]:
+    """Each exercise has a solution cell (`# Solution to exercise N.k`) after its statement."""
+    for ex in page.exercises:
+        solutions = page.solutions(ex)
         if not solutions:
-            problem(
-                f"exercise {chap}.{k} has no code cell starting '# Solution to exercise {chap}.{k}'"
+            yield (
+                f"exercise {ex.number} has no code cell starting "
+                f"'# Solution to exercise {ex.number}'"
             )
         for j in solutions:
-            if j < i:
-                problem(f"the solution to exercise {chap}.{k} comes before its statement")
-            if not hidden(cells[j]):
-                problem(
-                    f"the solution to exercise {chap}.{k} (cell {j}) must be collapsed: "
+            if j < ex.cell:
+                yield f"the solution to exercise {ex.number} comes before its statement"
+
+
+def solutions_are_collapsed(page: Page) -> Iterator[str]:
+    """A solution shows nothing before the reader asks: its code collapsed, and a
+    prediction's output (the answer) too (`solution_shows`)."""
+    for ex in page.exercises:
+        for j in page.solutions(ex):
+            shown = solution_shows(page.cells[j], ex.kind)
+            if "code" in shown:
+                yield (
+                    f"the solution to exercise {ex.number} (cell {j}) must be collapsed: "
                     "metadata jupyter.source_hidden and tag hide-input (or hide-cell)"
                 )
-            if kind.startswith("predict") and not hides_output(cells[j]):
-                problem(
-                    f"the solution to prediction exercise {chap}.{k} (cell {j}) shows its answer: "
-                    "tag it hide-cell and set jupyter.outputs_hidden"
-                )
-            after = cells[j + 1] if j + 1 < len(cells) else None
-            if (
-                after is not None
-                and after.get("cell_type") == "markdown"
-                and not re.match(r"(### Exercise|## )", source(after))
-                and not dropdown_start(source(after))
-            ):
-                problem(
-                    f"the prose after the solution to exercise {chap}.{k} (cell {j + 1}) gives "
-                    "the answer away: put it in a ':::{dropdown} Answer ...' cell"
+            if "output" in shown:
+                yield (
+                    f"the solution to prediction exercise {ex.number} (cell {j}) shows its "
+                    "answer: tag it hide-cell and set jupyter.outputs_hidden"
                 )
 
-    # figures
+
+def answers_sit_in_dropdowns(page: Page) -> Iterator[str]:
+    """Prose right after a solution is a written answer: it sits in a dropdown
+    (`gives_answer_away`)."""
+    for ex in page.exercises:
+        for j in page.solutions(ex):
+            if j + 1 < len(page.cells) and gives_answer_away(page.cells[j + 1]):
+                yield (
+                    f"the prose after the solution to exercise {ex.number} (cell {j + 1}) "
+                    "gives the answer away: put it in a ':::{dropdown} Answer ...' cell"
+                )
+
+
+def shows_a_figure(page: Page) -> Iterator[str]:
+    """At least one figure (a plot, or an image or figure directive in the prose)."""
     has_image = any(
         any(k.startswith("image/") for k in out.get("data", {}))
-        for cell in cells
+        for cell in page.cells
         for out in cell.get("outputs", [])
     )
-    has_md_figure = any(
-        FIGURE_MD.search(source(c)) for c in cells if c.get("cell_type") == "markdown"
-    )
+    has_md_figure = any(FIGURE_MD.search(source(cell)) for _, cell in page.markdown())
     if not (has_image or has_md_figure):
-        problem("no figure: every chapter shows at least one (a plot, or an SVG in the prose)")
-    for i, cell in enumerate(cells):
-        if "figure" in cell.get("metadata", {}).get("tags", []) and not hidden(cell):
-            problem(
+        yield "no figure: every chapter shows at least one (a plot, or an SVG in the prose)"
+
+
+def drawing_code_is_hidden(page: Page) -> Iterator[str]:
+    """Drawing code (a cell tagged `figure`) is hidden: the picture is the lesson, not its
+    matplotlib."""
+    for i, cell in enumerate(page.cells):
+        if "figure" in tags(cell) and not hides_code(cell):
+            yield (
                 f"cell {i} draws a figure (tag 'figure'): hide its code (source_hidden, hide-input)"
             )
-    return problems
+
+
+PAGE_RULES: list[Rule] = [
+    nothing_skipped,
+    no_stored_errors,
+    no_memory_addresses,
+    no_checks_printed_as_bools,
+    code_lines_fit,
+    no_collapsed_markdown,
+    versions_are_printed,
+    executed_in_order,
+]
+CHAPTER_RULES: list[Rule] = [
+    prose_about_the_lesson,
+    no_machinery_imports,
+    no_record_reads,
+    no_maintainer_commands,
+    title_is_numbered,
+    opening_shows_its_picture,
+    run_time_is_recorded,
+    sentences_are_short,
+    main_path_is_short,
+    ends_with_summary_and_exercises,
+    two_exercises_or_more,
+    exercises_are_graded,
+    exercises_carry_the_chapter_number,
+    every_exercise_has_a_solution,
+    solutions_are_collapsed,
+    answers_sit_in_dropdowns,
+    shows_a_figure,
+    drawing_code_is_hidden,
+]
+RULES: list[Rule] = PAGE_RULES + CHAPTER_RULES
+
+
+def check(path: Path) -> list[str]:
+    """Every problem of one notebook, as `path: problem` lines, rule by rule."""
+    page = Page.read(path)
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    rules = RULES if page.is_chapter else PAGE_RULES
+    return [f"{where}: {msg}" for rule in rules for msg in rule(page)]
 
 
 def main(argv: list[str]) -> int:
