@@ -15,7 +15,7 @@
  *   erf(x), tokenName(id).
  *
  * Weights are float32 (exact, from the file); the arithmetic is float64. PyTorch computes in
- * float32, so logits differ from its by up to about 2e-5 (tools/check/browser.py prints the
+ * float32, so logits differ from its by up to about 2e-5 (tools/check/browser/ prints the
  * largest gap, requires at most 1e-4 and equal tokens on 2,111 inputs per model). Only the
  * sources the page feeds exist here: no padding, so the source padding mask is never set;
  * the cache holds past positions only, so self-attention is causal by construction.
