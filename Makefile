@@ -45,7 +45,7 @@ help:
 	@echo "make lab      JupyterLab on the chapters"
 	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
 	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
-	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (tools/record/gpu.py)"
+	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (python3 -m tools.record.gpu)"
 	@echo "make clean    remove build outputs; make distclean also removes .venv"
 
 # ---------------------------------------------------------------------------- set-up
@@ -63,7 +63,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@echo "installed: $(VENV) is ready"
 
 $(KERNEL): $(STAMP) src/helpers/repro/pin.py tools/build/install_kernel.py
-	$(BIN)/python tools/build/install_kernel.py
+	$(BIN)/python -m tools.build.install_kernel
 
 # ---------------------------------------------------------------------------- book
 book: $(SETUP)
@@ -109,7 +109,7 @@ test-fast: $(SETUP)
 	$(BIN)/python -m pytest tests/ -q $(FAST_TESTS) -n 2
 
 test-pairing: $(SETUP)
-	$(BIN)/python tools/check/pairing.py
+	$(BIN)/python -m tools.check.pairing
 
 # What nbval cannot see: unexecuted cells, addresses in outputs, checks printed as True,
 # long lines, titles, Summary/Exercises/solutions, a figure per chapter.
@@ -148,7 +148,7 @@ test-portable: $(SETUP)
 # few seeded computations compared with the book's, and a plain verdict; run in the book
 # kernel's environment.
 doctor: $(SETUP)
-	@env $(PINNED) $(BIN)/python tools/check/doctor.py
+	@env $(PINNED) $(BIN)/python -m tools.check.doctor
 
 # The book must work offline and without JavaScript errors: no page may load a script,
 # stylesheet, image or frame from another host, and the sphinx-thebe inline script
@@ -165,7 +165,7 @@ test-book: $(SETUP)
 	echo "book: _build/html/index.html built; no remote resources, no thebe script"
 
 # ---------------------------------------------------------------------------- browser
-# tools/check/browser.py in Debian's headless Chromium: (a) every page of the built book
+# tools/check/browser/ in Debian's headless Chromium: (a) every page of the built book
 # (math rendered, images loaded, no request off localhost, no JavaScript error); (b) the
 # heatmap chapter run in JupyterLab, its layer control switched, the heatmap redrawn.
 # Chromium is installed from Debian's packages when missing (as root, or through sudo).
@@ -175,7 +175,7 @@ check-browser: $(SETUP)
 	  echo "installing Debian's chromium (apt-get)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@test -f _build/html/index.html || $(BOOK_BUILD)
-	$(BIN)/python tools/check/browser.py
+	$(BIN)/python -m tools.check.browser
 
 # ---------------------------------------------------------------------------- GPU
 # The one command to run on a machine with an NVIDIA GPU (it needs only python3 with torch,
@@ -184,7 +184,7 @@ check-browser: $(SETUP)
 # Experiments page (no chapter reads them yet).
 OUT ?= gpu_results
 record-gpu:
-	PYTHONPATH=src python3 tools/record/gpu.py --device cuda --out $(OUT)
+	PYTHONPATH=src python3 -m tools.record.gpu --device cuda --out $(OUT)
 
 # ---------------------------------------------------------------------------- authoring
 # The server runs at the repository root (so jupytext.toml applies and src/ is at hand)
@@ -196,7 +196,7 @@ lab: $(SETUP)
 
 NB ?=
 execute: $(SETUP)
-	$(BIN)/python tools/build/execute_notebooks.py $(NB)
+	$(BIN)/python -m tools.build.execute_notebooks $(NB)
 
 # ---------------------------------------------------------------------------- cleaning
 clean:

@@ -32,10 +32,20 @@ MARKED = {
             "test_one_process_is_refused",  # a fresh Python that imports torch (14 s)
             "test_a_port_in_use_is_named",  # the same (8.5 s)
         ],
-        "test_record_gpu.py": ["dry_run"],  # tools/record/gpu.py --quick in a bare Python (25 s)
+        "test_record_gpu.py": ["dry_run"],  # -m tools.record.gpu --quick in a bare Python (25 s)
         "test_numerics.py": ["test_under_the_pin_the_fingerprint_is_the_books"],  # (8.4 s)
+        # fresh Pythons without torch (under 1 s together)
+        "test_tools_common.py": [
+            "test_tools_common_imports_no_torch",
+            "test_run_fresh_returns_the_result_from_a_process_with_env",
+            "test_run_fresh_says_which_function_failed_and_why",
+        ],
         "test_training.py": [
             "test_killing_the_writer_mid_write_leaves_no_valid_looking_checkpoint"  # (18 s)
+        ],
+        # python -m tools.check.browser in headless Chromium on two tiny pages (16 s)
+        "test_check_browser.py": [
+            "test_the_checker_fails_a_page_with_an_error_and_a_remote_request"
         ],
     },
     # In-process, but long: training, large tensors, a widget round trip.

@@ -155,16 +155,11 @@ def test_chapter_5_cites_the_page_with_the_interval(record):
 def test_recorder_stores_per_sequence_outcomes(tmp_path, monkeypatch):
     """A tiny sweep through the recorder: its runs carry correct_bits in the layout of
     helpers.analysis.experiments, so that a re-recorded sweep supports McNemar's test."""
-    import importlib.util
     import sys
 
     from helpers.analysis.experiments import compare_arms, unpack_bits
+    from tools.record import ch05_norm_sweep as recorder
 
-    spec = importlib.util.spec_from_file_location(
-        "record_ch05_norm_sweep", ROOT / "tools" / "record" / "ch05_norm_sweep.py"
-    )
-    recorder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recorder)
     out = tmp_path / "tiny_sweep.json"
     argv = ["x", "--seeds", "2", "--lrs", "0.001", "--steps", "2", "--layers", "1"]
     monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])

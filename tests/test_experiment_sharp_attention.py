@@ -207,10 +207,7 @@ def test_training_times(page, chapter):
 def test_html_explorer(chapter):
     """The chapter's HTML explorer is the live one (book_assets/attention_explorer.js running
     the weights tools/build/export_live_models.py writes), and the prose names its three models."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    from export_live_models import INDEX_FILE, read_script
+    from tools.build.export_live_models import INDEX_FILE, read_script
 
     md = CHAPTER.read_text()
     assert '<div class="html-attention-explorer">' in md

@@ -2,7 +2,6 @@
 (appendix/experiment_training_ablation.py, chapters/10_training.py;
 chapters/data/training_ablation.json)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,9 @@ def record():
 
 def ablation_configs() -> dict:
     """{lever: TrainConfig} of the measured rows, from the recorder (tools/bench/training.py)."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_training", ROOT / "tools" / "bench" / "training.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {lever: cfg for _, lever, cfg in module.ablation_rows()}
+    from tools.bench import training
+
+    return {lever: cfg for _, lever, cfg in training.ablation_rows()}
 
 
 def row(record, start):

@@ -3,13 +3,12 @@ weights chapter 18's live explorer runs in the HTML book) and book_assets/live_m
 
 Each file must hold its checkpoint bit for bit (names, shapes, every float32), and a forward
 pass computed in NumPy from the file alone, as book_assets/book_model.js computes it, must
-give PyTorch's logits. (tools/check/browser.py then proves that the page decodes as
+give PyTorch's logits. (tools/check/browser/ then proves that the page decodes as
 helpers.greedy_decode does, from these files.)
 """
 
 import base64
 import dataclasses
-import importlib.util
 import math
 from pathlib import Path
 
@@ -33,12 +32,9 @@ ASSETS = ROOT / "book_assets"
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location(
-        "export_live_models", ROOT / "tools" / "build" / "export_live_models.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools.build import export_live_models
+
+    return export_live_models
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +208,7 @@ def test_numpy_forward_from_the_file_equals_pytorch(tool, files, model_id):
     """Teacher-forced logits of the file's model (helpers) and of NumPy reading the file
     alone, on the decoder input greedy decoding produces. The same function: within 1e-5 of
     PyTorch computing in float64 (model.double()); PyTorch's float32 logits, the ones
-    tools/check/browser.py compares the page with, are within 1e-4 (their float32 rounding
+    tools/check/browser/ compares the page with, are within 1e-4 (their float32 rounding
     reaches about 2.5e-5 on the book's model)."""
     data = files[model_id]
     model = tool.model_from_file(ASSETS / tool.weights_file(model_id))

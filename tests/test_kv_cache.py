@@ -1,14 +1,10 @@
 """The encoder-decoder KV cache of greedy_decode (chapter 13) and tools/bench/decoding.py."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from helpers import VOCAB_SIZE, Transformer, greedy_decode, make_padding_mask, make_reversal_dataset
-
-ROOT = Path(__file__).resolve().parents[1]
+from tools.bench import decoding as bench
 
 
 def random_model(seed=0, max_len=40, **kw):
@@ -122,17 +118,7 @@ def test_long_outputs_identical(seed, cfg):
     assert a.shape == (8, 80) and torch.equal(a, b)
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_decoding", ROOT / "tools" / "bench" / "decoding.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_bench_decoding_rows_and_final_line():
-    bench = load_bench()
     rows = bench.bench([4, 8], repeats=1)
     assert [r["new_tokens"] for r in rows] == [4, 8]
     assert all(r["identical"] and r["naive_ms"] > 0 and r["cached_ms"] > 0 for r in rows)
@@ -142,3 +128,4 @@ def test_bench_decoding_rows_and_final_line():
         dict(new_tokens=16, speedup=1.2, identical=False),
     ]
     assert bench.final_line(fake) == "speedup_at_256=6.7 identical=False"
+

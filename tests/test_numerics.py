@@ -2,9 +2,7 @@
 
 import importlib.util
 import json
-import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,18 +11,14 @@ import pytest
 import torch
 
 from helpers.repro import numerics, pin
+from tools.build import install_kernel
+from tools.check import doctor
+from tools.common import pin_env, run_fresh
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted(
     (ROOT / "appendix").glob("*.ipynb")
 )
-
-
-def _load_tool(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 GOOD = {
@@ -92,19 +86,13 @@ CAN_PIN = numerics.blas() == "MKL" and platform.machine().lower() in ("x86_64", 
 @pytest.mark.skipif(not CAN_PIN or "avx2" not in numerics.cpu_flags(), reason="no MKL on AVX2")
 def test_under_the_pin_the_fingerprint_is_the_books():
     """In a fresh process with the book kernel's environment, the bits are the record's."""
-    code = (
-        "import json; from helpers.repro import numerics; "
-        "print(json.dumps([numerics.pin_problems(), numerics.compare_fingerprint("
-        "numerics.fingerprint(), numerics.book_fingerprint())]))"
-    )
-    env = {**os.environ, **pin.PIN}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    problems, differing = json.loads(out.stdout.strip().splitlines()[-1])
+    problems = run_fresh(numerics.pin_problems, env=pin_env("pinned"))
+    mine = run_fresh(numerics.fingerprint, env=pin_env("pinned"))
+    differing = numerics.compare_fingerprint(mine, numerics.book_fingerprint())
     assert problems == [] and differing == [], (problems, differing)
 
 
 def test_doctor_verdicts():
-    doctor = _load_tool("doctor")
     assert "exact digits" in doctor.verdict([], [])
     assert "still passes" in doctor.verdict(["MKL_CBWR is unset, not COMPATIBLE"], ["mm"])
     assert "mm" in doctor.verdict([], ["mm"])
@@ -112,7 +100,6 @@ def test_doctor_verdicts():
 
 
 def test_the_installed_kernel_holds_the_pin():
-    install_kernel = _load_tool("install_kernel")
     assert install_kernel.problems() == []
     spec = json.loads((install_kernel.kernel_dir() / "kernel.json").read_text())
     assert {k: spec["env"][k] for k in pin.PIN} == pin.PIN

@@ -89,6 +89,26 @@ def test_every_path_a_document_names_exists(doc):
     assert not missing, f"{doc} names files that do not exist: {missing}"
 
 
+# A tool run as a module: `python -m tools.check.pairing` (a placeholder such as
+# tools.record.<name> names its package).
+TOOL_MODULE = re.compile(r"-m (tools(?:\.\w+)+)")
+DOCS_WITH_COMMANDS = [
+    "README.md",
+    "CONTRIBUTING.md",
+    "chapters/data/README.md",
+    "Makefile",
+    ".pre-commit-config.yaml",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "appendix").glob("experiment_*.py")),
+]
+
+
+@pytest.mark.parametrize("doc", DOCS_WITH_COMMANDS)
+def test_every_tool_module_a_document_runs_exists(doc):
+    named = set(TOOL_MODULE.findall((ROOT / doc).read_text()))
+    missing = sorted(m for m in named if importlib.util.find_spec(m) is None)
+    assert not missing, f"{doc} runs tools that do not exist: {missing}"
+
+
 def test_named_paths_skips_placeholders():
     text = "`tools/check/pairing.py`, `chapters/NN_slug.py`, `appendix/experiment_<slug>.py`"
     assert named_paths(text + ", `tools/record_....py`") == {"tools/check/pairing.py"}
@@ -131,8 +151,9 @@ def test_pre_commit_hooks_pin_requirements_versions():
                 assert pins.get(m.group(1).lower()) == m.group(2), (hook["id"], dep, pins)
     assert hooks["ruff"]["additional_dependencies"] == ["ruff==" + pins["ruff"]]
     assert hooks["codespell"]["additional_dependencies"][0] == "codespell==" + pins["codespell"]
-    script = hooks["check-pairing"]["entry"].split()[-1]
-    assert (ROOT / script).is_file(), script
+    python, flag, module = hooks["check-pairing"]["entry"].split()
+    assert (ROOT / python).name == "python" and flag == "-m", hooks["check-pairing"]["entry"]
+    assert importlib.util.find_spec(module), module
 
 
 def load(path: Path, name: str):
@@ -144,7 +165,8 @@ def load(path: Path, name: str):
 
 
 def test_conftest_reads_the_one_kernel_name():
-    pin = load(ROOT / "src" / "helpers" / "repro" / "pin.py", "_pin")
+    from tools.common import pin
+
     assert pin.KERNEL_NAME not in (ROOT / "conftest.py").read_text(), "a copy in conftest.py"
     assert load(ROOT / "conftest.py", "_root_conftest").KERNEL_NAME == pin.KERNEL_NAME
 

@@ -10,7 +10,6 @@
 """
 
 import dataclasses
-import importlib.util
 import json
 import os
 import resource
@@ -29,21 +28,12 @@ from packaging.requirements import Requirement
 from helpers.repro import gpu_results as gr
 from helpers.training.recipes import BOOK_RECIPE, fixed_budget_recipe
 from helpers.training.train import train_reversal
+from tools.record import gpu as record_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "tools" / "record" / "gpu.py"
+MODULE = "tools.record.gpu"  # run from the root, as on the GPU machine
 PARTS = ("attention", "training", "decoding", "unit_tests")
 GPU_MACHINE_HAS = ("torch", "numpy", "pytest")
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("record_gpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-record_gpu = load_script()
 
 
 def canonical(name: str) -> str:
@@ -100,7 +90,7 @@ def dry_run(tmp_path_factory):
     """Run the dry run once: (output folder, wall seconds, CPU seconds, stdout)."""
     tmp = tmp_path_factory.mktemp("record_gpu")
     out = tmp / "out"
-    cmd, env = gpu_machine_command(tmp, SCRIPT, "--device", "cpu", "--quick", "--out", out)
+    cmd, env = gpu_machine_command(tmp, "-m", MODULE, "--device", "cpu", "--quick", "--out", out)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(

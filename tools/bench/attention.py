@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """Attention benchmark: handwritten vs F.scaled_dot_product_attention, time and peak memory vs L.
 
 Usage:
-    python tools/bench/attention.py                         # CPU, float32, L = 128 ... 4096
-    python tools/bench/attention.py --dtype bfloat16        # CPU, bfloat16
-    python tools/bench/attention.py --device cuda           # GPU, bfloat16, CUDA events
-    python tools/bench/attention.py --lengths 128 256 --min-run-time 0.2 --out /tmp/b.json
+    python -m tools.bench.attention                         # CPU, float32, L = 128 ... 4096
+    python -m tools.bench.attention --dtype bfloat16        # CPU, bfloat16
+    python -m tools.bench.attention --device cuda           # GPU, bfloat16, CUDA events
+    python -m tools.bench.attention --lengths 128 256 --min-run-time 0.2 --out /tmp/b.json
 
 Every row is timed at least --min-runs times (default 5) and for at least --min-run-time
 seconds, each call on its own, after two warm-up calls and one call that measures the peak
@@ -44,9 +43,7 @@ from helpers.benchmark import (
     save_results,
     spread_table,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "chapters" / "data"
+from tools.common import DATA, command_line
 
 
 def default_out(device: str, dtype: str) -> Path:
@@ -105,7 +102,7 @@ def main(argv) -> int:
         "min_run_time_s": args.min_run_time,
         "min_runs": args.min_runs,
         "cuda_repeats": args.cuda_repeats,
-        "command": "python tools/bench/attention.py " + " ".join(argv),
+        "command": command_line(),
     }
     env = environment(device)
     env["load_average_before"] = env.pop("load_average", None)

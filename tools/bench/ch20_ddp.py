@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Chapter 20's measurement: the book's recipe trained to 99.5 % validation exact match with
 1 process x 1 thread, 1 process x 2 threads and 2 processes x 1 thread (DDP, gloo).
 
-    python tools/bench/ch20_ddp.py [--seeds 0,1,2,3,4]   # -> chapters/data/ch20_ddp_timing.json
+    python -m tools.bench.ch20_ddp [--seeds 0,1,2,3,4]   # -> chapters/data/ch20_ddp_timing.json
 
-Every run is a fresh command, timed from its start to its exit: Python and torch start-up,
+Every run is a fresh process, timed from its start to its exit: Python and torch start-up,
 data, training, evaluations and the checkpoint all count. All three configurations run the
 same loop (helpers.train_reversal_ddp; one process runs it without a process group) on the
 same global batches, so with the same seed they differ only in the rounding of the sums.
@@ -17,19 +16,18 @@ occurs in the training set, chapter 09 counts them).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "ch20_ddp_timing.json"
+from tools.common import DATA, ROOT, provenance, run_fresh, write_record
+
+OUT = DATA / "ch20_ddp_timing.json"
 CONFIGS = {  # name: (processes, threads per process)
     "1 process x 1 thread": (1, 1),
     "1 process x 2 threads": (1, 2),
@@ -37,50 +35,55 @@ CONFIGS = {  # name: (processes, threads per process)
 }
 
 
-def child(args) -> None:
-    """One process, no process group: the same loop as the DDP script, world size 1."""
+def one_process(threads: int, seed: int, out: str) -> list[dict]:
+    """One process, no process group: the same loop as the DDP script, world size 1; what the
+    DDP script gathers into result.json, for its one rank (run_fresh runs it on its own)."""
     t_start = time.perf_counter()
-    import dataclasses
+    import dataclasses  # from here on, imports count as start-up: the timed run pays them
 
     import torch
 
     from helpers.training.distributed import train_reversal_ddp
     from helpers.training.recipes import BOOK_RECIPE
 
-    torch.set_num_threads(args.threads)
-    cfg = dataclasses.replace(BOOK_RECIPE, seed=args.seed, threads=args.threads)
-    res = train_reversal_ddp(cfg, checkpoint=Path(args.out) / "model.pt")
+    torch.set_num_threads(threads)
+    cfg = dataclasses.replace(BOOK_RECIPE, seed=seed, threads=threads)
+    res = train_reversal_ddp(cfg, checkpoint=Path(out) / "model.pt")
     h = res.history
     rank = {
         "rank": 0,
         "world_size": 1,
-        "threads": args.threads,
+        "threads": threads,
         "steps": h["step"][-1],
         "exact_match": h["exact_match"][-1],
         "ms_per_step": round(1000 * res.step_seconds, 2),
         "train_seconds": round(res.seconds, 3),
         "startup_seconds": round(time.perf_counter() - t_start - res.seconds, 3),
     }
-    (Path(args.out) / "result.json").write_text(json.dumps([rank]) + "\n")
+    return [rank]
+
+
+def train_ranks(procs: int, threads: int, seed: int, out: str) -> list[dict]:
+    """Train once in fresh processes (one_process, or chapter 20's script under torchrun), the
+    checkpoint into `out`; what each rank saw."""
+    from helpers.training.distributed import torchrun_command
+
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if procs == 1:
+        return run_fresh(one_process, threads, seed, out, env=env)
+    script = ROOT / "tools" / "train_ddp.py"
+    cmd = torchrun_command(script, procs, "--out", out, "--seed", str(seed))
+    cmd += ["--threads", str(threads), "--log-every", "0"]
+    subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    return json.loads((Path(out) / "result.json").read_text())
 
 
 def run_config(name: str, seed: int) -> dict:
-    from helpers.training.distributed import torchrun_command
-
     procs, threads = CONFIGS[name]
     with tempfile.TemporaryDirectory() as out:
-        if procs == 1:
-            cmd = [sys.executable, __file__, "--child", "--threads", str(threads)]
-            cmd += ["--seed", str(seed), "--out", out]
-        else:
-            script = ROOT / "tools" / "train_ddp.py"
-            cmd = torchrun_command(script, procs, "--out", out, "--seed", str(seed))
-            cmd += ["--threads", str(threads), "--log-every", "0"]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         t0 = time.perf_counter()
-        subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+        ranks = train_ranks(procs, threads, seed, out)
         wall = time.perf_counter() - t0
-        ranks = json.loads((Path(out) / "result.json").read_text())
         test = test_exact_match(Path(out) / "model.pt")
     return {
         "config": name,
@@ -112,17 +115,13 @@ def test_exact_match(path: Path) -> float:
 def main(args) -> None:
     import torch
 
-    from helpers.repro.numerics import provenance
-
     seeds = [int(s) for s in args.seeds.split(",")]
     record = {
         "what": "the book's recipe trained to >= 99.5 % validation exact match by "
         "helpers.train_reversal_ddp; seconds: wall clock of the whole command (start-up "
         "counted); ms_per_step: mean time of a training step; test_exact_match: teacher-forced "
         "(= greedy) exact match on the 10,000 test sequences",
-        "command": "python tools/bench/ch20_ddp.py --seeds " + args.seeds,
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -136,7 +135,7 @@ def main(args) -> None:
             print(row, flush=True)
         # after every seed, so that a long recording interrupted keeps its complete seeds
         record["load_average_after"] = list(os.getloadavg())
-        OUT.write_text(json.dumps(record, indent=1) + "\n")
+        write_record(OUT, record)
     for name in CONFIGS:
         rows = [r for r in record["runs"] if r["config"] == name]
         secs = statistics.median(r["seconds"] for r in rows)
@@ -150,9 +149,4 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated recipe seeds")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--out", help=argparse.SUPPRESS)
-    a = p.parse_args()
-    child(a) if a.child else main(a)
+    main(p.parse_args())

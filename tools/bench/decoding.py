@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """Benchmark greedy decoding: naive (re-run the decoder over the whole prefix every step)
 versus the KV cache (feed only the newest token), side by side in one run; the cache both
 as it grows with torch.cat and preallocated (helpers.greedy_decode_static, chapter 13).
 
 Usage:
-    python tools/bench/decoding.py                  # lengths 16 64 256 512
-    python tools/bench/decoding.py --lengths 16 64 256 --repeats 5 --threads 2
+    python -m tools.bench.decoding                  # lengths 16 64 256 512
+    python -m tools.bench.decoding --lengths 16 64 256 --repeats 5 --threads 2
 
 The model is an untrained encoder-decoder Transformer with the book's default shape
 (d_model=128, 4 heads, dff=512, 2 layers) and max_len large enough for the longest output:

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """What the book's pinned numerics cost: one training step of two of the book's models, timed
 with the pin and with PyTorch's default kernels, each in a fresh one-thread process.
 
-    .venv/bin/python tools/bench/pin_cost.py
+    .venv/bin/python -m tools.bench.pin_cost
 
 Prints the median of 12 steps (after 3 warm-up steps) of the book's model (BOOK_RECIPE) and of
 chapter 18's (SHARP_ATTENTION_RECIPE), on a batch of 128 sequences. Run it on an idle machine.
@@ -10,55 +9,53 @@ chapter 18's (SHARP_ATTENTION_RECIPE), on a batch of 128 sequences. Run it on an
 
 from __future__ import annotations
 
-import json
-import os
+import argparse
 import statistics
-import subprocess
 import sys
-from pathlib import Path
+import time
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
-from pin import PIN, PIN_VARS  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-STEP = """
-import json, time, torch, torch.nn.functional as F
-from helpers import BOOK_RECIPE, SHARP_ATTENTION_RECIPE, PAD_ID, VOCAB_SIZE, make_reversal_dataset
+from helpers import BOOK_RECIPE, PAD_ID, SHARP_ATTENTION_RECIPE, VOCAB_SIZE, make_reversal_dataset
 from helpers.training.train import build_model
-src, tgt = make_reversal_dataset(128, seed=0)
-out = {}
-for name, cfg in (("book", BOOK_RECIPE), ("sharp", SHARP_ATTENTION_RECIPE)):
-    torch.manual_seed(0)
-    model = build_model(cfg)
-    opt = torch.optim.Adam(model.parameters(), 1e-4)
-    times = []
-    for _ in range(15):
-        t = time.perf_counter()
-        logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(
-            logits.reshape(-1, VOCAB_SIZE), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID
-        )
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t)
-    out[name] = times[3:]
-print(json.dumps(out))
-"""
+from tools.common import pin_env, run_fresh
 
 
-def step_ms(env: dict) -> dict:
-    env = {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run(
-        [sys.executable, "-c", STEP], env=env, capture_output=True, text=True, check=True
-    )
-    times = json.loads(proc.stdout.strip().splitlines()[-1])
+def step_seconds() -> dict[str, list[float]]:
+    """Seconds of each of 15 training steps, less the 3 warm-up steps, per model (run_fresh runs
+    it in a process of its own: the pin is read when torch loads)."""
+    src, tgt = make_reversal_dataset(128, seed=0)
+    out = {}
+    for name, cfg in (("book", BOOK_RECIPE), ("sharp", SHARP_ATTENTION_RECIPE)):
+        torch.manual_seed(0)
+        model = build_model(cfg)
+        opt = torch.optim.Adam(model.parameters(), 1e-4)
+        times = []
+        for _ in range(15):
+            t = time.perf_counter()
+            logits = model(src, tgt[:, :-1])
+            loss = F.cross_entropy(
+                logits.reshape(-1, VOCAB_SIZE), tgt[:, 1:].reshape(-1), ignore_index=PAD_ID
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t)
+        out[name] = times[3:]
+    return out
+
+
+def step_ms(mode: str) -> dict[str, float]:
+    """The median step of each model in milliseconds, in a fresh one-thread process."""
+    env = {**pin_env(mode), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    times = run_fresh(step_seconds, env=env)
     return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
 def main() -> int:
-    pinned = step_ms({**os.environ, **PIN})
-    default = step_ms({k: v for k, v in os.environ.items() if k not in PIN_VARS})
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    pinned, default = step_ms("pinned"), step_ms("default")
     for name in pinned:
         ratio = pinned[name] / default[name]
         print(

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Wall-clock time to train chapter 18's SHARP_ATTENTION_RECIPE from scratch, on 1 and 2 threads.
 
 Usage:
-    nice -n 10 .venv/bin/python tools/bench/time_ch18_recipe.py [--repeats N] [--out PATH]
+    nice -n 10 .venv/bin/python -m tools.bench.time_ch18_recipe [--repeats N] [--out PATH]
 
 The sharp-attention Experiments page says how long chapter 18's recipe takes to train. The
 recipe itself says one thread (`threads=1`, inherited from BOOK_RECIPE), so that `make test`
@@ -17,23 +16,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import statistics
 from pathlib import Path
 
-from bench_training import hardware, load, time_to_target  # the same clock as chapter 10's
-
-from helpers.repro.numerics import provenance
 from helpers.training.recipes import SHARP_ATTENTION_RECIPE
-
-ROOT = Path(__file__).resolve().parents[2]
+from tools.bench.training import hardware, load, time_to_target  # chapter 10's clock
+from tools.common import DATA, provenance, write_record
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=2, help="runs per thread count (default 2)")
-    ap.add_argument("--out", type=Path, default=ROOT / "chapters/data/ch18_training_time.json")
+    ap.add_argument("--out", type=Path, default=DATA / "ch18_training_time.json")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
@@ -50,15 +45,12 @@ def main() -> None:
     record = {
         "what": "seconds to train SHARP_ATTENTION_RECIPE (1000 steps) from scratch, per run "
         "(tools/bench/training.py's time_to_target: from the call to the trained model)",
-        "command": "nice -n 10 .venv/bin/python tools/bench/time_ch18_recipe.py "
-        f"--repeats {args.repeats}",
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "hardware": hardware(),
         "runs": runs,
         "median_seconds": {str(t): round(s, 1) for t, s in median.items()},
     }
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.out, record)
     print(f"median: 1 thread {median[1]:.1f} s, 2 threads {median[2]:.1f} s -> {args.out}")
 
 

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Measure how long each chapter runs, and what it trains on first use; write the openings.
 
-    python tools/bench/time_chapters.py          # time every chapter, record, write the openings
-    python tools/bench/time_chapters.py --write  # only put the recorded times into the chapters
-    python tools/bench/time_chapters.py 10 11    # re-time some chapters (the others are kept)
-    python tools/bench/time_chapters.py --no-write 10   # record only; runs may share the file
+    python -m tools.bench.time_chapters          # time every chapter, record, write the openings
+    python -m tools.bench.time_chapters --write  # only put the recorded times into the chapters
+    python -m tools.bench.time_chapters 10 11    # re-time some chapters (the others are kept)
+    python -m tools.bench.time_chapters --no-write 10   # record only; runs may share the file
 
 Each chapter runs top to bottom in a fresh kernel of the book's own, as
 tools/build/execute_notebooks.py runs it (one torch thread, the pinned numerics), but nothing is
@@ -29,10 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-sys.path.insert(0, str(ROOT / "src"))
-RECORD = ROOT / "chapters" / "data" / "run_times.json"
+from tools.common import DATA, ROOT, pin_env, run_fresh, write_atomic
+
+RECORD = DATA / "run_times.json"
 TAG = "run-time"
 
 # The models a chapter may train on first use, by the recipe that builds them.
@@ -101,17 +99,10 @@ def run_time_text(rec: dict) -> str:
 
 
 def kernel_numerics() -> dict:
-    """helpers.repro.numerics.provenance() as the book's kernel sees it (its kernelspec's env)."""
-    import subprocess
+    """helpers.repro.numerics.provenance() as the book's kernel sees it (the pinned numerics)."""
+    from helpers.repro.numerics import provenance
 
-    from helpers.repro.pin import KERNEL_NAME
-
-    spec = Path(sys.prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json"
-    env = {**os.environ, **json.loads(spec.read_text())["env"]}
-    code = "import json; from helpers.repro import numerics as n; print(json.dumps(n.provenance()))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    out.check_returncode()
-    return json.loads(out.stdout)
+    return run_fresh(provenance, env=pin_env("pinned"))
 
 
 def update_record(number: str | None, entry: dict | None) -> dict:
@@ -126,13 +117,14 @@ def update_record(number: str | None, entry: dict | None) -> dict:
             record["chapters"][number] = entry
         record["numerics"] = kernel_numerics()
         record["measured_with"] = {"tool": "tools/bench/time_chapters.py"}  # numerics: the kernel
-        RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        write_atomic(RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
 
 def measure(numbers: list[str]) -> dict:
-    import execute_notebooks as ex
     import nbformat
+
+    from tools.build import execute_notebooks as ex
 
     record: dict = {}
     paths = sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -164,8 +156,9 @@ def measure(numbers: list[str]) -> dict:
 
 
 def write_openings(record: dict) -> int:
-    import execute_notebooks as ex
     import nbformat
+
+    from tools.build import execute_notebooks as ex
 
     bad = 0
     for _number, rec in sorted(record["chapters"].items()):

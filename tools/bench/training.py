@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Seconds to >= 99.5 % exact match on the 1000 held-out sequences: the book's recipe vs the seed's.
 
-    python tools/bench/training.py                # the benchmark (a few minutes)
-    python tools/bench/training.py --record-seed  # once: the seed recipe's full 10-epoch curve
+    python -m tools.bench.training                # the benchmark (a few minutes)
+    python -m tools.bench.training --record-seed  # once: the seed recipe's full 10-epoch curve
                                                   #   -> chapters/data/seed_recipe_run.json
-    python tools/bench/training.py --ablation     # one row per lever, seconds to target
+    python -m tools.bench.training --ablation     # one row per lever, seconds to target
                                                   #   -> chapters/data/training_ablation.json
 
 The benchmark trains helpers.BOOK_RECIPE from scratch --repeats times (wall clock from the call
@@ -30,30 +29,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
+import multiprocessing
 import os
 import platform
 import statistics
-import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "chapters" / "data"
+import helpers.core.embeddings
+import helpers.core.model
+from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset
+from helpers.training.evaluation import test_set
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
+from helpers.training.schedule import noam_lambda
+from helpers.training.train import build_model, teacher_forced_exact_match, train_reversal
+from tools.common import DATA, ROOT, provenance, run_fresh, write_record
+
 SEED_RUN = DATA / "seed_recipe_run.json"
 ABLATION = DATA / "training_ablation.json"
-
-import helpers.core.embeddings  # noqa: E402
-import helpers.core.model  # noqa: E402
-from helpers import PAD_ID, VOCAB_SIZE, exact_match, make_reversal_dataset  # noqa: E402
-from helpers.repro.numerics import provenance  # noqa: E402
-from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
-from helpers.training.schedule import noam_lambda  # noqa: E402
-from helpers.training.train import build_model, teacher_forced_exact_match, train_reversal  # noqa: E402
 
 TARGET = 0.995
 
@@ -163,8 +161,7 @@ def record_seed(args) -> None:
         "what": "the reference chapter's recipe (helpers.SEED_RECIPE), trained once for 10 epochs; "
         "exact_match: teacher-forced exact match on the 1000 validation sequences (seed 1), "
         "which equals greedy exact match",
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "hardware": hardware(),
         "load_average_before": load_before,
         "load_average_after": load(),
@@ -178,8 +175,7 @@ def record_seed(args) -> None:
         "step_loss": [round(x, 5) for x in h["loss"]],
         "greedy_exact_match_final": exact_match(res.model, *make_reversal_dataset(1000, seed=1)),
     }
-    DATA.mkdir(parents=True, exist_ok=True)
-    SEED_RUN.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(SEED_RUN, record)
     steps, epochs = seed_steps_to_target(record)
     print(
         f"wrote {SEED_RUN.relative_to(ROOT)}: {res.seconds:.1f} s for 10 epochs, "
@@ -194,12 +190,6 @@ def test_exact_match(model) -> float:
     """Exact match on the test set (10,000 sequences that stopping never looks at; about one in
     nine also occurs in the training set, chapter 09 counts them);
     teacher-forced, which equals greedy exact match (helpers.teacher_forced_exact_match)."""
-    try:
-        from helpers.training.evaluation import test_set
-    except (
-        ImportError
-    ):  # before helpers.training.evaluation existed: the same split, drawn directly
-        return teacher_forced_exact_match(model, *make_reversal_dataset(10_000, seed=2027))
     return teacher_forced_exact_match(model, *test_set())
 
 
@@ -220,7 +210,7 @@ def time_to_target(cfg: TrainConfig) -> dict:
 def benchmark(args) -> None:
     if not SEED_RUN.exists():
         raise SystemExit(
-            f"missing {SEED_RUN}: run  python tools/bench/training.py --record-seed  once"
+            f"missing {SEED_RUN}: run  python -m tools.bench.training --record-seed  once"
         )
     record = json.loads(SEED_RUN.read_text())
     seed_steps, seed_epochs = seed_steps_to_target(record)
@@ -354,35 +344,31 @@ def no_checks():
     return restore
 
 
-def busy_core():
-    """Another program that keeps one core busy (a shared machine, in miniature)."""
-    import subprocess
+def spin() -> None:
+    """Keep one core busy until killed."""
+    while True:
+        pass
 
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+def busy_core() -> multiprocessing.Process:
+    """Another program that keeps one core busy (a shared machine, in miniature)."""
+    process = multiprocessing.Process(target=spin, daemon=True)
+    process.start()
+    return process
+
+
+def time_to_target_of(fields: dict) -> dict:
+    """time_to_target of TrainConfig(**fields): what run_fresh can call with JSON."""
+    return time_to_target(TrainConfig(**fields))
 
 
 def time_in_fresh_process(cfg: TrainConfig) -> dict:
     """time_to_target in a new Python process with an empty compile cache: torch.compile's cost
     as a fresh clone pays it (a second compile in the same process, or with a warm on-disk cache,
     is much cheaper and would flatter it)."""
-    import subprocess
-    import tempfile
-
-    code = (
-        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-        "import bench_training as b; from helpers.training.recipes import TrainConfig; "
-        "print(json.dumps(b.time_to_target(TrainConfig(**json.loads(sys.argv[1])))))"
-    )
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TORCHDYNAMO_VERBOSE="0")
-        out = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(dataclasses.asdict(cfg))],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_fresh(time_to_target_of, dataclasses.asdict(cfg), env=env)
 
 
 def extrapolated_seed_rows(record: dict, step: float, eval_s: float) -> list[dict]:
@@ -418,8 +404,7 @@ def ablation(args) -> None:
         "medians; "
         "rows marked extrapolated use the recorded reference run's step count times the "
         "measured step time; torch.compile runs in a fresh process with an empty compile cache",
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "hardware": hardware(),
         "load_average_before": load(),
         "repeats": args.repeats,
@@ -450,7 +435,7 @@ def ablation(args) -> None:
                     restore()
         if busy:
             busy.kill()
-            busy.wait()
+            busy.join()
         row = {
             "status": status,
             "lever": lever,
@@ -472,7 +457,7 @@ def ablation(args) -> None:
     for row in out["rows"][:2]:
         print(row, flush=True)
     out["load_average_after"] = load()
-    ABLATION.write_text(json.dumps(out, indent=1) + "\n")
+    write_record(ABLATION, out)
     print(f"wrote {ABLATION.relative_to(ROOT)}")
 
 
@@ -485,7 +470,7 @@ def relabel(args) -> None:
         if row["lever"] in status and row["status"] != status[row["lever"]]:
             print(f"{row['lever']}: {row['status']} -> {status[row['lever']]}")
             row["status"] = status[row["lever"]]
-    ABLATION.write_text(json.dumps(data, indent=1) + "\n")
+    write_record(ABLATION, data)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """Re-execute chapter notebooks in a fresh kernel and store their outputs.
 
 Usage:
-    python tools/build/execute_notebooks.py                      # every chapters/*.ipynb
-    python tools/build/execute_notebooks.py chapters/03_x.ipynb  # one notebook, from its cells
-    python tools/build/execute_notebooks.py chapters/03_x.py     # from the .py twin: creates or
-                                                           # updates 03_x.ipynb, then runs it
+    python -m tools.build.execute_notebooks                      # every chapters/*.ipynb
+    python -m tools.build.execute_notebooks chapters/03_x.ipynb  # one notebook, from its cells
+    python -m tools.build.execute_notebooks chapters/03_x.py     # from the .py twin: creates or
+                                                                 # updates 03_x.ipynb, runs it
 
 For each notebook this script
 - takes the cells from the file named on the command line (for a ``.py`` twin, the
@@ -40,33 +39,26 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+import jupytext
+import nbformat
+import zmq
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+from jupytext.combine import combine_inputs_with_outputs
+from jupytext.compare import compare_notebooks
+from nbclient import NotebookClient
+
+from tools.common import ROOT, pin, write_atomic
+
 CHAPTERS = ROOT / "chapters"
 PYPROJECT = ROOT / "pyproject.toml"
 FORMATS = "ipynb,py:percent"
 TWIN_FMT = "py:percent"
-sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
-from pin import KERNEL_DISPLAY_NAME, KERNEL_NAME  # noqa: E402  (plain data, no torch import)
-
+KERNEL_NAME = pin.KERNEL_NAME
 CELL_TIMEOUT = 900  # seconds per cell
-KERNELSPEC = {"display_name": KERNEL_DISPLAY_NAME, "language": "python", "name": KERNEL_NAME}
+KERNELSPEC = {"display_name": pin.KERNEL_DISPLAY_NAME, "language": "python", "name": KERNEL_NAME}
 # Cell metadata that changes on every run or only reflects an editor's state.
 VOLATILE_CELL_METADATA = ("execution", "ExecuteTime", "papermill")
-
-# The kernel inherits this process's environment: fix string hashing (set iteration
-# order), and let ipykernel choose its inline matplotlib backend.
-os.environ["PYTHONHASHSEED"] = "0"
-os.environ["OMP_NUM_THREADS"] = "1"  # one torch thread, as under `make test` (see conftest.py)
-os.environ.pop("MPLBACKEND", None)
-
-import jupytext  # noqa: E402
-import nbformat  # noqa: E402
-import zmq  # noqa: E402
-from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
-from jupyter_client.manager import KernelManager  # noqa: E402
-from jupytext.combine import combine_inputs_with_outputs  # noqa: E402
-from jupytext.compare import compare_notebooks  # noqa: E402
-from nbclient import NotebookClient  # noqa: E402
 
 
 class BookKernelSpecs(KernelSpecManager):
@@ -136,7 +128,7 @@ def load(path: Path):
                 raise ExecutionFailed(
                     f"{twin.name} is newer than {notebook.name} and differs from it: "
                     f"executing the notebook would overwrite the twin's edits. Run "
-                    f"`python tools/build/execute_notebooks.py {rel(twin)}` to build the "
+                    f"`python -m tools.build.execute_notebooks {rel(twin)}` to build the "
                     f"notebook from the twin (or touch the .ipynb to keep the notebook)."
                 ) from None
         stable_cell_ids(nb, {c.get("id") for c in nb.cells if c.get("id")})
@@ -219,6 +211,12 @@ def ruff_format(nb) -> None:
 
 
 def execute(nb, folder: Path) -> None:
+    # The kernel inherits this process's environment: fix string hashing (set iteration
+    # order), one torch thread as under `make test` (see conftest.py), and let ipykernel
+    # choose its inline matplotlib backend.
+    os.environ["PYTHONHASHSEED"] = "0"
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.pop("MPLBACKEND", None)
     current = {"index": None}
 
     def on_cell_start(cell, cell_index, **kwargs):
@@ -260,17 +258,6 @@ def execute(nb, folder: Path) -> None:
             f"`{first_line}`, failed with {summary}\n"
             + "\n".join("    " + ln for ln in str(err).splitlines())
         ) from None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def save(nb, notebook: Path, twin: Path) -> None:

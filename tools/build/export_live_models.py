@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Export the weights of the models that chapter 18's live explorer runs in the HTML book.
 
 Usage (the book's pinned numerics, as the chapters run):
-    env $(.venv/bin/python src/helpers/repro/pin.py pinned) .venv/bin/python
-    tools/build/export_live_models.py
+    env $(.venv/bin/python src/helpers/repro/pin.py pinned) .venv/bin/python \\
+        -m tools.build.export_live_models
 
 The HTML book runs the trained encoder-decoder in plain JavaScript
 (book_assets/book_model.js; the page is book_assets/attention_explorer.js). This script writes
@@ -41,9 +40,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.common import DATA, ROOT
+
 ASSETS = ROOT / "book_assets"
-SHARP_WEIGHTS = ROOT / "chapters" / "data" / "ch18_sharp_model.pt"
+SHARP_WEIGHTS = DATA / "ch18_sharp_model.pt"
 WEIGHTS_GLOBAL = "BOOK_MODEL_WEIGHTS"
 INDEX_GLOBAL = "BOOK_MODEL_INDEX"
 INDEX_FILE = "live_models.js"
@@ -324,5 +324,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT / "src"))
     sys.exit(main())

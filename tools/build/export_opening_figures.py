@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Write each chapter's opening picture from its stored outputs.
 
-    python tools/build/export_opening_figures.py [--check] [chapters/NN_slug.ipynb ...]
+    python -m tools.build.export_opening_figures [--check] [chapters/NN_slug.ipynb ...]
 
 A chapter opens with `![...](figures/NN_slug.png)`. That png is the first image/png output
 of the chapter's code cell tagged `opening-figure`, decoded from the notebook as
@@ -18,7 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.common import ROOT
+
 CHAPTERS = ROOT / "chapters"
 TAG = "opening-figure"
 
@@ -50,11 +50,11 @@ def problems(notebook: Path) -> list[str]:
     if png is None:
         return [f"no code cell tagged {TAG} with an image/png output"]
     if not target.exists():
-        return [f"{rel(target)} is missing: run tools/build/export_opening_figures.py"]
+        return [f"{rel(target)} is missing: run python -m tools.build.export_opening_figures"]
     if target.read_bytes() != png:
         return [
             f"{rel(target)} differs from the {TAG} cell's output: "
-            "run tools/build/export_opening_figures.py"
+            "run python -m tools.build.export_opening_figures"
         ]
     return []
 

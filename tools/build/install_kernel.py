@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Install the book's Jupyter kernel into this Python's environment (run by `make venv`).
 
 The kernel, named helpers.repro.numerics.KERNEL_NAME, runs this interpreter with the pinned
@@ -7,8 +6,8 @@ nbval and tools/build/execute_notebooks.py all start it by that name, which ever
 metadata names. It goes into sys.prefix/share/jupyter/kernels, so it exists only for the
 Jupyter of this environment (.venv), never for the user's other Pythons.
 
-    python tools/build/install_kernel.py          # install (or overwrite)
-    python tools/build/install_kernel.py --check  # exit 1 unless the installed kernel holds the pin
+    python -m tools.build.install_kernel          # install (or overwrite)
+    python -m tools.build.install_kernel --check  # exit 1 unless the installed kernel holds the pin
 """
 
 from __future__ import annotations
@@ -18,11 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "helpers" / "repro"))
+from tools.common import pin
 
-from pin import KERNEL_DISPLAY_NAME, KERNEL_NAME, PIN
-
-KERNEL_ENV = PIN
+KERNEL_NAME = pin.KERNEL_NAME
+KERNEL_ENV = pin.PIN
 
 
 def kernel_dir() -> Path:
@@ -34,7 +32,7 @@ def install() -> Path:
 
     path = ipykernel.kernelspec.install(
         kernel_name=KERNEL_NAME,
-        display_name=KERNEL_DISPLAY_NAME,
+        display_name=pin.KERNEL_DISPLAY_NAME,
         prefix=sys.prefix,
         env=KERNEL_ENV,
     )

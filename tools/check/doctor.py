@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`make doctor`: will this machine show the book's exact digits?
 
 Prints what decides float32 bits here (CPU, ATen's kernels, BLAS and MKL's mode, threads,
@@ -7,25 +6,21 @@ under a second) beside the book's recorded ones, what the pin costs (one matrix 
 with and without it, each in a fresh process) and a plain verdict. `make doctor` runs it
 in the environment of the book's Jupyter kernel; run it bare to see an unpinned process.
 
-    python tools/check/doctor.py            # report
-    python tools/check/doctor.py --record   # store this machine's fingerprint as the book's
-                                      # (only when the book's outputs are re-made here)
+    python -m tools.check.doctor            # report
+    python -m tools.check.doctor --record   # store this machine's fingerprint as the book's
+                                            # (only when the book's outputs are re-made here)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+import torch
 
 from helpers.repro import numerics
-from helpers.repro.pin import PIN, PIN_VARS
+from tools.common import pin_env, run_fresh, write_record
 
 
 def verdict(problems: list[str], differing: list[str]) -> str:
@@ -44,22 +39,18 @@ def verdict(problems: list[str], differing: list[str]) -> str:
     )
 
 
-MM_TIMING = """
-import time, torch
-torch.set_num_threads(1)
-a = torch.randn(512, 512)
-a @ a
-best = min((lambda t: (a @ a, time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(20))
-print(1e3 * best)
-"""
-
-
-def mm_ms(env: dict) -> float:
-    """Best of 20 one-thread 512 x 512 float32 matrix products, in a fresh process with env."""
-    out = subprocess.run(
-        [sys.executable, "-c", MM_TIMING], env=env, capture_output=True, text=True, check=True
-    )
-    return float(out.stdout.strip())
+def matmul_ms() -> float:
+    """Best of 20 one-thread 512 x 512 float32 matrix products, in milliseconds (run_fresh runs
+    it in a process of its own: the pin is read when torch loads)."""
+    torch.set_num_threads(1)
+    a = torch.randn(512, 512)
+    a @ a
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 1e3 * best
 
 
 def main() -> int:
@@ -79,9 +70,9 @@ def main() -> int:
         record = {
             "what": "helpers.repro.numerics.fingerprint() under the pin",
             **numerics.provenance(),
+            "fingerprint": mine,
         }
-        record["fingerprint"] = mine
-        numerics.FINGERPRINT_FILE.write_text(json.dumps(record, indent=1) + "\n")
+        write_record(numerics.FINGERPRINT_FILE, record)
         print(f"recorded {numerics.FINGERPRINT_FILE}")
         return 0
 
@@ -100,9 +91,8 @@ def main() -> int:
         f"  (the book's: {recorded.get('cpu')}, {recorded.get('aten_capability')} kernels, "
         f"MKL_CBWR={recorded.get('mkl_cbwr')}, torch {recorded.get('torch')})"
     )
-    pinned_env = {**os.environ, **PIN}
-    default_env = {k: v for k, v in os.environ.items() if k not in PIN_VARS}
-    here, default = mm_ms(pinned_env), mm_ms(default_env)
+    here = run_fresh(matmul_ms, env=pin_env("pinned"))
+    default = run_fresh(matmul_ms, env=pin_env("default"))
     print(
         f"\nThe pin's cost: a 512 x 512 matrix product on one thread takes {here:.2f} ms "
         f"pinned, {default:.2f} ms with PyTorch's default kernels ({here / default:.1f}x)."

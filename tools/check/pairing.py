@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Check that every chapter notebook and its jupytext twin say the same thing.
 
 Each ``chapters/NN_slug.ipynb`` is paired with ``chapters/NN_slug.py`` (py:percent).
@@ -12,11 +11,12 @@ This check fails (exit 1) when
 
 `jupytext --diff` exits 0 even when files differ, so it cannot serve as this check.
 
-Usage: python tools/check/pairing.py [NOTEBOOK.ipynb ...]   (default: chapters/*.ipynb)
+Usage: python -m tools.check.pairing [NOTEBOOK.ipynb ...]   (default: chapters/*.ipynb)
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import sys
 from pathlib import Path
@@ -25,7 +25,8 @@ import jupytext
 import nbformat
 from jupytext.compare import compare_notebooks
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.common import ROOT
+
 CHAPTERS = ROOT / "chapters"
 NOTEBOOK_FOLDERS = (CHAPTERS, ROOT / "appendix")  # every notebook of the book lives in one
 FORMATS = "ipynb,py:percent"
@@ -81,8 +82,11 @@ def text_diff(nb, twin: Path, max_lines: int = 60) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv:
-        notebooks = [Path(a).resolve() for a in argv]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook")
+    args = parser.parse_args(argv)
+    if args.notebooks:
+        notebooks = [p.resolve() for p in args.notebooks]
         orphans = []
     else:
         notebooks = sorted(nb for d in NOTEBOOK_FOLDERS for nb in d.glob("*.ipynb"))
@@ -107,7 +111,7 @@ def main(argv: list[str]) -> int:
         failed += 1
         print(
             f"FAIL {twin.relative_to(ROOT)}: twin without a notebook "
-            f"(create it: python tools/build/execute_notebooks.py {twin.relative_to(ROOT)})"
+            f"(create it: python -m tools.build.execute_notebooks {twin.relative_to(ROOT)})"
         )
 
     total = len(notebooks) + len(orphans)
@@ -115,7 +119,7 @@ def main(argv: list[str]) -> int:
         print(
             f"check_pairing: {failed} of {total} file(s) out of sync. Re-execute from the "
             "file you edited, which rewrites the other one: python "
-            "tools/build/execute_notebooks.py chapters/NN_slug.py (or .ipynb)"
+            "-m tools.build.execute_notebooks chapters/NN_slug.py (or .ipynb)"
         )
         return 1
     print(f"check_pairing: {len(notebooks)} notebook(s) paired and in sync")

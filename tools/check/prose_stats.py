@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Print, per chapter, the words of prose and the median sentence length.
 
-    python tools/check/prose_stats.py [chapters/*.ipynb ...]
+    python -m tools.check.prose_stats [chapters/*.ipynb ...]
 
 Prose is the markdown of a chapter outside code blocks, math and collapsed dropdowns
 (`:::{dropdown}` ... `:::`); "main path" counts only what is not in a dropdown. Sentences end
@@ -12,13 +11,15 @@ tools/check/notebooks.py enforces both (in `make test`) and prints the same tabl
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tools.common import ROOT
+
 FENCE = re.compile(r"```.*?```", re.S)
 MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
 ROLE = re.compile(r"\{(cite|ref|numref|doc)\}`[^`]*`")
@@ -86,7 +87,10 @@ def stats(path: Path) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    paths = [Path(a) for a in argv] or sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: every chapter")
+    paths = parser.parse_args(argv).notebooks
+    paths = paths or sorted((ROOT / "chapters").glob("[0-9][0-9]_*.ipynb"))
     print(f"{'chapter':>7s} {'words':>6s} {'main path':>9s} {'median sentence':>15s}")
     rows = [stats(p) for p in paths]
     for r in rows:

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Record the Pre-Norm vs Post-Norm sweep -> chapters/data/ch05_norm_sweep.json.
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch05_norm_sweep.py
-    ... tools/record/ch05_norm_sweep.py --seeds 2 --out /tmp/x.json   # a quicker look
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.ch05_norm_sweep
+    ... -m tools.record.ch05_norm_sweep --seeds 2 --out /tmp/x.json   # a quicker look
 
 Every run is helpers.analysis.norm_experiment.train_tagger (6-layer encoder-only tagger, d_model 64,
 Adam at a constant learning rate, no warmup, batch 64, one thread): the same seed gives both
@@ -19,8 +18,6 @@ record; a full run is 30 runs of 400 steps (about 30 CPU-minutes under the pin).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import sys
 from pathlib import Path
@@ -29,10 +26,9 @@ import torch
 
 from helpers.analysis.experiments import pack_bits
 from helpers.analysis.norm_experiment import tagger_data, train_tagger
-from helpers.repro.numerics import provenance
+from tools.common import DATA, ROOT, provenance, write_record
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "ch05_norm_sweep.json"
+OUT = DATA / "ch05_norm_sweep.json"
 
 
 def main() -> int:
@@ -49,10 +45,7 @@ def main() -> int:
     record = {
         "what": "training loss per step and held-out loss / exact match of the chapter-5 "
         "encoder-only tagger, Pre-Norm vs Post-Norm, same seed = same initial weights and batches",
-        "command": "nice -n 10 python "
-        + " ".join(["tools/record/ch05_norm_sweep.py"] + sys.argv[1:]),
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "torch": torch.__version__,
         "settings": {
             "model": "helpers.analysis.norm_experiment.EncoderTagger: d_model 64, 4 heads, "
@@ -103,7 +96,7 @@ def main() -> int:
                     flush=True,
                 )
     record["load_average_after"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.out, record)
     print("wrote", args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out)
     return 0
 

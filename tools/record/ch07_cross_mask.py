@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Record what a triangular cross-attention mask costs -> chapters/data/ch07_cross_mask.json.
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch07_cross_mask.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.ch07_cross_mask
 
 For each seed (default 0-4), two arms train with the same recipe
 (helpers.fixed_budget_recipe(BOOK_RECIPE, steps=STEPS): the book's recipe for a fixed number
@@ -27,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
-import json
 import os
 import sys
 from pathlib import Path
@@ -47,12 +44,11 @@ from helpers import (
 )
 from helpers.analysis.experiments import pack_bits
 from helpers.core.masks import make_causal_mask
-from helpers.repro.numerics import provenance
 from helpers.training.evaluation import TEST_SEED, test_set
 from helpers.training.train import sequence_correct, train_reversal
+from tools.common import DATA, provenance, write_record
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "ch07_cross_mask.json"
+OUT = DATA / "ch07_cross_mask.json"
 STEPS = COMPARISON_STEPS  # the budget chapter 12 compares initialisations on
 
 
@@ -101,10 +97,7 @@ def main() -> int:
         "design": "arms correct and triangular_cross; per seed the same initial weights and "
         f"batches; fixed_budget_recipe(BOOK_RECIPE, steps={args.steps}), no early stop; "
         "scored on the test set",
-        "command": "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python "
-        + " ".join(["tools/record/ch07_cross_mask.py"] + sys.argv[1:]),
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "recipe": f"fixed_budget_recipe(BOOK_RECIPE, steps={args.steps})",
         "steps": args.steps,
         "seeds": args.seeds,
@@ -135,7 +128,7 @@ def main() -> int:
             )
             print(f"seed {seed} {arm:17s}: test correct {int(right.sum())}", flush=True)
     record["load_average_after"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(args.out, record)
     print("wrote", args.out)
     return 0
 

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """How much higher the book's learning rate can go: the record behind the Experiments page
 "The learning rate" (appendix/experiment_learning_rate).
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch10_stability.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.ch10_stability
         # ~6 CPU-minutes -> chapters/data/ch10_stability.json
-    python tools/record/ch10_stability.py --keep  # train only the runs the file lacks
+    python -m tools.record.ch10_stability --keep  # train only the runs the file lacks
 
 Trains helpers.BOOK_RECIPE from scratch with its whole learning-rate schedule multiplied by
 lr_scale (the `lr_scale` field of TrainConfig), for the arms lr_scale 1 (the book's recipe) and
@@ -22,29 +21,23 @@ deterministic on one machine and thread count) and only the missing ones are tra
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import datetime as dt
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "ch10_stability.json"
+from helpers.analysis.experiments import pack_bits
+from helpers.training.evaluation import TEST_SEED, test_set
+from helpers.training.recipes import BOOK_RECIPE
+from helpers.training.train import sequence_correct, train_reversal
+from tools.common import DATA, ROOT, provenance, write_record
 
-from helpers.analysis.experiments import pack_bits  # noqa: E402
-from helpers.repro.numerics import provenance  # noqa: E402
-from helpers.training.evaluation import TEST_SEED, test_set  # noqa: E402
-from helpers.training.recipes import BOOK_RECIPE  # noqa: E402
-from helpers.training.train import sequence_correct, train_reversal  # noqa: E402
-
+OUT = DATA / "ch10_stability.json"
 LR_SCALES = (1.0, 3.0)
 SEEDS = (0, 1, 2, 3, 4)
-COMMAND = (
-    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch10_stability.py"
-)
 
 
 def arm_name(lr_scale: float) -> str:
@@ -87,35 +80,31 @@ def one_run(lr_scale: float, seed: int) -> dict:
 
 
 def write(arms: dict) -> None:
-    OUT.write_text(
-        json.dumps(
-            {
-                "question": "Does the book's recipe reach 99.5 % on the validation set in fewer "
-                "steps at its own learning rate than at three times that learning rate?",
-                "design": "BOOK_RECIPE with its whole learning-rate schedule scaled by lr_scale "
-                "(arms lr_scale 1 and 3), trained from scratch once per seed (seed: initial "
-                "weights and batch order); equal budget (500 steps) and stopping rule (99.5 % "
-                "validation exact match); each stopped model scored on the same 10,000 test "
-                "sequences",
-                "command": COMMAND,
-                "date": dt.datetime.now().isoformat(timespec="seconds"),
-                "numerics": provenance(),
-                "recipe": dataclasses.asdict(BOOK_RECIPE),
-                "test_set": {"seed": TEST_SEED, "n": 10_000},
-                "lr_scales": list(LR_SCALES),
-                "seeds": list(SEEDS),
-                "arms": arms,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    record = {
+        "question": "Does the book's recipe reach 99.5 % on the validation set in fewer "
+        "steps at its own learning rate than at three times that learning rate?",
+        "design": "BOOK_RECIPE with its whole learning-rate schedule scaled by lr_scale "
+        "(arms lr_scale 1 and 3), trained from scratch once per seed (seed: initial "
+        "weights and batch order); equal budget (500 steps) and stopping rule (99.5 % "
+        "validation exact match); each stopped model scored on the same 10,000 test "
+        "sequences",
+        **provenance(),
+        "recipe": dataclasses.asdict(BOOK_RECIPE),
+        "test_set": {"seed": TEST_SEED, "n": 10_000},
+        "lr_scales": list(LR_SCALES),
+        "seeds": list(SEEDS),
+        "arms": arms,
+    }
+    write_record(OUT, record)
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="train only the runs the file lacks")
+    args = parser.parse_args()
     torch.set_num_threads(1)
     old = {}
-    if "--keep" in sys.argv[1:] and OUT.exists():
+    if args.keep and OUT.exists():
         data = json.loads(OUT.read_text())
         if data.get("recipe") == dataclasses.asdict(BOOK_RECIPE) and "arms" in data:
             old = {(r["lr_scale"], r["seed"]): r for runs in data["arms"].values() for r in runs}

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Record chapter 12's 2 x 2 of initialisations: which of the two fixes does what.
 
 Usage (from the repository root; about 12 + 6 runs of 10-140 s each on one thread):
-    nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py
-    nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py --seeds 0 1 2 --budgets 600 1200
+    nice -n 10 .venv/bin/python -m tools.record.ch12_init_2x2
+    nice -n 10 .venv/bin/python -m tools.record.ch12_init_2x2 --seeds 0 1 2 --budgets 600 1200
 
 The four cells are the book's fixed-budget recipe (helpers.fixed_budget_recipe: BOOK_RECIPE
 trained for exactly COMPARISON_STEPS steps, no early stop) with TrainConfig.init set to
@@ -37,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import platform
 from pathlib import Path
@@ -47,13 +45,12 @@ import torch
 from helpers import make_reversal_dataset
 from helpers.analysis.experiments import pack_bits
 from helpers.decoding.greedy import exact_match, greedy_decode, sequences_equal
-from helpers.repro.numerics import provenance
 from helpers.training.evaluation import TEST_SEED, TEST_SIZE, exact_match_with_interval, test_set
 from helpers.training.recipes import BOOK_RECIPE, COMPARISON_STEPS, fixed_budget_recipe
 from helpers.training.train import train_reversal
+from tools.common import DATA, ROOT, provenance, write_atomic
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "ch12_init_2x2.json"
+OUT = DATA / "ch12_init_2x2.json"
 INITS = ("fixed", "embedding_only", "xavier_only", "default")
 
 
@@ -117,13 +114,7 @@ def main() -> None:
     record = {
         "what": "chapter 12's 2 x 2: the book's fixed-budget recipe with each of four inits, "
         "several seeds; plus the default init on longer budgets",
-        # the command that reproduces this record (--out only says where to write it)
-        "command": "nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py --seeds "
-        + " ".join(map(str, args.seeds))
-        + " --budgets "
-        + " ".join(map(str, args.budgets)),
-        "date": datetime.date.today().isoformat(),
-        "numerics": provenance(),
+        **provenance(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": 1,
@@ -139,11 +130,10 @@ def main() -> None:
         "val_size": BOOK_RECIPE.val_size,
         "runs": runs,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     # one line per run: the file stays readable and diffs stay small
     head = json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1)
     body = ",\n".join("  " + json.dumps(r) for r in runs)
-    args.out.write_text(head[:-2] + ',\n "runs": [\n' + body + "\n ]\n}\n")
+    write_atomic(args.out, head[:-2] + ',\n "runs": [\n' + body + "\n ]\n}\n")
     print(f"wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
 
 

@@ -18,7 +18,7 @@ so that appendix/experiment_sharp_attention can show a run nobody retrains. Each
 appended to a JSON file (default chapters/data/ch18_sharpness.json) under a name; a run with
 the same name and seed replaces the old one. Run it niced and single-threaded:
 
-  nice -n 10 .venv/bin/python tools/record/ch18_sharpness.py NAME --base book \\
+  nice -n 10 .venv/bin/python -m tools.record.ch18_sharpness NAME --base book \\
       --set d_model=64 dff=256 num_heads=1 max_steps=1200 cooldown=1100 --every 100 --seed 0
 
 The log prints rough training seconds; the file stores none (the machine was shared, so
@@ -37,13 +37,12 @@ import torch
 from helpers.analysis.visualize import alignment_stats, cross_attention
 from helpers.core.data import make_reversal_dataset
 from helpers.core.model import count_parameters
-from helpers.repro.numerics import provenance
 from helpers.training.evaluation import exact_match_with_interval, test_set
 from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
 from helpers.training.train import teacher_forced_exact_match, train_reversal
+from tools.common import DATA, provenance, write_record
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = ROOT / "chapters" / "data" / "ch18_sharpness.json"
+DEFAULT_OUT = DATA / "ch18_sharpness.json"
 PROBE_SEED, PROBE_SIZE = 7, 200  # the probe sequences the sharpness is measured on
 
 
@@ -170,7 +169,7 @@ def main() -> None:
         "seed": cfg.seed,
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
-        "numerics": provenance(),
+        **provenance(),
         "parameters": result["parameters"],
         "points": result["points"],
         **final_record(result["model"]),
@@ -182,8 +181,7 @@ def main() -> None:
     data["runs"] = [
         r for r in data["runs"] if not (r["name"] == args.name and r["seed"] == cfg.seed)
     ] + [record]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    write_record(args.out, data)
     last = result["points"][-1]
     print(f"recorded {args.name} seed {cfg.seed} in {args.out.name}: last point {last}")
 

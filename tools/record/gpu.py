@@ -1,14 +1,13 @@
-#!/usr/bin/env python3
 """Record every GPU measurement the book shows, in one run of one prepared script. Chapter 19.
 
 On a machine with an NVIDIA GPU (from the repository root; it needs only torch and numpy, plus
 pytest for the last part, and writes nothing outside --out):
 
-    PYTHONPATH=src timeout -k 10 460 python3 tools/record/gpu.py --device cuda --out OUT_DIR
+    PYTHONPATH=src timeout -k 10 460 python3 -m tools.record.gpu --device cuda --out OUT_DIR
 
 The dry run, every part at tiny sizes on the CPU (tests/test_record_gpu.py runs it):
 
-    PYTHONPATH=src python3 tools/record/gpu.py --device cpu --quick --out /tmp/record_gpu
+    PYTHONPATH=src python3 -m tools.record.gpu --device cpu --quick --out /tmp/record_gpu
 
 Parts, in this order, each with its own time cap (seconds, --caps) inside the --budget:
 1. attention  the attention sweep of chapter 19 (B=8, d_model=512, h=8, causal; L = 128 ...
@@ -41,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shlex
 import signal
@@ -53,28 +51,26 @@ import traceback
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "src") not in sys.path:  # PYTHONPATH=src is then optional
-    sys.path.insert(0, str(ROOT / "src"))
-
-import torch  # noqa: E402
+import torch
 
 # Only torch, numpy and the standard library are needed on the way: `import helpers` loads
-# every module of the package, none of which imports anything else at import time
-# (tests/test_record_gpu.py runs this script with every other installed package hidden).
-from helpers import benchmark as bm  # noqa: E402
-from helpers.core.data import make_reversal_dataset  # noqa: E402
-from helpers.core.model import Transformer  # noqa: E402
-from helpers.core.vocab import VOCAB_SIZE  # noqa: E402
-from helpers.decoding.greedy import greedy_decode  # noqa: E402
-from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig  # noqa: E402
-from helpers.training.train import train_reversal  # noqa: E402
+# every module of the package, none of which imports anything else at import time, and
+# tools.common imports only the standard library (tests/test_record_gpu.py runs this module
+# with every other installed package hidden). helpers comes from PYTHONPATH=src there.
+from helpers import benchmark as bm
+from helpers.core.data import make_reversal_dataset
+from helpers.core.model import Transformer
+from helpers.core.vocab import VOCAB_SIZE
+from helpers.decoding.greedy import greedy_decode
+from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
+from helpers.training.train import train_reversal
+from tools.common import ROOT, command_line, write_record
 
 PARTS = ("attention", "training", "decoding", "unit_tests")
 CAPS = {"attention": 150, "training": 150, "decoding": 60, "unit_tests": 60}
 TARGET = 0.995
 DEVICE_COMMAND = (
-    "PYTHONPATH=src timeout -k 10 460 python3 tools/record/gpu.py --device cuda --out $OUT/gpu"
+    "PYTHONPATH=src timeout -k 10 460 python3 -m tools.record.gpu --device cuda --out $OUT/gpu"
 )
 
 
@@ -94,15 +90,8 @@ def tag_for(device: str, quick: bool) -> str:
 def environment(device: str) -> dict:
     env = bm.environment(device)
     env["numpy"] = __import__("numpy").__version__
-    env["command"] = " ".join([Path(sys.executable).name, *sys.argv])
+    env["command"] = command_line()
     return env
-
-
-def write_json(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 def sync(device: str) -> None:
@@ -483,7 +472,7 @@ def run_part(name: str, args, env: dict, budget_end: float, out: Path, tag: str)
         latest.clear()
         latest.update(payload)
         seconds = round(time.monotonic() - start, 2)
-        write_json(path, {**header, "status": status, "seconds": seconds, **payload})
+        write_record(path, {**header, "status": status, "seconds": seconds, **payload})
 
     print(f"[{name}] cap {args.caps[name]} s", flush=True)
     status, error = "ok", None
@@ -570,14 +559,14 @@ def main(argv=None) -> int:
     try:
         for name in args.parts:
             summary["parts"].append(run_part(name, args, env, budget_end, args.out, tag))
-            write_json(summary_path, {**summary, "seconds": round(time.monotonic() - t0, 1)})
+            write_record(summary_path, {**summary, "seconds": round(time.monotonic() - t0, 1)})
     except Terminated as stop:
         summary["parts"] += list(stop.args[:1])
         summary["terminated"] = True
     finally:
         signal.signal(signal.SIGTERM, previous)
     summary["seconds"] = round(time.monotonic() - t0, 1)
-    write_json(summary_path, summary)
+    write_record(summary_path, summary)
     print(f"record_gpu: done in {summary['seconds']} s", flush=True)
     for p in summary["parts"]:
         print(f"  {p['part']:<11} {p['status']:<22} {p['seconds']:>6} s  {p['file']}")

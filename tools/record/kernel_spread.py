@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How much the book's trained models move when the float32 bits change (issue: portability).
 
 Trains, in a fresh process per numerics mode, the models whose numbers chapters 10, 11, 12
@@ -15,25 +14,21 @@ chapter 12 (test exact match) and SHARP_ATTENTION_RECIPE (sharpness, test exact 
 Writes chapters/data/kernel_spread.json; the chapters read their bounds' justification
 from it. Two modes run at a time (one thread each): about 10 minutes on 2 cores.
 
-    .venv/bin/python tools/record/kernel_spread.py
+    .venv/bin/python -m tools.record.kernel_spread
+    .venv/bin/python -m tools.record.kernel_spread --sharp-only   # the sharp model's parts only
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
-import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "kernel_spread.json"
-sys.path.insert(0, str(ROOT / "src" / "helpers" / "repro"))
-from pin import BROKEN_PIN, PIN, PIN_VARS  # noqa: E402
+from tools.common import DATA, command_and_date, pin, pin_env, run_fresh, write_record
+
+OUT = DATA / "kernel_spread.json"
 
 # A fourth path, not re-run: the same models as recorded before the pin existed, on an Intel
 # Xeon with AVX-512 (PyTorch's default kernels there, MKL_CBWR unset, one thread), read from the
@@ -59,7 +54,7 @@ EARLIER = {
     "sharp": {"test_correct": 9998, "mirror": [0.8601, 0.9177], "eos_peak": [1.0, 0.985]},
 }
 NATIVE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-MODES = {"pinned": PIN, "broken": BROKEN_PIN, "native": NATIVE}
+MODES = {"pinned": pin.PIN, "broken": pin.BROKEN_PIN, "native": NATIVE}
 
 
 def rounded(t) -> list[float]:
@@ -85,7 +80,7 @@ def sharp_parts() -> dict:
             "eos_peak": rounded(stats["eos_peak"]),
         }
     }
-    stored = torch.load(ROOT / "chapters" / "data" / "ch18_sharp_model.pt", weights_only=True)
+    stored = torch.load(DATA / "ch18_sharp_model.pt", weights_only=True)
     model = build_model(SHARP_ATTENTION_RECIPE)
     model.load_state_dict(stored["state_dict"])
     stats = alignment_stats(model.eval(), src_p, tgt_p)
@@ -149,22 +144,15 @@ def worker() -> dict:
     return {**out, **sharp_parts()}
 
 
-def run_mode(name: str, flag: str = "--worker") -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in PIN_VARS}
-    env.update(MODES[name])
-    env["PYTHONPATH"] = str(ROOT / "src")
-    proc = subprocess.run([sys.executable, __file__, flag], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"mode {name} failed:\n{proc.stderr[-3000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+def run_mode(name: str, function=worker) -> dict:
+    """function() in a fresh process with the numerics of mode `name` (see MODES)."""
+    result = run_fresh(function, env={**pin_env("default"), **MODES[name]})
     print(f"{name}: {json.dumps(result)}", flush=True)
     return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--sharp-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     parser.add_argument(
         "--sharp-only",
@@ -172,31 +160,24 @@ def main() -> int:
         help="only the sharp model's parts, merged into the existing record (a minute or two)",
     )
     args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(worker()))
-        return 0
-    if args.sharp_worker:
-        print(json.dumps(sharp_parts()))
-        return 0
     if args.sharp_only:
         record = json.loads(OUT.read_text())
         with ThreadPoolExecutor(max_workers=2) as pool:
-            parts = pool.map(lambda m: run_mode(m, "--sharp-worker"), args.modes)
+            parts = pool.map(lambda m: run_mode(m, sharp_parts), args.modes)
             for name, part in zip(args.modes, parts):
                 record["results"][name].update(part)
-        OUT.write_text(json.dumps(record, indent=1) + "\n")
+        write_record(OUT, record)
         print(f"updated {OUT}")
         return 0
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(args.modes, pool.map(run_mode, args.modes)))
     record = {
         "what": "the book's trained models under three numerics modes (see the tool's docstring)",
-        "command": "tools/record/kernel_spread.py",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **command_and_date(),  # the numerics: one block per mode, in results
         "modes": {name: MODES[name] for name in args.modes},
         "results": {**results, "avx512_earlier": EARLIER},
     }
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(OUT, record)
     print(f"wrote {OUT}")
     return 0
 

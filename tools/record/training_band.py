@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """The band of the book's training curve: the record behind the Experiments page "The training
 band" (appendix/experiment_training_band) and helpers.debugging.compare_with_band (chapter 17).
 
-    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/training_band.py
+    env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.training_band
         # ~5 CPU-minutes -> chapters/data/training_band.json
-    python tools/record/training_band.py --seeds 1   # one seed, to measure the cost first
-    ... tools/record/training_band.py --jobs 4        # the same runs in 4 processes
-    ... tools/record/training_band.py --check --jobs 2
+    python -m tools.record.training_band --seeds 1   # one seed, to measure the cost first
+    ... -m tools.record.training_band --jobs 4        # the same runs in 4 processes
+    ... -m tools.record.training_band --check --jobs 2
         # ~5 CPU-minutes: seeds 7-12, added to the record as "check"
 
 Trains helpers.BOOK_RECIPE from scratch once for each of the seeds 1-6 (the seed sets the
@@ -29,28 +28,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "chapters" / "data" / "training_band.json"
+from helpers.core.data import make_reversal_dataset
+from helpers.training.recipes import BOOK_RECIPE
+from helpers.training.train import teacher_forced_exact_match, train_reversal
+from tools.common import DATA, ROOT, provenance, write_record
 
-from helpers.core.data import make_reversal_dataset  # noqa: E402
-from helpers.repro.numerics import provenance  # noqa: E402
-from helpers.training.recipes import BOOK_RECIPE  # noqa: E402
-from helpers.training.train import teacher_forced_exact_match, train_reversal  # noqa: E402
-
+OUT = DATA / "training_band.json"
 SEEDS = (1, 2, 3, 4, 5, 6)
 CHECK_SEEDS = (7, 8, 9, 10, 11, 12)
 STEPS = 400
 EVAL_EVERY = 10
-COMMAND = (
-    "env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/training_band.py"
-)
 
 
 def one_run(seed: int) -> dict:
@@ -95,9 +87,7 @@ def main() -> int:
         f"first {STEPS} steps of its schedule, no stopping rule; validation exact match "
         f"(teacher-forced, {BOOK_RECIPE.eval_size} validation sequences) every {EVAL_EVERY} "
         "steps; seed 0, the book's own model, is left out",
-        "command": COMMAND,
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "recipe": dataclasses.asdict(BOOK_RECIPE),
         "steps": STEPS,
         "eval_every": EVAL_EVERY,
@@ -105,7 +95,7 @@ def main() -> int:
         "runs": runs,
     }
     out = OUT if args.seeds == len(SEEDS) else OUT.with_name("training_band_partial.json")
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(out, record)
     print(f"wrote {out.relative_to(ROOT)}: {sum(r['cpu_seconds'] for r in runs):.0f} CPU-s")
     return 0
 
@@ -130,12 +120,10 @@ def add_check(runs: list) -> None:
     record = json.loads(OUT.read_text())
     record["check"] = {
         "seeds": [r["seed"] for r in runs],
-        "command": COMMAND + " --check --jobs 2",
-        "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "numerics": provenance(),
+        **provenance(),
         "runs": runs,
     }
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
+    write_record(OUT, record)
     print(f"added {len(runs)} check runs to {OUT.relative_to(ROOT)}")
 
 

@@ -7,7 +7,7 @@ with McNemar's exact test instead of by the overlap of two intervals.
 
 Record layout (one JSON file in chapters/data/, read by `load_record`):
 
-    {"question": "...", "design": "...", "command": "python tools/...", "numerics": {...},
+    {"question": "...", "design": "...", "command": "python -m tools.record...", "numerics": {...},
      "test_set": {"seed": 1234, "n": 10000},
      "arms": {"pre_norm": [{"seed": 0, "test_correct": 9959, "correct_bits": "...", ...}, ...],
               "post_norm": [...]}}

@@ -32,7 +32,7 @@ from helpers.benchmark import attention_flops, outcome, results_table, score_mat
 from helpers.repro.paths import records_dir
 
 RECORD_COMMAND = (
-    "PYTHONPATH=src timeout -k 10 460 python3 tools/record/gpu.py --device cuda --out OUT_DIR"
+    "PYTHONPATH=src timeout -k 10 460 python3 -m tools.record.gpu --device cuda --out OUT_DIR"
 )
 DEFAULT_DATA = records_dir()
 
