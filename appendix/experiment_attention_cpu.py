@@ -75,8 +75,8 @@ print(f"timed runs per row: {min(r['runs'] for r in timed)} to {max(r['runs'] fo
 # The two records were made by two commands, from the repository root:
 #
 # ```bash
-# python tools/bench/attention.py                    # float32
-# python tools/bench/attention.py --dtype bfloat16   # bfloat16
+# python -m tools.bench.attention                    # float32
+# python -m tools.bench.attention --dtype bfloat16   # bfloat16
 # ```
 #
 # They write `chapters/data/attention_benchmark_cpu.json` and

@@ -69,7 +69,7 @@ print(f"test set: {n_test:,} sequences, seed {record['test_set']['seed']}")
 #
 # ```bash
 # env $(.venv/bin/python src/helpers/repro/pin.py pinned) nice -n 10 \
-#     .venv/bin/python tools/record/ch07_cross_mask.py
+#     .venv/bin/python -m tools.record.ch07_cross_mask
 # ```
 #
 # It trains both arms for every seed and writes `chapters/data/ch07_cross_mask.json`.

@@ -62,7 +62,7 @@ print(f"configurations: {configs}; seeds {seeds}")
 # The record was made by one command, from the repository root:
 #
 # ```bash
-# python tools/bench/ch20_ddp.py --seeds 0,1,2,3,4
+# python -m tools.bench.ch20_ddp --seeds 0,1,2,3,4
 # ```
 #
 # It writes `chapters/data/ch20_ddp_timing.json`. Each run is a fresh command; the two-process

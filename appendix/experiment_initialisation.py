@@ -63,7 +63,7 @@ print(f"test set: {n_test:,} sequences, seed {record['test_seed']}")
 # The record was made by one command, from the repository root:
 #
 # ```bash
-# nice -n 10 .venv/bin/python tools/record/ch12_init_2x2.py --seeds 0 1 2 --budgets 600 1200
+# nice -n 10 .venv/bin/python -m tools.record.ch12_init_2x2 --seeds 0 1 2 --budgets 600 1200
 # ```
 #
 # It trains every run on one thread and writes `chapters/data/ch12_init_2x2.json`. The record

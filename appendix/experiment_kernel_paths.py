@@ -67,8 +67,8 @@ for path in paths:
 # in a fresh process per path (two paths at a time, one thread each):
 #
 # ```bash
-# .venv/bin/python tools/record/kernel_spread.py
-# .venv/bin/python tools/record/kernel_spread.py --sharp-only
+# .venv/bin/python -m tools.record.kernel_spread
+# .venv/bin/python -m tools.record.kernel_spread --sharp-only
 # ```
 #
 # The tool writes `chapters/data/kernel_spread.json`; the fourth path is written into it

@@ -40,7 +40,7 @@
 
 # %% [markdown]
 # ```bash
-# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/ch10_stability.py
+# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.ch10_stability
 # ```
 #
 # It trains 10 runs in the book's pinned numerics, on one thread (about 6 CPU-minutes).

@@ -84,7 +84,7 @@ print(
 # The record was made by one command, from the repository root:
 #
 # ```bash
-# nice -n 10 python tools/record/ch05_norm_sweep.py
+# nice -n 10 python -m tools.record.ch05_norm_sweep
 # ```
 #
 # It runs `helpers.analysis.norm_experiment.train_tagger` for every arm, learning rate and seed,

@@ -40,7 +40,7 @@
 # Recorded before the book pinned its numerics, in commit `4e8c110`:
 #
 # ```bash
-# python tools/bench/training.py --record-seed   # -> chapters/data/seed_recipe_run.json
+# python -m tools.bench.training --record-seed   # -> chapters/data/seed_recipe_run.json
 # ```
 #
 # ## Provenance

@@ -90,13 +90,13 @@ print(f"{'seed_recipe':>20} {'[0]':>7} {seed_run['parameters']:>8,}  SEED_RECIPE
 #
 # ```bash
 # env $(.venv/bin/python src/helpers/repro/pin.py pinned) nice -n 10 \
-#     .venv/bin/python tools/record/ch18_sharpness.py NAME --base book \
+#     .venv/bin/python -m tools.record.ch18_sharpness NAME --base book \
 #     --set FIELD=VALUE ... --every 100 --seed S
 # ```
 #
 # `SEED_RECIPE` used `--base seed --every 312 --out chapters/data/ch18_seed_recipe.json`.
 # The training times come from
-# `nice -n 10 .venv/bin/python tools/bench/time_ch18_recipe.py --repeats 2`. The cell prints each
+# `nice -n 10 .venv/bin/python -m tools.bench.time_ch18_recipe --repeats 2`. The cell prints each
 # run's own arguments.
 #
 # ## Provenance

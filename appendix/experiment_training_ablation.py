@@ -54,7 +54,7 @@
 # other work (the load averages are printed below), in commit `ed2d6f4`:
 #
 # ```bash
-# python tools/bench/training.py --ablation     # -> chapters/data/training_ablation.json
+# python -m tools.bench.training --ablation     # -> chapters/data/training_ablation.json
 # ```
 #
 # ## Provenance

@@ -50,14 +50,14 @@
 
 # %% [markdown]
 # ```bash
-# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/training_band.py
+# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.training_band
 # ```
 #
 # It trains the 6 runs in the book's pinned numerics, one thread each; `--jobs 6` runs them in
 # parallel, with the same bits. The check seeds are added to the same record by:
 #
 # ```bash
-# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python tools/record/training_band.py \
+# env $(python src/helpers/repro/pin.py pinned) nice -n 10 python -m tools.record.training_band \
 #     --check --jobs 2
 # ```
 #
