@@ -39,7 +39,22 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
+from helpers import (
+    BOOK_RECIPE,
+    SHARP_ATTENTION_RECIPE,
+    Transformer,
+    encode_digits,
+    greedy_decode,
+    test_set,
+)
+from helpers.core.model import ModelConfig
+from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID
+from helpers.decoding.greedy import sequences_equal
+from helpers.repro.numerics import pin_problems
+from helpers.training.checkpoints import checkpoint_path, load_or_train
+from helpers.training.train import build_model
 from tools.common import DATA, ROOT
 
 ASSETS = ROOT / "book_assets"
@@ -83,8 +98,6 @@ def decode_entry(entry: dict) -> torch.Tensor:
 
 def model_config(model) -> dict:
     """What the page needs to rebuild the forward pass, checked against the modules."""
-    from torch import nn
-
     cfg = model.config
     norms = [m for m in model.modules() if isinstance(m, nn.LayerNorm)]
     eps = {m.eps for m in norms}
@@ -96,8 +109,6 @@ def model_config(model) -> dict:
     embeds = (model.encoder.embed, model.decoder.embed)
     if len({(e.token_scale, e.position_scale) for e in embeds}) != 1:
         raise ValueError("encoder and decoder embeddings scale differently")
-    from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET, PAD_ID
-
     return {
         "src_vocab": cfg.src_vocab,
         "tgt_vocab": cfg.tgt_vocab,
@@ -159,9 +170,6 @@ def state_dict_from(data: dict) -> dict[str, torch.Tensor]:
 
 def model_from_file(path: Path):
     """A helpers Transformer holding the weights of an exported file (eval mode)."""
-    from helpers import Transformer
-    from helpers.core.model import ModelConfig
-
     data = read_script(path)
     model = Transformer.from_config(ModelConfig(**data["config"]["model_config"]))
     model.load_state_dict(state_dict_from(data), strict=True)
@@ -169,9 +177,6 @@ def model_from_file(path: Path):
 
 
 def sharp_model():
-    from helpers import SHARP_ATTENTION_RECIPE
-    from helpers.training.train import build_model
-
     stored = torch.load(SHARP_WEIGHTS, weights_only=True)
     assert stored["key"] == SHARP_ATTENTION_RECIPE.key(), "ch18_sharp_model.pt: another recipe"
     model = build_model(SHARP_ATTENTION_RECIPE)
@@ -180,15 +185,11 @@ def sharp_model():
 
 
 def twin_recipe():
-    from helpers import SHARP_ATTENTION_RECIPE
-
     return dataclasses.replace(SHARP_ATTENTION_RECIPE, init="default")
 
 
 def cached_model(cfg, what: str):
     """load_or_train, announcing a cold cache: training then happens here."""
-    from helpers.training.checkpoints import checkpoint_path, load_or_train
-
     path = checkpoint_path(cfg)
     if not path.exists():
         print(
@@ -203,8 +204,6 @@ def cached_model(cfg, what: str):
 
 def book_models() -> dict:
     """{id: (model, where its weights come from)}"""
-    from helpers import BOOK_RECIPE
-
     return {
         "book": (cached_model(BOOK_RECIPE, "book"), f"BOOK_RECIPE ({BOOK_RECIPE.key()})"),
         "sharp": (sharp_model(), "chapters/data/ch18_sharp_model.pt"),
@@ -218,10 +217,6 @@ def book_models() -> dict:
 @torch.no_grad()
 def wrong_on_test_set(model) -> tuple[int, int, dict | None]:
     """(wrong, total, the shortest wrong input with the model's output) on helpers.test_set."""
-    from helpers import greedy_decode, test_set
-    from helpers.core.vocab import EOS_ID, NUM_OFFSET
-    from helpers.decoding.greedy import sequences_equal
-
     src, tgt = test_set()
     wrong = []
     for i in range(0, src.size(0), 1000):
@@ -242,9 +237,6 @@ def wrong_on_test_set(model) -> tuple[int, int, dict | None]:
 def wrong_short_input(model) -> dict | None:
     """The first input of one or two digits (shorter than any training input) the model gets
     wrong, for a model that gets the whole test set right."""
-    from helpers import encode_digits, greedy_decode
-    from helpers.core.vocab import BOS_ID, EOS_ID, NUM_OFFSET
-
     for n in (1, 2):
         for k in range(10**n):
             digits = [int(c) for c in f"{k:0{n}d}"]
@@ -307,8 +299,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ASSETS, help="default: book_assets/")
     args = ap.parse_args(argv)
-    from helpers.repro.numerics import pin_problems
-
     problems = pin_problems()
     if problems:
         print(f"warning: not the book's pinned numerics ({problems}); the book runs pinned")
