@@ -14,27 +14,18 @@
   sums) match the stored ones.
 """
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
+from tools.common import pin
+
 ROOT = Path(__file__).resolve().parent
 
 
-def _pin():
-    """src/helpers/repro/pin.py, the one definition of the kernel's name and pin, loaded by path:
-    it is plain data, and importing the helpers package would import torch first."""
-    spec = importlib.util.spec_from_file_location(
-        "_book_pin", ROOT / "src" / "helpers" / "repro" / "pin.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-KERNEL_NAME = _pin().KERNEL_NAME
+# The kernel's name from helpers.repro.pin, read as plain data (tools.common imports no torch).
+KERNEL_NAME = pin.KERNEL_NAME
 SANITIZE_FILE = ROOT / "chapters" / "sanitize.cfg"
 
 # Relative to this file. The twins are plain scripts: importing one as a test module

@@ -174,7 +174,10 @@ BREAKS = {
     ),
     notebooks.run_time_is_recorded: (
         set_source(1, "**Run time:** about 1 s."),
-        "the run-time cell differs from the record: run tools/bench/time_chapters.py --write",
+        (
+            "the run-time cell differs from the record: "
+            "run python -m tools.bench.time_chapters --write"
+        ),
     ),
     notebooks.sentences_are_short: (
         insert(3, new_markdown_cell(LONG * 40)),
@@ -238,7 +241,10 @@ MORE_BREAKS = [
     (
         notebooks.run_time_is_recorded,
         set_meta(1, tags=[]),
-        "the second cell must be the run-time cell: run tools/bench/time_chapters.py --write",
+        (
+            "the second cell must be the run-time cell: "
+            "run python -m tools.bench.time_chapters --write"
+        ),
     ),
     (
         notebooks.exercises_are_graded,

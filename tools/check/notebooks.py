@@ -401,11 +401,17 @@ def run_time_is_recorded(page: Page) -> Iterator[str]:
     rec = record.get("chapters", {}).get(page.path.name[:2])
     second = page.cells[1] if len(page.cells) > 1 else {}
     if rec is None or rec.get("notebook") != page.path.name:
-        yield "no run time recorded for this chapter: run tools/bench/time_chapters.py NN"
+        yield "no run time recorded for this chapter: run python -m tools.bench.time_chapters NN"
     elif time_chapters.TAG not in tags(second):
-        yield "the second cell must be the run-time cell: run tools/bench/time_chapters.py --write"
+        yield (
+            "the second cell must be the run-time cell: "
+            "run python -m tools.bench.time_chapters --write"
+        )
     elif source(second) != time_chapters.run_time_text(rec):
-        yield "the run-time cell differs from the record: run tools/bench/time_chapters.py --write"
+        yield (
+            "the run-time cell differs from the record: "
+            "run python -m tools.bench.time_chapters --write"
+        )
 
 
 def sentences_are_short(page: Page) -> Iterator[str]:
