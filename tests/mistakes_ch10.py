@@ -5,9 +5,10 @@ A learner's loop is `train_loop(cfg) -> (model, losses, eval_steps)`. `loop(cfg,
 the right one, written as a learner would; each mistake turns one slip on. Not collected by
 pytest (the name does not start with test_); tests/test_exercises_ch10.py imports it.
 
-The `lib_*` functions are library-shaped twins of the mistakes: helpers.training.train's own
-`_train`
-(or `teacher_forced_exact_match`) with one line changed, for
+The `lib_*` functions are library-shaped twins of the mistakes: the library's own function
+with one line changed, helpers.training.train's `_train`, `make_optimizer` or
+`teacher_forced_exact_match`, or what both training loops share in helpers.training.loop
+(`token_loss`, `evaluation_due`, `evaluate_and_confirm`), for
 
     BOOK_MISTAKE="helpers.training.train:_train=tests/mistakes_ch10.py:lib_no_zero_grad" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake \
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import PAD_ID, VOCAB_SIZE, make_reversal_dataset
+from helpers.training import loop as loop_module
 from helpers.training import train as train_module
 from helpers.training.train import build_model, epoch_batches, lr_factor
 
@@ -209,26 +211,30 @@ CATALOGUE = {  # mistake -> a fragment of the message check_training_loop gives 
 }
 
 
-# ---------------------------------------------------------------- planted in helpers.training.train
+# ------------------------------------------- planted in helpers.training.train and .loop
 
 
 def _mutant(function, old: str, new: str, count: int = 1, *more: tuple[str, str]):
-    """helpers.training.train's `function` with the text `old` of its source replaced by `new`
-    (which must occur `count` times; `more` pairs are replaced too, once each), compiled in a
-    copy of helpers.training.train's namespace."""
+    """The library's `function` with the text `old` of its source (decorators included)
+    replaced by `new` (which must occur `count` times; `more` pairs are replaced too, once
+    each), compiled in a copy of the namespace of the module that defines it."""
     source = textwrap.dedent(inspect.getsource(function))
     for text, replacement, n in ((old, new, count), *((o, r, 1) for o, r in more)):
         if source.count(text) != n:
             raise ValueError(f"{text!r} occurs {source.count(text)} times in {function.__name__}")
         source = source.replace(text, replacement)
-    namespace = dict(vars(train_module))
+    namespace = dict(inspect.unwrap(function).__globals__)
     exec(compile(source, f"<mutant of {function.__name__}>", "exec"), namespace)
     return namespace[function.__name__]
 
 
 _train = train_module._train
 lib_labels_not_shifted = _mutant(_train, "tgt[:, :-1], tgt[:, 1:]", "tgt[:, :-1], tgt[:, :-1]")
-lib_padding_in_loss = _mutant(_train, "ignore_index=PAD_ID,", "")
+# the loss, the evaluation gate and its confirmation live in helpers.training.loop
+_loss = loop_module.token_loss
+_due = loop_module.evaluation_due
+_confirm = loop_module.evaluate_and_confirm
+lib_padding_in_loss = _mutant(_loss, "ignore_index=PAD_ID,", "")
 lib_scheduler_twice = _mutant(_train, "sched.step()", "sched.step()\n        sched.step()")
 lib_scheduler_before_optimizer = _mutant(
     _train, "opt.step()\n        sched.step()", "sched.step()\n        opt.step()"
@@ -240,12 +246,12 @@ lib_no_reshuffle = _mutant(
     "epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)",
     "epoch_batches(src_len, cfg.batch_size, cfg.bucket, torch.Generator().manual_seed(cfg.seed))",
 )
-lib_eval_not_gated = _mutant(_train, " and batch_exact >= cfg.eval_gate", "")
+lib_eval_not_gated = _mutant(_due, " and batch_exact >= cfg.eval_gate", "")
 lib_eval_off_by_one = _mutant(
-    _train, "step % cfg.eval_every == 0", "(step - 1) % cfg.eval_every == 0"
+    _due, "step % cfg.eval_every == 0", "(step - 1) % cfg.eval_every == 0"
 )
 lib_stop_only_above_target = _mutant(
-    _train, "em >= cfg.target_exact_match", "em > cfg.target_exact_match", count=2
+    _confirm, "em >= cfg.target_exact_match", "em > cfg.target_exact_match", count=2
 )
 lib_untrimmed = _mutant(
     _train,
@@ -254,16 +260,19 @@ lib_untrimmed = _mutant(
     1,
     ("tgt_train[rows, : int(tgt_len[idx].max())]", "tgt_train[rows]"),
 )
-lib_no_label_smoothing = _mutant(_train, "label_smoothing=cfg.label_smoothing,", "")
-lib_adam_default_betas = _mutant(_train, ", betas=(0.9, 0.98), eps=1e-9", "")
+lib_no_label_smoothing = _mutant(
+    _train, "token_loss(logits, tgt_out, cfg.label_smoothing)", "token_loss(logits, tgt_out)"
+)
+lib_adam_default_betas = _mutant(train_module.make_optimizer, ", betas=(0.9, 0.98), eps=1e-9", "")
 lib_batches_from_global_generator = _mutant(
     _train,
     "epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)",
     "epoch_batches(src_len, cfg.batch_size, cfg.bucket, None)",
 )
-# the mode switches live in teacher_forced_exact_match, which train_reversal scores with
+# the mode switches live in teacher_forced_exact_match, which train_reversal scores with: its
+# restores_mode decorator gives the mode back
 _tf_em = train_module.teacher_forced_exact_match
-lib_eval_never_undone = _mutant(_tf_em, "model.train(was_training)", "pass")
+lib_eval_never_undone = _mutant(_tf_em, "@restores_mode\n", "")
 lib_eval_in_train_mode = _mutant(_tf_em, "model.eval()", "pass")
 lib_score_token_accuracy = _mutant(  # per sequence: its share of right tokens, <pad> included
     _tf_em,
@@ -273,7 +282,7 @@ lib_score_token_accuracy = _mutant(  # per sequence: its share of right tokens, 
 
 PLANTED = {  # catalogue name -> (the library object replaced, its mistaken twin's name)
     "labels_not_shifted": ("helpers.training.train:_train", "lib_labels_not_shifted"),
-    "padding_in_loss": ("helpers.training.train:_train", "lib_padding_in_loss"),
+    "padding_in_loss": ("helpers.training.loop:token_loss", "lib_padding_in_loss"),
     "scheduler_twice": ("helpers.training.train:_train", "lib_scheduler_twice"),
     "scheduler_before_optimizer": (
         "helpers.training.train:_train",
@@ -290,12 +299,15 @@ PLANTED = {  # catalogue name -> (the library object replaced, its mistaken twin
         "lib_eval_in_train_mode",
     ),
     "no_reshuffle": ("helpers.training.train:_train", "lib_no_reshuffle"),
-    "eval_not_gated": ("helpers.training.train:_train", "lib_eval_not_gated"),
-    "eval_off_by_one": ("helpers.training.train:_train", "lib_eval_off_by_one"),
-    "stop_only_above_target": ("helpers.training.train:_train", "lib_stop_only_above_target"),
+    "eval_not_gated": ("helpers.training.loop:evaluation_due", "lib_eval_not_gated"),
+    "eval_off_by_one": ("helpers.training.loop:evaluation_due", "lib_eval_off_by_one"),
+    "stop_only_above_target": (
+        "helpers.training.loop:evaluate_and_confirm",
+        "lib_stop_only_above_target",
+    ),
     "untrimmed": ("helpers.training.train:_train", "lib_untrimmed"),
     "no_label_smoothing": ("helpers.training.train:_train", "lib_no_label_smoothing"),
-    "adam_default_betas": ("helpers.training.train:_train", "lib_adam_default_betas"),
+    "adam_default_betas": ("helpers.training.train:make_optimizer", "lib_adam_default_betas"),
     "batches_from_global_generator": (
         "helpers.training.train:_train",
         "lib_batches_from_global_generator",

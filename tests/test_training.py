@@ -8,13 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import helpers
 from helpers import (
     PAD_ID,
     VOCAB_SIZE,
@@ -28,6 +26,7 @@ from helpers.training.checkpoints import (
     load_or_train,
     save_checkpoint,
 )
+from helpers.training.loop import evaluate_and_confirm, evaluation_due
 from helpers.training.recipes import (
     BOOK_RECIPE,
     COMPARISON_STEPS,
@@ -59,7 +58,6 @@ TINY = TrainConfig(
     eval_every=3,
     eval_size=64,
 )
-SRC_DIR = Path(helpers.__file__).resolve().parents[1]  # the folder that holds the package
 
 
 def test_train_records_history_and_respects_the_budget():
@@ -241,8 +239,7 @@ def test_garbage_and_wrong_config_files_are_retrained(tmp_path, capsys):
 
 
 WRITER = textwrap.dedent("""
-    import os, sys, time, torch
-    sys.path.insert(0, {src!r})
+    import time, torch
     from helpers.training.checkpoints import save_checkpoint
     from helpers.training.recipes import TrainConfig
     from helpers.training.train import train_reversal
@@ -261,7 +258,7 @@ WRITER = textwrap.dedent("""
 
 def test_killing_the_writer_mid_write_leaves_no_valid_looking_checkpoint(tmp_path):
     path = checkpoint_path(TINY, tmp_path)
-    script = WRITER.format(src=str(SRC_DIR), cfg=dataclasses.asdict(TINY), path=str(path))
+    script = WRITER.format(cfg=dataclasses.asdict(TINY), path=str(path))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "writing"
@@ -441,3 +438,31 @@ def test_teacher_forced_exact_match_scores_in_eval_mode_and_restores_the_mode(mo
     assert teacher_forced_exact_match(model, src, tgt) == expected
     assert model.training == (mode == "train")  # the caller's mode is given back
     assert torch.equal(torch.get_rng_state(), rng)  # no dropout mask was drawn
+
+
+# ---------------------------------------------------------------- what both loops share
+
+
+def test_the_gate_and_the_confirmation_shared_by_both_loops():
+    """helpers.training.loop decides for train_reversal and train_reversal_ddp alike: evaluate
+    at a multiple of eval_every whose batch passes the gate, and at the last step; stop only
+    when the score reaches the target, after greedy decoding confirms it (when asked to)."""
+    cfg = dataclasses.replace(TINY, eval_every=4, eval_gate=0.5, target_exact_match=0.9)
+    assert evaluation_due(cfg, 8, 0.5, last=10) and not evaluation_due(cfg, 8, 0.49, last=10)
+    assert not evaluation_due(cfg, 9, 1.0, last=10) and evaluation_due(cfg, 10, 0.0, last=10)
+    calls = []
+
+    def score(quick, greedy_score):
+        def fn(greedy):
+            calls.append(greedy)
+            return greedy_score if greedy else quick
+
+        return fn
+
+    assert evaluate_and_confirm(cfg, score(0.8, 1.0), confirm=True) == (0.8, False)
+    assert evaluate_and_confirm(cfg, score(0.9, 0.95), confirm=True) == (0.95, True)
+    assert evaluate_and_confirm(cfg, score(0.95, 0.85), confirm=True) == (0.85, False)
+    assert evaluate_and_confirm(cfg, score(0.95, 0.0), confirm=False) == (0.95, True)
+    assert calls == [False, False, True, False, True, False]
+    no_target = dataclasses.replace(cfg, target_exact_match=None)
+    assert evaluate_and_confirm(no_target, score(1.0, 1.0), confirm=True) == (1.0, False)

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from helpers.core.vocab import BOS_ID, PAD_ID
+from helpers.decoding.greedy import restores_mode
 
 from .data import data_checks
 from .gradients import gradient_checks
@@ -18,6 +19,7 @@ from .report import ModelReport
 from .shapes import encoder_memory, eval_determinism, first_forward, logits_shape
 
 
+@restores_mode
 def check_model(
     model: nn.Module,
     batch,
@@ -56,6 +58,7 @@ def check_model(
     between them). Another recipe may need more steps.
     Without make_train_step, nothing trains and the report has no overfit stage.
     Returns a ModelReport: .ok, .failures, report['causality probe'].status, .grad_norms.
+    The checks run in eval mode; the model's own mode is given back, also after an error.
     """
     if not isinstance(batch, (tuple, list)) or len(batch) not in (2, 3):
         raise ValueError("batch must be (src, tgt) or (src, tgt_in, tgt_out)")
@@ -79,43 +82,39 @@ def check_model(
             )
 
     report = ModelReport()
-    was_training = model.training
     gen = torch.Generator().manual_seed(seed)
     limits = (loss_ratio_limit, entry_std_limit, grad_norm_limit)
-    try:
-        model.eval()
-        V = _run_stages(
-            model,
-            src,
-            tgt_in,
-            tgt_out,
-            shift_given,
-            pad_id,
-            bos_id,
-            gen,
-            max_probe_rows,
-            limits,
-            report,
-        )
-        if make_train_step is not None:
-            if V is None:
-                report.add("overfit", "overfit one batch", "skip", "skipped: see shapes")
-            else:
-                overfit_one_batch(
-                    model,
-                    tuple(batch),
-                    make_train_step,
-                    tgt_in,
-                    tgt_out,
-                    V,
-                    pad_id,
-                    overfit_steps,
-                    overfit_ratio_limit,
-                    seed,
-                    report,
-                )
-    finally:
-        model.train(was_training)
+    model.eval()
+    V = _run_stages(
+        model,
+        src,
+        tgt_in,
+        tgt_out,
+        shift_given,
+        pad_id,
+        bos_id,
+        gen,
+        max_probe_rows,
+        limits,
+        report,
+    )
+    if make_train_step is not None:
+        if V is None:
+            report.add("overfit", "overfit one batch", "skip", "skipped: see shapes")
+        else:
+            overfit_one_batch(
+                model,
+                tuple(batch),
+                make_train_step,
+                tgt_in,
+                tgt_out,
+                V,
+                pad_id,
+                overfit_steps,
+                overfit_ratio_limit,
+                seed,
+                report,
+            )
     if verbose:
         print(report)
     return report

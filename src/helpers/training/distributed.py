@@ -22,6 +22,7 @@ process: that is the baseline chapter 20 compares against.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import shlex
 import socket
@@ -32,15 +33,15 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from helpers.core.data import make_reversal_dataset
 from helpers.core.vocab import PAD_ID
 from helpers.decoding.greedy import greedy_decode, restores_mode, sequences_equal
+from helpers.training.loop import evaluate_and_confirm, evaluation_due, record, token_loss
 from helpers.training.recipes import TrainConfig
-from helpers.training.train import build_model, lr_factor, sequence_correct
+from helpers.training.train import build_model, make_optimizer, sequence_correct
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -185,14 +186,7 @@ def summed_loss(model, src: torch.Tensor, tgt: torch.Tensor, label_smoothing: fl
     """(cross-entropy summed over the real target tokens, logits, tgt_out) of one batch."""
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
     logits = model(src, tgt_in)
-    loss = F.cross_entropy(
-        logits.float().reshape(-1, logits.size(-1)),
-        tgt_out.reshape(-1),
-        ignore_index=PAD_ID,
-        label_smoothing=label_smoothing,
-        reduction="sum",
-    )
-    return loss, logits, tgt_out
+    return token_loss(logits, tgt_out, label_smoothing, reduction="sum"), logits, tgt_out
 
 
 def dropout_seed(seed: int, rank: int) -> int:
@@ -214,12 +208,6 @@ def seed_rank_stream(cfg: TrainConfig, rank: int) -> int:
     return torch.initial_seed()
 
 
-def make_optimizer(model, cfg: TrainConfig):
-    """Adam and the LambdaLR schedule of helpers.train_reversal, for the same cfg."""
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
-
-
 def wrap(model, info: DistInfo, bucket_cap_mb: float | None = None):
     """The model as this process trains it: DistributedDataParallel when there are several
     processes (it broadcasts rank 0's weights, then all-reduces the gradients in buckets during
@@ -230,6 +218,17 @@ def wrap(model, info: DistInfo, bucket_cap_mb: float | None = None):
     kwargs = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
     device_ids = [info.device.index] if info.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=device_ids, **kwargs)
+
+
+def step_keeping_grads(model, opt, sched, loss) -> dict:
+    """One optimizer and schedule step on loss; returns a copy of the gradients it used (under
+    DDP: after backward's all-reduce), by parameter name."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+    opt.step()
+    sched.step()
+    return grads
 
 
 def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
@@ -255,11 +254,7 @@ def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
     loss_sum, _, tgt_out = summed_loss(net, s, t, cfg.label_smoothing)
     counts = all_reduce_sum(torch.stack([(tgt_out != PAD_ID).sum().double(), loss_sum.detach()]))
     loss = loss_sum * (info.world_size / float(counts[0]))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
-    opt.step()
-    sched.step()
+    grads = step_keeping_grads(model, opt, sched, loss)
     return model, grads, float(counts[1] / counts[0])
 
 
@@ -270,18 +265,8 @@ def one_step_single(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
     s, t = trimmed(src, tgt)
     model = build_model(cfg)
     opt, sched = make_optimizer(model, cfg)
-    logits = model(s, t[:, :-1])
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)),
-        t[:, 1:].reshape(-1),
-        ignore_index=PAD_ID,
-        label_smoothing=cfg.label_smoothing,
-    )
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
-    opt.step()
-    sched.step()
+    loss = token_loss(model(s, t[:, :-1]), t[:, 1:], cfg.label_smoothing)
+    grads = step_keeping_grads(model, opt, sched, loss)
     return model, grads, float(loss.detach())
 
 
@@ -414,6 +399,7 @@ def train_reversal_ddp(
     src_train, tgt_train = make_reversal_dataset(cfg.train_size, seed=cfg.data_seed)
     src_val, tgt_val = make_reversal_dataset(cfg.val_size, seed=cfg.val_seed)
     src_eval, tgt_eval = src_val[: cfg.eval_size], tgt_val[: cfg.eval_size]
+    score = functools.partial(sharded_exact_match, model, src_eval, tgt_eval, info)
     opt, sched = make_optimizer(model, cfg)
     W = info.world_size
     hist = {"step": [], "loss": [], "rank_loss": [], "batch_exact": [], "lr": []}
@@ -444,23 +430,20 @@ def train_reversal_ddp(
         step += 1
         train_s += time.perf_counter() - t_step
         batch_exact = float(stats[2]) / cfg.batch_size
-        hist["step"].append(step)
-        hist["loss"].append(float(stats[1] / stats[0]))
-        hist["rank_loss"].append([round(float(x), 5) for x in stats[3:]])
-        hist["batch_exact"].append(batch_exact)
-        hist["lr"].append(sched.get_last_lr()[0])
+        record(
+            hist,
+            step=step,
+            loss=float(stats[1] / stats[0]),
+            rank_loss=[round(float(x), 5) for x in stats[3:]],
+            batch_exact=batch_exact,
+            lr=sched.get_last_lr()[0],
+        )
         if info.is_main and log_every and step % log_every == 0:
             ranks = ", ".join(f"rank {r} {x:.3f}" for r, x in enumerate(hist["rank_loss"][-1]))
             log(f"step {step:4d}  loss {hist['loss'][-1]:.3f}  ({ranks})")
-        due = step % cfg.eval_every == 0 and batch_exact >= cfg.eval_gate
-        if due or step == cfg.max_steps:
-            em = sharded_exact_match(model, src_eval, tgt_eval, info)
-            done = cfg.target_exact_match is not None and em >= cfg.target_exact_match
-            if done and confirm:
-                em = sharded_exact_match(model, src_eval, tgt_eval, info, greedy=True)
-                done = em >= cfg.target_exact_match
-            hist["eval_step"].append(step)
-            hist["exact_match"].append(em)
+        if evaluation_due(cfg, step, batch_exact, cfg.max_steps):
+            em, done = evaluate_and_confirm(cfg, score, confirm)  # sharded over the ranks
+            record(hist, eval_step=step, exact_match=em)
             if done:
                 break
     model.eval()

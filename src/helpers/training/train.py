@@ -1,5 +1,7 @@
 """The training loop of the reversal model: teacher forcing, Adam, the Noam schedule with an
 optional linear cooldown, a progress bar, and a cheap periodic evaluation. Built in chapter 10.
+The loss, the evaluation gate, its confirmation and the history are those of chapter 20's
+data-parallel loop too (helpers.training.loop).
 
 train_reversal(cfg)   trains from scratch and returns the model with its history.
 """
@@ -9,12 +11,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from helpers.core.data import make_reversal_dataset
 from helpers.core.model import Transformer, apply_default_init
 from helpers.core.vocab import PAD_ID, VOCAB_SIZE
-from helpers.decoding.greedy import exact_match, sequences_equal
+from helpers.decoding.greedy import exact_match, restores_mode, sequences_equal
+from helpers.training.loop import evaluate_and_confirm, evaluation_due, record, token_loss
 from helpers.training.recipes import TrainConfig
 from helpers.training.schedule import noam_lambda
 
@@ -94,12 +96,20 @@ def lr_factor(cfg: TrainConfig):
     return factor
 
 
+def make_optimizer(model, cfg: TrainConfig):
+    """Adam with the betas and eps of Vaswani et al. (2017), and its LambdaLR schedule
+    (lr_factor(cfg) times the base lr cfg.lr_scale). Both training loops build theirs here."""
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+
+
 def sequence_correct(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
     """bool [B]: the argmax is right at every position up to and including the target's <eos>
     (teacher forcing's exact match: `sequences_equal` on the argmax tokens)."""
     return sequences_equal(logits.argmax(-1), tgt_out)
 
 
+@restores_mode
 def teacher_forced_exact_match(
     model, src: torch.Tensor, tgt: torch.Tensor, batch_size: int = 1000
 ) -> float:
@@ -109,16 +119,14 @@ def teacher_forced_exact_match(
     This is the same number as greedy exact match (helpers.exact_match): while every argmax
     is right, greedy decoding feeds itself exactly the prefix that teacher forcing feeds, and
     at the first wrong argmax both go wrong. It costs one batched forward pass instead of
-    one decoder pass per output token.
+    one decoder pass per output token. Scores in eval mode, then gives back the caller's mode.
     """
-    was_training = model.training
     model.eval()
     correct = 0
     with torch.no_grad():
         for i in range(0, src.size(0), batch_size):
             s, t = src[i : i + batch_size], tgt[i : i + batch_size]
             correct += int(sequence_correct(model(s, t[:, :-1]), t[:, 1:]).sum())
-    model.train(was_training)
     return correct / max(src.size(0), 1)
 
 
@@ -219,8 +227,7 @@ def _train(cfg, progress, confirm, device, deadline, on_step, stop_after) -> Tra
     # lengths and batch indices stay on the CPU, where the sampler's generator is
     src_len, tgt_len = (src_train != PAD_ID).sum(1), (tgt_train != PAD_ID).sum(1)
     src_train, tgt_train = src_train.to(device), tgt_train.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr_scale, betas=(0.9, 0.98), eps=1e-9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    opt, sched = make_optimizer(model, cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     keys = ("step", "loss", "token_acc", "batch_exact", "lr", "eval_step", "exact_match")
     hist = {k: [] for k in (*keys, "seconds")}
@@ -238,6 +245,10 @@ def _train(cfg, progress, confirm, device, deadline, on_step, stop_after) -> Tra
     else:
         bar = _NoBar()
 
+    def score(greedy: bool) -> float:  # one teacher-forced pass; greedy decoding to confirm
+        metric = exact_match if greedy else teacher_forced_exact_match
+        return metric(model, src_eval, tgt_eval)
+
     step, batches, stopped = 0, [], None
     model.train()
     while step < last:
@@ -254,12 +265,7 @@ def _train(cfg, progress, confirm, device, deadline, on_step, stop_after) -> Tra
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # teacher forcing: shift by one
         with autocast():
             logits = forward(src, tgt_in)
-        loss = F.cross_entropy(
-            logits.float().reshape(-1, logits.size(-1)),
-            tgt_out.reshape(-1),
-            ignore_index=PAD_ID,
-            label_smoothing=cfg.label_smoothing,
-        )
+        loss = token_loss(logits, tgt_out, cfg.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -269,26 +275,15 @@ def _train(cfg, progress, confirm, device, deadline, on_step, stop_after) -> Tra
             real = tgt_out != PAD_ID
             acc = ((logits.argmax(-1) == tgt_out) & real).sum().item() / real.sum().item()
             batch_exact = sequence_correct(logits, tgt_out).float().mean().item()
-        hist["step"].append(step)
-        hist["loss"].append(loss.item())
-        hist["token_acc"].append(acc)
-        hist["batch_exact"].append(batch_exact)
-        hist["lr"].append(sched.get_last_lr()[0])
+        lr = sched.get_last_lr()[0]
+        record(hist, step=step, loss=loss.item(), token_acc=acc, batch_exact=batch_exact, lr=lr)
         bar.update(1)
         if on_step is not None:
             on_step(step, model, hist["loss"][-1])
             model.train()
-        due = step % cfg.eval_every == 0 and batch_exact >= cfg.eval_gate
-        if due or step == last:
-            em = teacher_forced_exact_match(model, src_eval, tgt_eval)
-            done = cfg.target_exact_match is not None and em >= cfg.target_exact_match
-            if done and confirm:
-                em = exact_match(model, src_eval, tgt_eval)  # greedy decoding with the KV cache
-                done = em >= cfg.target_exact_match
-                model.train()
-            hist["eval_step"].append(step)
-            hist["exact_match"].append(em)
-            hist["seconds"].append(time.perf_counter() - t0)
+        if evaluation_due(cfg, step, batch_exact, last):
+            em, done = evaluate_and_confirm(cfg, score, confirm)
+            record(hist, eval_step=step, exact_match=em, seconds=time.perf_counter() - t0)
             bar.set_postfix(loss=f"{loss.item():.3f}", exact_match=f"{em:.3f}")
             if done:
                 break
