@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from helpers.core.checks import check_mask, inputs_checked
+
 # --- Scaled dot-product attention (exercise 3.4) ---
 
 
@@ -391,49 +393,67 @@ def lib_mha_merge_view_after_transpose(self, x):  # as MultiHeadAttention.merge_
     return x.transpose(1, 2).view(x.size(0), x.size(2), self.d_model)
 
 
-def lib_mha_split_without_transpose(self, q, k, v, attn_mask=None, need_weights=True):
+def _lib_kv(cache, k, v, project):
+    """The keys and values as MultiHeadAttention.forward gets them: through the KV cache when
+    a decoder layer hands it one (chapter 13)."""
+    return project(k, v) if cache is None else cache.update(k, v, project)
+
+
+def lib_mha_split_without_transpose(self, q, k, v, attn_mask=None, need_weights=True, cache=None):
     def split(x):  # as MultiHeadAttention.forward, with the matching merge
         return x.view(x.size(0), self.h, x.size(1), self.d_k)
 
-    Q, K, V = split(self.W_q(q)), split(self.W_k(k)), split(self.W_v(v))
-    out, w = _lib_heads(self, Q, K, V, attn_mask, need_weights)
+    K, V = _lib_kv(cache, k, v, lambda k, v: (split(self.W_k(k)), split(self.W_v(v))))
+    out, w = _lib_heads(self, split(self.W_q(q)), K, V, attn_mask, need_weights)
     return self.W_o(out.reshape(q.size(0), q.size(1), self.d_model)), w
 
 
+def _lib_queries(self, q, K, attn_mask):
+    """The queries as MultiHeadAttention.attend makes them, after its check of the mask."""
+    Q = self.split_heads(self.W_q(q))
+    if attn_mask is not None and not inputs_checked():
+        check_mask("attn_mask", attn_mask, Q.shape[:3] + (K.size(2),), Q.device)
+    return Q
+
+
 def lib_mha_no_wo(self, q, K, V, attn_mask=None, need_weights=True):  # as .attend
-    out, w = _lib_heads(self, self.split_heads(self.W_q(q)), K, V, attn_mask, need_weights)
+    out, w = _lib_heads(self, _lib_queries(self, q, K, attn_mask), K, V, attn_mask, need_weights)
     return self.merge_heads(out), w
 
 
 def lib_mha_wo_bias_per_head(self, q, K, V, attn_mask=None, need_weights=True):  # as .attend
-    out, w = _lib_heads(self, self.split_heads(self.W_q(q)), K, V, attn_mask, need_weights)
+    out, w = _lib_heads(self, _lib_queries(self, q, K, attn_mask), K, V, attn_mask, need_weights)
     cols = [slice(i * self.d_k, (i + 1) * self.d_k) for i in range(self.h)]
     W, b = self.W_o.weight, self.W_o.bias
     return sum(F.linear(out[:, i], W[:, c], b) for i, c in enumerate(cols)), w
 
 
-def lib_mha_qk_swapped(self, q, k, v, attn_mask=None, need_weights=True):  # as .forward
-    Q, K, V = (self.split_heads(W(x)) for W, x in ((self.W_k, q), (self.W_q, k), (self.W_v, v)))
-    out, w = _lib_heads(self, Q, K, V, attn_mask, need_weights)
+def lib_mha_qk_swapped(self, q, k, v, attn_mask=None, need_weights=True, cache=None):
+    # as .forward
+    def project(k, v):
+        return self.split_heads(self.W_q(k)), self.split_heads(self.W_v(v))
+
+    K, V = _lib_kv(cache, k, v, project)
+    out, w = _lib_heads(self, self.split_heads(self.W_k(q)), K, V, attn_mask, need_weights)
     return self.W_o(self.merge_heads(out)), w
 
 
-def lib_mha_kv_from_query(self, q, k, v, attn_mask=None, need_weights=True):  # as .forward
-    K, V = self.project_kv(q, q)
+def lib_mha_kv_from_query(self, q, k, v, attn_mask=None, need_weights=True, cache=None):
+    K, V = _lib_kv(cache, q, q, self.project_kv)  # as .forward
     return self.attend(q, K, V, attn_mask, need_weights)
 
 
-def lib_mha_values_from_keys(self, q, k, v, attn_mask=None, need_weights=True):  # as .forward
-    K, V = self.project_kv(k, k)
+def lib_mha_values_from_keys(self, q, k, v, attn_mask=None, need_weights=True, cache=None):
+    K, V = _lib_kv(cache, k, k, self.project_kv)  # as .forward
     return self.attend(q, K, V, attn_mask, need_weights)
 
 
-def lib_mha_split_with_query_length(self, q, k, v, attn_mask=None, need_weights=True):
+def lib_mha_split_with_query_length(self, q, k, v, attn_mask=None, need_weights=True, cache=None):
     def split(x):  # as MultiHeadAttention.forward
         return x.view(q.size(0), q.size(1), self.h, self.d_k).transpose(1, 2)
 
-    Q, K, V = split(self.W_q(q)), split(self.W_k(k)), split(self.W_v(v))
-    out, w = _lib_heads(self, Q, K, V, attn_mask, need_weights)
+    K, V = _lib_kv(cache, k, v, lambda k, v: (split(self.W_k(k)), split(self.W_v(v))))
+    out, w = _lib_heads(self, split(self.W_q(q)), K, V, attn_mask, need_weights)
     return self.W_o(self.merge_heads(out)), w
 
 

@@ -7,8 +7,8 @@ plants them into the library to see whether its unit tests notice.
 Each mistake is the exercise's fn, written as a learner would write it from the layer's parts:
 `forward(layer, x, memory, self_mask, cross_mask) -> (x, cross-attention weights)`.
 `lib_<name>` is the same mistake shaped like `helpers.DecoderLayer.forward` (the plugin plants
-it there): it keeps the library's input checks, its residual dropouts and its KV-cache path,
-so that only the mistake differs from the library.
+it there): it keeps the library's input checks, its residual dropouts and its KV caches, so
+that only the mistake differs from the library.
 
     BOOK_MISTAKE="helpers.core.layers:DecoderLayer.forward=tests/mistakes_ch06.py:lib_no_ln3" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake tests/test_model.py -x -q
@@ -16,7 +16,9 @@ so that only the mistake differs from the library.
 
 import torch.nn.functional as F
 
-from helpers.core.checks import check_cross_mask, check_mask_broadcasts, check_same_batch
+from helpers.core.checks import checks_inputs
+from helpers.core.kv_cache import layer_caches
+from helpers.core.layers import DecoderLayer
 
 
 def correct(layer, x, memory, self_mask, cross_mask):  # the book's solution
@@ -288,8 +290,8 @@ CATALOGUE = [
 
 class _Attention:
     """layer.self_mha or layer.cross_mha as the learner's code calls it, (q, k, v, attn_mask=...),
-    routed through the library's KV cache when there is one and followed by the layer's
-    residual dropout, as in helpers.DecoderLayer.forward."""
+    with the layer's KV cache for that attention, followed by the layer's residual dropout, as
+    in helpers.DecoderLayer.forward."""
 
     def __init__(self, mha, drop, cache, kind, need_weights):
         self.mha, self.drop, self.cache, self.kind = mha, drop, cache, kind
@@ -299,16 +301,7 @@ class _Attention:
         # the cross-attention's weights follow the caller's need_weights, unless the learner's
         # code switches them off itself
         nw = need_weights if self.kind == "self" else self.need_weights and need_weights
-        if self.cache is None:
-            a, w = self.mha(q, k, v, attn_mask=attn_mask, need_weights=nw)
-        elif self.kind == "self":
-            K, V = self.mha.append_kv(k, self.cache, prefix="self_")
-            a, w = self.mha.attend(q, K, V, attn_mask=attn_mask, need_weights=nw)
-        else:
-            if "cross_k" not in self.cache:
-                self.cache["cross_k"], self.cache["cross_v"] = self.mha.project_kv(k, v)
-            K, V = self.cache["cross_k"], self.cache["cross_v"]
-            a, w = self.mha.attend(q, K, V, attn_mask=attn_mask, need_weights=nw)
+        a, w = self.mha(q, k, v, attn_mask=attn_mask, need_weights=nw, cache=self.cache)
         return self.drop(a), w
 
 
@@ -316,20 +309,17 @@ class _Parts:
     """The layer's parts as the learner's fn sees them, with the two attentions wrapped."""
 
     def __init__(self, layer, cache, need_weights):
+        self_cache, cross_cache = layer_caches(cache)
         self.ln1, self.ln2, self.ln3, self.ffn = layer.ln1, layer.ln2, layer.ln3, layer.ffn
-        self.self_mha = _Attention(layer.self_mha, layer.drop1, cache, "self", need_weights)
-        self.cross_mha = _Attention(layer.cross_mha, layer.drop2, cache, "cross", need_weights)
+        self.self_mha = _Attention(layer.self_mha, layer.drop1, self_cache, "self", need_weights)
+        self.cross_mha = _Attention(
+            layer.cross_mha, layer.drop2, cross_cache, "cross", need_weights
+        )
 
 
 def _library_shaped(fn):
+    @checks_inputs(DecoderLayer.check_inputs)
     def forward(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
-        check_same_batch("x", x, "memory", memory)
-        B, Lq, h_ = x.size(0), x.size(1), self.self_mha.h
-        if cross_mask is not None:
-            check_cross_mask(cross_mask, (B, h_, Lq, memory.size(1)))
-        if self_mask is not None:
-            Lk = Lq + (cache["self_k"].size(2) if cache and "self_k" in cache else 0)
-            check_mask_broadcasts("self_mask", self_mask, (B, h_, Lq, Lk))
         out, w = fn(_Parts(self, cache, need_weights), x, memory, self_mask, cross_mask)
         return out, (w if need_weights else None)
 

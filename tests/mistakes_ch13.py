@@ -9,6 +9,7 @@ Not collected by pytest (the name does not start with test_). Each exercise mist
 import torch
 
 from helpers import make_causal_mask, make_padding_mask
+from helpers.core.kv_cache import layer_caches
 from helpers.core.layers import DecoderLayer
 
 
@@ -163,46 +164,64 @@ EXERCISE_MISTAKES = {
 
 
 # --- the same slips in the library's shape (for tests/plant_mistake.py) ---
-# helpers.core.attention:MultiHeadAttention.append_kv
+# helpers.core.kv_cache:KVCache.update (the growing cache's one method)
 
 
-def lib_append_kv_on_heads(self, x, cache, prefix=""):
-    K, V = self.project_kv(x, x)
-    if prefix + "k" in cache:
-        K = torch.cat([cache[prefix + "k"], K], dim=1)
-        V = torch.cat([cache[prefix + "v"], V], dim=1)
-    cache[prefix + "k"], cache[prefix + "v"] = K, V
+def lib_update_on_heads(self, k, v, project):
+    K, V = project(k, v)
+    if self.k_name in self.store:
+        K = torch.cat([self.store[self.k_name], K], dim=1)
+        V = torch.cat([self.store[self.v_name], V], dim=1)
+    self.store[self.k_name], self.store[self.v_name] = K, V
     return K, V
 
 
-def lib_append_kv_v_not_appended(self, x, cache, prefix=""):
-    K, V = self.project_kv(x, x)
-    if prefix + "k" in cache:
-        K = torch.cat([cache[prefix + "k"], K], dim=2)
-    cache[prefix + "k"], cache[prefix + "v"] = K, V
+def lib_update_v_not_appended(self, k, v, project):
+    K, V = project(k, v)
+    if self.k_name in self.store:
+        K = torch.cat([self.store[self.k_name], K], dim=2)
+    self.store[self.k_name], self.store[self.v_name] = K, V
     return K, V
 
 
-def lib_append_kv_swapped(self, x, cache, prefix=""):
-    K, V = self.project_kv(x, x)
-    if prefix + "k" in cache:
-        K = torch.cat([cache[prefix + "k"], K], dim=2)
-        V = torch.cat([cache[prefix + "v"], V], dim=2)
-    cache[prefix + "k"], cache[prefix + "v"] = K, V
+def lib_update_swapped(self, k, v, project):
+    K, V = project(k, v)
+    if self.k_name in self.store:
+        K = torch.cat([self.store[self.k_name], K], dim=2)
+        V = torch.cat([self.store[self.v_name], V], dim=2)
+    self.store[self.k_name], self.store[self.v_name] = K, V
     return V, K
 
 
-def lib_append_kv_after(self, x, cache, prefix=""):
+def lib_update_after(self, k, v, project):
     """Returns the keys so far without the new ones (attention runs before the append);
     on the first step, only the new ones."""
-    K, V = self.project_kv(x, x)
-    if prefix + "k" not in cache:
-        cache[prefix + "k"], cache[prefix + "v"] = K, V
+    K, V = project(k, v)
+    if self.k_name not in self.store:
+        self.store[self.k_name], self.store[self.v_name] = K, V
         return K, V
-    old = cache[prefix + "k"], cache[prefix + "v"]
-    cache[prefix + "k"] = torch.cat([old[0], K], dim=2)
-    cache[prefix + "v"] = torch.cat([old[1], V], dim=2)
+    old = self.store[self.k_name], self.store[self.v_name]
+    self.store[self.k_name] = torch.cat([old[0], K], dim=2)
+    self.store[self.v_name] = torch.cat([old[1], V], dim=2)
     return old
+
+
+def lib_update_new_first(self, k, v, project):
+    """The new positions put before the cached ones."""
+    K, V = project(k, v)
+    if self.k_name in self.store:
+        K = torch.cat([K, self.store[self.k_name]], dim=2)
+        V = torch.cat([V, self.store[self.v_name]], dim=2)
+    self.store[self.k_name], self.store[self.v_name] = K, V
+    return K, V
+
+
+def lib_update_cache_inputs(self, k, v, project):
+    """The normalised inputs cached, and all of them projected again at every step."""
+    if self.k_name in self.store:
+        k = torch.cat([self.store[self.k_name], k], dim=1)
+    self.store[self.k_name] = self.store[self.v_name] = k
+    return project(k, k)
 
 
 # helpers.decoding.static_cache:StaticCaches.reset
@@ -213,41 +232,53 @@ def lib_reset_nothing(self):
 
 
 def lib_reset_self_only(self):
+    """The self-attention buffers and padding flags emptied, the cross-attention keys kept."""
     for cache in self:
-        cache["self_k"].zero_()
-        cache["self_v"].zero_()
+        cache.self_attn.reset()
         cache["pad"].zero_()
     return self
 
 
-# helpers.core.layers:DecoderLayer.forward (the cached branch) and Decoder.forward
+def lib_reset_list_emptied(self):
+    self.clear()
+    return self
+
+
+# helpers.core.layers:DecoderLayer.forward (with a cache) and Decoder.forward
+
+
+class _KeptOnLayer:
+    """A cross-attention cache whose projection of the memory is memoised on the layer object:
+    the first batch's keys and values, for every later batch."""
+
+    def __init__(self, layer, cache):
+        self.layer, self.cache = layer, cache
+
+    def update(self, k, v, project):
+        if not hasattr(self.layer, "_kept_kv"):
+            self.layer._kept_kv = project(k, v)
+        return self.cache.update(k, v, lambda k, v: self.layer._kept_kv)
 
 
 def _layer_forward(self, x, memory, self_mask, cross_mask, need_weights, cache, slip):
     if cache is None:
         return _ORIGINAL_LAYER_FORWARD(self, x, memory, self_mask, cross_mask, need_weights)
+    self_cache, cross_cache = layer_caches(cache)
     h = self.ln1(x)
-    K, V = self.self_mha.append_kv(h, cache, prefix="self_")
-    a, _ = self.self_mha.attend(h, K, V, attn_mask=self_mask, need_weights=False)
+    a, _ = self.self_mha(h, h, h, attn_mask=self_mask, need_weights=False, cache=self_cache)
     x = x + self.drop1(a)
     h = self.ln2(x)
+    kv_from = memory
     if slip == "cross_from_decoder":
-        if "cross_k" not in cache:
-            cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(h, h)
-        cross_mask = None
+        kv_from, cross_mask = h, None
     elif slip == "no_source_mask":
-        if "cross_k" not in cache:
-            cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(memory, memory)
         cross_mask = None
+    elif slip == "cross_every_step":
+        cross_cache.reset()
     elif slip == "cross_kept_on_layer":
-        if "cross_k" not in cache:
-            if not hasattr(self, "_kept_kv"):
-                self._kept_kv = self.cross_mha.project_kv(memory, memory)
-            cache["cross_k"], cache["cross_v"] = self._kept_kv
-    elif slip == "cross_every_step" or "cross_k" not in cache:
-        cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(memory, memory)
-    a, w = self.cross_mha.attend(
-        h, cache["cross_k"], cache["cross_v"], attn_mask=cross_mask, need_weights=need_weights
+        cross_cache = _KeptOnLayer(self, cross_cache)
+    a, w = self.cross_mha(
+        h, kv_from, kv_from, attn_mask=cross_mask, need_weights=need_weights, cache=cross_cache
     )
     x = x + self.drop2(a)
     x = x + self.ffn(self.ln3(x))
@@ -257,20 +288,18 @@ def _layer_forward(self, x, memory, self_mask, cross_mask, need_weights, cache, 
 _ORIGINAL_LAYER_FORWARD = DecoderLayer.forward  # loaded before plant_mistake replaces it
 
 
-def lib_layer_cross_from_decoder(
-    self, x, memory, self_mask, cross_mask, need_weights=True, cache=None
-):
-    return _layer_forward(
-        self, x, memory, self_mask, cross_mask, need_weights, cache, "cross_from_decoder"
-    )
+def _layer_slip(slip):
+    def forward(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
+        return _layer_forward(self, x, memory, self_mask, cross_mask, need_weights, cache, slip)
+
+    forward.__name__ = f"lib_layer_{slip}"
+    return forward
 
 
-def lib_layer_cross_every_step(
-    self, x, memory, self_mask, cross_mask, need_weights=True, cache=None
-):
-    return _layer_forward(
-        self, x, memory, self_mask, cross_mask, need_weights, cache, "cross_every_step"
-    )
+lib_layer_cross_from_decoder = _layer_slip("cross_from_decoder")
+lib_layer_cross_every_step = _layer_slip("cross_every_step")
+lib_layer_no_source_mask = _layer_slip("no_source_mask")
+lib_layer_cross_kept_on_layer = _layer_slip("cross_kept_on_layer")
 
 
 def lib_decoder_position_zero(
@@ -286,38 +315,23 @@ def lib_decoder_position_zero(
     return self.ln_final(x), cross_weights
 
 
-def lib_append_kv_new_first(self, x, cache, prefix=""):
-    """The new positions put before the cached ones."""
-    K, V = self.project_kv(x, x)
-    if prefix + "k" in cache:
-        K = torch.cat([K, cache[prefix + "k"]], dim=2)
-        V = torch.cat([V, cache[prefix + "v"]], dim=2)
-    cache[prefix + "k"], cache[prefix + "v"] = K, V
-    return K, V
-
-
-def lib_reset_list_emptied(self):
-    self.clear()
-    return self
-
-
-def lib_layer_no_source_mask(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
-    return _layer_forward(
-        self, x, memory, self_mask, cross_mask, need_weights, cache, "no_source_mask"
-    )
-
-
-def lib_layer_cross_kept_on_layer(
-    self, x, memory, self_mask, cross_mask, need_weights=True, cache=None
-):
-    return _layer_forward(
-        self, x, memory, self_mask, cross_mask, need_weights, cache, "cross_kept_on_layer"
-    )
-
-
-def lib_append_kv_cache_inputs(self, x, cache, prefix=""):
-    """The normalised inputs cached, and all of them projected again at every step."""
-    if prefix + "k" in cache:
-        x = torch.cat([cache[prefix + "k"], x], dim=1)
-    cache[prefix + "k"] = cache[prefix + "v"] = x
-    return self.project_kv(x, x)
+# catalogue entry -> (library target, its library-shaped twin)
+_U = "helpers.core.kv_cache:KVCache.update"
+_L = "helpers.core.layers:DecoderLayer.forward"
+_R = "helpers.decoding.static_cache:StaticCaches.reset"
+PLANTS = {
+    "no_reset": (_R, lib_reset_nothing),
+    "cross_kept_from_last_batch": (_R, lib_reset_self_only),
+    "list_emptied": (_R, lib_reset_list_emptied),
+    "cross_kept_on_layer": (_L, lib_layer_cross_kept_on_layer),
+    "attend_before_append": (_U, lib_update_after),
+    "cat_on_heads": (_U, lib_update_on_heads),
+    "cross_from_decoder": (_L, lib_layer_cross_from_decoder),
+    "cross_every_step": (_L, lib_layer_cross_every_step),
+    "position_zero": ("helpers.core.layers:Decoder.forward", lib_decoder_position_zero),
+    "k_and_v_swapped": (_U, lib_update_swapped),
+    "v_not_appended": (_U, lib_update_v_not_appended),
+    "new_keys_first": (_U, lib_update_new_first),
+    "cache_inputs": (_U, lib_update_cache_inputs),
+    "no_source_mask": (_L, lib_layer_no_source_mask),
+}

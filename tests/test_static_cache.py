@@ -201,3 +201,29 @@ def test_caches_of_the_wrong_size_are_refused():
         sc.greedy_decode_static(
             model, src, max_len=10, caches=sc.allocate_static_caches(model, 3, 4)
         )
+
+
+@pytest.mark.parametrize("kind", ["growing", "preallocated"])
+def test_one_protocol_for_both_caches(kind):
+    # MultiHeadAttention fed one position at a time through either cache attends like the
+    # attention over the whole prefix (its last query row); reset empties the cache
+    from helpers import MultiHeadAttention, make_causal_mask
+    from helpers.core.kv_cache import KVCache
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, dropout=0.0).eval()
+    x = torch.randn(2, 5, 16)
+    if kind == "growing":
+        store: dict = {}
+        cache = KVCache(store)
+    else:
+        store = dict(self_k=torch.zeros(2, 2, 7, 8), self_v=torch.zeros(2, 2, 7, 8))
+        cache = sc.StaticKVCache(store)
+    with torch.no_grad():
+        full, _ = mha(x, x, x, attn_mask=make_causal_mask(5))
+        for t in range(5):
+            step, _ = mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)
+            torch.testing.assert_close(step[:, 0], full[:, t])
+    assert cache.length == 5 and store["self_k"][:, :, :5].abs().sum() > 0
+    cache.reset()
+    assert cache.length == 0 and not any(t.any() for t in store.values())

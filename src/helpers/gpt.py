@@ -18,9 +18,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers.core.checks import check_token_ids
+from helpers.core.checks import check_token_ids, checks_inputs
 from helpers.core.device import device as book_device
 from helpers.core.embeddings import TokenAndPosition
+from helpers.core.kv_cache import KVCache
 from helpers.core.layers import EncoderLayer
 from helpers.core.model import xavier_init_linears
 from helpers.core.vocab import PAD_ID
@@ -121,10 +122,8 @@ class GPTBlock(EncoderLayer):
 
     def forward(self, x, mask=None, need_weights=False, cache=None):
         h = self.ln1(x)
-        if cache is None:
-            K, V = self.mha.project_kv(h, h)
-        else:
-            K, V = self.mha.append_kv(h, cache, prefix="self_")
+        kv = self.mha.project_kv
+        K, V = kv(h, h) if cache is None else KVCache(cache, "self_").update(h, h, kv)
         a, w = self.mha.attend(h, K, V, attn_mask=mask, need_weights=need_weights)
         x = x + self.drop(a)
         x = x + self.ffn(self.ln2(x))
@@ -194,14 +193,18 @@ class MiniGPT(nn.Module):
             return 0
         return caches[0]["self_k"].size(2)
 
-    def forward(self, ids: torch.Tensor, caches: list[dict] | None = None) -> torch.Tensor:
-        """caches: None (process ids from position 0), or one dict per block: ids then continue
-        the cached sequence, their positions start after it, and the blocks extend the caches."""
+    def check_inputs(self, ids: torch.Tensor, caches: list[dict] | None = None) -> None:
         check_token_ids("ids", ids, self.vocab_size)
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(
                 f"caches must hold one dict per block ({len(self.blocks)}), got {len(caches)}"
             )
+
+    @checks_inputs(check_inputs)
+    def forward(self, ids: torch.Tensor, caches: list[dict] | None = None) -> torch.Tensor:
+        """caches: None (process ids from position 0), or one dict per block: ids then continue
+        the cached sequence, their positions start after it, and the blocks extend the caches
+        (helpers.core.kv_cache.KVCache over each dict, as the encoder-decoder's layers do)."""
         past = self.cached_length(caches)
         x = self.embed(ids, start_pos=past)  # raises a clear ValueError beyond max_len
         mask = causal_mask_with_past(ids.size(1), past, ids.device)

@@ -6,12 +6,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers.core.checks import check_mask, check_rank
+from helpers.core.checks import check_features, check_mask, inputs_checked
 
 
 class MultiHeadAttention(nn.Module):
-    """Built in chapter 3. forward(q, k, v, attn_mask=None, need_weights=True) -> (out [B, Lq, d],
-    weights or None).
+    """Built in chapter 3. forward(q, k, v, attn_mask=None, need_weights=True, cache=None) ->
+    (out [B, Lq, d], weights or None).
 
     attn_mask: bool, True = blocked, broadcastable to [B, h, Lq, Lk].
     need_weights=True computes softmax(QK^T / sqrt(d_k)) by hand and returns the weights
@@ -21,6 +21,8 @@ class MultiHeadAttention(nn.Module):
     including on a fully masked query row: its attention weights are zero in both (the
     handwritten path zeroes such rows itself, and SDPA returns zeros there in torch 2.13; older
     releases returned NaN), so the module's output on that row is W_o's bias.
+    cache: None, or a KV cache (helpers.core.kv_cache, chapter 13) that keeps the keys and
+    values between decoding steps.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.1):
@@ -53,33 +55,18 @@ class MultiHeadAttention(nn.Module):
         Used in chapter 13."""
         return self.split_heads(self.W_k(k)), self.split_heads(self.W_v(v))
 
-    def append_kv(self, x: torch.Tensor, cache: dict, prefix: str = ""):
-        """KV cache step: project the new positions in x, append them to cache[prefix + 'k'/'v']
-        along the sequence dim (2), and return the full K, V [B, h, L_so_far, d_k].
-
-        Used in chapter 13."""
-        K, V = self.project_kv(x, x)
-        if prefix + "k" in cache:
-            K = torch.cat([cache[prefix + "k"], K], dim=2)
-            V = torch.cat([cache[prefix + "v"], V], dim=2)
-        cache[prefix + "k"], cache[prefix + "v"] = K, V
-        return K, V
-
-    def forward(self, q, k, v, attn_mask=None, need_weights=True):
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            check_rank(name, t, 3, "[B, L, d_model]")
-            if t.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name} has last dim {t.size(-1)}, expected d_model={self.d_model}"
-                )
-        K, V = self.project_kv(k, v)
+    def forward(self, q, k, v, attn_mask=None, need_weights=True, cache=None):
+        if not inputs_checked():  # a layer or the model above checked them already
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                check_features(name, t, self.d_model)
+        K, V = self.project_kv(k, v) if cache is None else cache.update(k, v, self.project_kv)
         return self.attend(q, K, V, attn_mask, need_weights)
 
     def attend(self, q, K, V, attn_mask=None, need_weights=True):
         """q [B, Lq, d_model] (not yet projected) against already projected K, V [B, h, Lk, d_k]."""
         Q = self.split_heads(self.W_q(q))
-        if attn_mask is not None:
-            check_mask("attn_mask", attn_mask, Q, K.size(2))
+        if attn_mask is not None and not inputs_checked():
+            check_mask("attn_mask", attn_mask, Q.shape[:3] + (K.size(2),), Q.device)
         if need_weights:
             out, weights = self._attention_by_hand(Q, K, V, attn_mask)
         else:

@@ -7,8 +7,16 @@ import torch
 import torch.nn as nn
 
 from helpers.core.attention import MultiHeadAttention
-from helpers.core.checks import check_cross_mask, check_mask_broadcasts, check_same_batch
+from helpers.core.checks import (
+    check_cross_mask,
+    check_features,
+    check_mask,
+    check_same_batch,
+    check_token_ids,
+    checks_inputs,
+)
 from helpers.core.embeddings import TokenAndPosition
+from helpers.core.kv_cache import layer_caches
 
 
 class FeedForward(nn.Module):
@@ -37,11 +45,14 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dff, dropout)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, pad_mask, need_weights=True):
+    def check_inputs(self, x, pad_mask, need_weights=True):
+        check_features("x", x, self.mha.d_model)
         if pad_mask is not None:
-            check_mask_broadcasts(
-                "pad_mask", pad_mask, (x.size(0), self.mha.h, x.size(1), x.size(1))
-            )
+            shape = (x.size(0), self.mha.h, x.size(1), x.size(1))
+            check_mask("pad_mask", pad_mask, shape, x.device)
+
+    @checks_inputs(check_inputs)
+    def forward(self, x, pad_mask, need_weights=True):
         h = self.ln1(x)
         a, w = self.mha(h, h, h, attn_mask=pad_mask, need_weights=need_weights)
         x = x + self.drop(a)
@@ -65,6 +76,13 @@ class Encoder(nn.Module):
         # Pre-Norm never normalises the residual stream itself: normalise it once at the exit
         self.ln_final = nn.LayerNorm(d_model)
 
+    def check_inputs(self, src, pad_mask, need_weights=False):
+        check_token_ids("src", src, self.embed.vocab_size)
+        if pad_mask is not None and len(self.layers):
+            shape = (src.size(0), self.layers[0].mha.h, src.size(1), src.size(1))
+            check_mask("pad_mask", pad_mask, shape, src.device)
+
+    @checks_inputs(check_inputs)
     def forward(self, src, pad_mask, need_weights=False):
         x = self.embed(src)
         for layer in self.layers:
@@ -92,44 +110,41 @@ class DecoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, dff, dropout)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def forward(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
-        """cache: None, or a dict this layer fills and reuses across decoding steps:
-        'self_k'/'self_v' grow by the new positions each call (x holds only the new ones);
-        'cross_k'/'cross_v' are projected from memory on the first call and then reused."""
+    def check_inputs(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
+        check_features("x", x, self.self_mha.d_model)
+        check_features("memory", memory, self.self_mha.d_model)
         check_same_batch("x", x, "memory", memory)
-        B, Lq, h_ = x.size(0), x.size(1), self.self_mha.h
-        if cross_mask is not None:
-            check_cross_mask(cross_mask, (B, h_, Lq, memory.size(1)))
-        h = self.ln1(x)
-        if cache is None:
-            if self_mask is not None:
-                check_mask_broadcasts("self_mask", self_mask, (B, h_, Lq, Lq))
-            a, _ = self.self_mha(h, h, h, attn_mask=self_mask, need_weights=False)
-        else:
-            K, V = self.self_mha.append_kv(h, cache, prefix="self_")
-            if self_mask is not None:
-                check_mask_broadcasts("self_mask", self_mask, (B, h_, Lq, K.size(2)))
-            a, _ = self.self_mha.attend(h, K, V, attn_mask=self_mask, need_weights=False)
-        x = x + self.drop1(a)
+        check_masks_of_decoder(self, x.shape[:2], memory, self_mask, cross_mask, cache, x.device)
 
-        h = self.ln2(x)  # Q from the decoder, K/V from the encoder's memory
-        if cache is None:
-            a, cross_w = self.cross_mha(
-                h, memory, memory, attn_mask=cross_mask, need_weights=need_weights
-            )
-        else:
-            if "cross_k" not in cache:
-                cache["cross_k"], cache["cross_v"] = self.cross_mha.project_kv(memory, memory)
-            a, cross_w = self.cross_mha.attend(
-                h,
-                cache["cross_k"],
-                cache["cross_v"],
-                attn_mask=cross_mask,
-                need_weights=need_weights,
-            )
+    @checks_inputs(check_inputs)
+    def forward(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
+        """cache: None, or this layer's KV cache (chapter 13's dict, or a preallocated one): the
+        self-attention appends the new positions of x, the cross-attention projects the memory
+        once."""
+        self_cache, cross_cache = layer_caches(cache)
+        h = self.ln1(x)  # 1. masked self-attention
+        a, _ = self.self_mha(h, h, h, attn_mask=self_mask, need_weights=False, cache=self_cache)
+        x = x + self.drop1(a)
+        h = self.ln2(x)  # 2. cross-attention: Q from x, K/V from memory
+        a, cross_w = self.cross_mha(
+            h, memory, memory, attn_mask=cross_mask, need_weights=need_weights, cache=cross_cache
+        )
         x = x + self.drop2(a)
-        x = x + self.ffn(self.ln3(x))
+        x = x + self.ffn(self.ln3(x))  # 3. feed-forward
         return x, cross_w
+
+
+def check_masks_of_decoder(layer, target_shape, memory, self_mask, cross_mask, cache, device):
+    """The masks a decoder layer gets, checked once where they enter (chapter 7): the
+    cross-attention mask blocks source keys [.., Ls]; the self-attention mask covers the keys
+    the layer's cache holds plus the target_shape = (B, Lt) new ones."""
+    (B, Lt), heads = target_shape, layer.self_mha.h
+    if cross_mask is not None:
+        check_cross_mask(cross_mask, (B, heads, Lt, memory.size(1)), device)
+    if self_mask is not None:
+        self_cache, _ = layer_caches(cache)
+        Lk = Lt + (0 if self_cache is None else self_cache.length)
+        check_mask("self_mask", self_mask, (B, heads, Lt, Lk), device)
 
 
 class Decoder(nn.Module):
@@ -144,11 +159,24 @@ class Decoder(nn.Module):
         )
         self.ln_final = nn.LayerNorm(d_model)
 
+    def check_inputs(
+        self, tgt, memory, self_mask, cross_mask, need_weights=True, caches=None, start_pos=0
+    ):
+        check_token_ids("tgt", tgt, self.embed.vocab_size)
+        check_features("memory", memory, self.embed.d_model)
+        check_same_batch("tgt", tgt, "memory", memory)
+        if len(self.layers):  # every layer sees the same masks: the first one's checks hold
+            cache = None if caches is None else caches[0]
+            masks = (self_mask, cross_mask, cache, tgt.device)
+            check_masks_of_decoder(self.layers[0], tgt.shape, memory, *masks)
+
+    @checks_inputs(check_inputs)
     def forward(
         self, tgt, memory, self_mask, cross_mask, need_weights=True, caches=None, start_pos=0
     ):
         """-> (hidden [B, Lt, d], cross-attention weights: one [B, h, Lt, Ls] per layer, or
-        Nones)."""
+        Nones). caches: None, or one KV cache per layer (chapter 13); start_pos: the position
+        of tgt's first token (the number of positions the caches hold)."""
         x = self.embed(tgt, start_pos=start_pos)
         cross_weights = []
         for i, layer in enumerate(self.layers):

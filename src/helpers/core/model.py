@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from helpers.core.checks import check_rank, check_same_batch, check_token_ids
+from helpers.core.checks import (
+    check_cross_mask,
+    check_features,
+    check_rank,
+    check_same_batch,
+    check_token_ids,
+    checks_inputs,
+)
 from helpers.core.layers import Decoder, Encoder
 from helpers.core.masks import make_causal_mask, make_padding_mask
 
@@ -110,12 +117,34 @@ class Transformer(nn.Module):
     def from_config(cls, config: ModelConfig) -> "Transformer":
         return cls(**dataclasses.asdict(config))
 
+    # Each entry point checks everything the layers below it will see, once (the layers and
+    # attentions inside skip their own checks): the token ids, the batch sizes, the source mask.
+
+    def check_encode(self, src):
+        check_token_ids("src", src, self.src_vocab, self.max_len)
+
+    def check_decode(self, tgt_in, memory, src_mask, need_weights=True):
+        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
+        check_features("memory", memory, self.config.d_model)
+        check_same_batch("tgt_in", tgt_in, "memory", memory)
+        if src_mask is not None:
+            shape = (memory.size(0), self.config.num_heads, tgt_in.size(1), memory.size(1))
+            check_cross_mask(src_mask, shape, tgt_in.device)
+
+    def check_forward(self, src, tgt_in):
+        check_rank("src", src, 2, "[B, Ls]")
+        check_rank("tgt_in", tgt_in, 2, "[B, Lt]")
+        check_same_batch("src", src, "tgt_in", tgt_in)
+        self.check_encode(src)
+        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
+
+    @checks_inputs(check_encode)
     def encode(self, src: torch.Tensor):
         """src [B, Ls] -> (memory [B, Ls, d], src_mask [B, 1, 1, Ls])."""
-        check_token_ids("src", src, self.src_vocab, self.max_len)
         src_mask = make_padding_mask(src)
         return self.encoder(src, src_mask), src_mask
 
+    @checks_inputs(check_decode)
     def decode(self, tgt_in, memory, src_mask, need_weights=True):
         """tgt_in [B, Lt] -> (logits [B, Lt, V], cross_weights: one [B, h, Lt, Ls] per layer).
 
@@ -123,17 +152,13 @@ class Transformer(nn.Module):
         Cross-attention takes the source padding mask only: every target position may look
         at every real source token.
         """
-        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
-        check_same_batch("tgt_in", tgt_in, "memory", memory)
         self_mask = make_causal_mask(tgt_in.size(1), tgt_in.device) | make_padding_mask(tgt_in)
         h, cross_w = self.decoder(tgt_in, memory, self_mask, src_mask, need_weights=need_weights)
         return self.out_proj(h), cross_w
 
+    @checks_inputs(check_forward)
     def forward(self, src, tgt_in):
         """-> logits [B, Lt, tgt_vocab]. Uses the SDPA path everywhere (no weights needed)."""
-        check_rank("src", src, 2, "[B, Ls]")
-        check_rank("tgt_in", tgt_in, 2, "[B, Lt]")
-        check_same_batch("src", src, "tgt_in", tgt_in)
         memory, src_mask = self.encode(src)
         logits, _ = self.decode(tgt_in, memory, src_mask, need_weights=False)
         return logits

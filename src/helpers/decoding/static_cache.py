@@ -7,23 +7,70 @@ at position t (write_kv), and attention reads the first t + 1 positions, a view 
 (no copy). The padding mask is a preallocated [B, 1, 1, L_max] buffer too, filled one column
 per step. The cross-attention K/V are projected from the memory once per source, at step 0.
 
-The caches live as long as their owner keeps them: `StaticCaches.reset()` empties them for the
-next batch (a reused cache must not keep the previous source's cross-attention keys).
+The caches follow the protocol of helpers.core.kv_cache (update, reset), so a step is the
+decoder's own forward pass, `model.decoder(..., caches=caches)`, as with the growing cache.
+They live as long as their owner keeps them: `StaticCaches.reset()` empties them for the next
+batch (a reused cache must not keep the previous source's cross-attention keys).
 
-The keys of a cache dict are the ones the growing cache uses: self_k, self_v, cross_k, cross_v.
+Each layer's cache reads like chapter 13's dict: self_k, self_v, the shared 'pad' buffer, and
+cross_k, cross_v once step 0 has run.
 """
 
 from __future__ import annotations
 
 import torch
 
+from helpers.core.kv_cache import KVCache, MemoryKVCache
 from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
 from helpers.decoding.greedy import checked_max_len, restores_mode
 
 
+class StaticKVCache(KVCache):
+    """The self-attention's preallocated cache: update writes the new positions' keys and values
+    into the buffers at the next free position and returns a view of the filled ones.
+
+    Built in chapter 13."""
+
+    def __init__(self, store: dict, prefix: str = "self_"):
+        super().__init__(store, prefix)
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def update(self, k, v, project):
+        K, V = project(k, v)  # [B, h, n, d_k]
+        pos, self._length = self._length, self._length + K.size(2)
+        # [B, h, pos + n, d_k] each: views of the buffers
+        return write_kv(self.store[self.k_name], K, pos), write_kv(self.store[self.v_name], V, pos)
+
+    def reset(self) -> None:
+        self.store[self.k_name].zero_()
+        self.store[self.v_name].zero_()
+        self._length = 0
+
+
+class StaticLayerCache(dict):
+    """One decoder layer's preallocated cache: chapter 13's dict (self_k, self_v, the shared
+    'pad' buffer, and cross_k/cross_v once step 0 has run), with the caches its two attentions
+    write through (self_attn, cross_attn).
+
+    Built in chapter 13."""
+
+    def __init__(self, **buffers):
+        super().__init__(buffers)
+        self.self_attn = StaticKVCache(self, "self_")
+        self.cross_attn = MemoryKVCache(self, "cross_")
+
+    def reset(self) -> None:
+        self.self_attn.reset()
+        self.cross_attn.reset()
+        self["pad"].zero_()
+
+
 class StaticCaches(list):
-    """The preallocated caches of all decoder layers: a list with one dict per layer (self_k,
-    self_v, the shared 'pad' buffer, and cross_k/cross_v once step 0 has run).
+    """The preallocated caches of all decoder layers: a list with one StaticLayerCache per layer.
 
     Built in chapter 13."""
 
@@ -32,11 +79,7 @@ class StaticCaches(list):
         the self-attention keys, values and padding flags are zeroed, the cross-attention keys
         and values of the previous source dropped."""
         for cache in self:
-            cache["self_k"].zero_()
-            cache["self_v"].zero_()
-            cache["pad"].zero_()
-            cache.pop("cross_k", None)
-            cache.pop("cross_v", None)
+            cache.reset()
         return self
 
     @property
@@ -47,9 +90,14 @@ class StaticCaches(list):
     def max_len(self) -> int:
         return self[0]["self_k"].size(2)
 
+    @property
+    def length(self) -> int:
+        """How many positions the caches hold."""
+        return self[0].self_attn.length
+
 
 def allocate_static_caches(model, batch_size: int, max_len: int | None = None) -> StaticCaches:
-    """One dict per decoder layer: self_k, self_v zeros [B, h, max_len, d_k], and a 'pad'
+    """One cache per decoder layer: self_k, self_v zeros [B, h, max_len, d_k], and a 'pad'
     buffer bool [B, 1, 1, max_len] shared by all layers (True = the key is <pad>).
     cross_k/cross_v are added by step 0 of each decode.
 
@@ -60,7 +108,7 @@ def allocate_static_caches(model, batch_size: int, max_len: int | None = None) -
     shape = (batch_size, cfg.num_heads, max_len, cfg.d_model // cfg.num_heads)
     pad = torch.zeros(batch_size, 1, 1, max_len, dtype=torch.bool, device=p.device)
     return StaticCaches(
-        dict(
+        StaticLayerCache(
             self_k=torch.zeros(shape, dtype=p.dtype, device=p.device),
             self_v=torch.zeros(shape, dtype=p.dtype, device=p.device),
             pad=pad,
@@ -85,32 +133,20 @@ def write_kv(buf: torch.Tensor, new: torch.Tensor, pos: int) -> torch.Tensor:
 
 def decoder_step_static(model, token, pos: int, memory, src_mask, caches) -> torch.Tensor:
     """One cached decoder step: token [B, 1] at position pos -> next-token logits [B, V].
-    Writes the step's self-attention K/V and its padding flag into the preallocated caches;
-    step 0 (re)projects the cross-attention K/V from this memory, so that a cache reused for a
-    new source never attends to the previous source's keys.
+    Step 0 empties the caches (reset), so that a cache reused for a new source never attends
+    to the previous source's keys; every step writes its padding flag, and the decoder writes
+    the self-attention K/V into the buffers.
 
     Built in chapter 13."""
-    dec = model.decoder
+    if pos == 0:
+        caches.reset()
     pad = caches[0]["pad"]
     pad[:, 0, 0, pos] = token[:, 0] == PAD_ID
     self_mask = pad[..., : pos + 1]  # [B, 1, 1, pos + 1]: the padding keys so far
-    x = dec.embed(token, start_pos=pos)  # [B, 1, d]
-    for layer, cache in zip(dec.layers, caches):
-        h = layer.ln1(x)
-        k, v = layer.self_mha.project_kv(h, h)  # [B, h, 1, d_k]
-        K = write_kv(cache["self_k"], k, pos)  # [B, h, pos + 1, d_k], a view
-        V = write_kv(cache["self_v"], v, pos)
-        a, _ = layer.self_mha.attend(h, K, V, attn_mask=self_mask, need_weights=False)
-        x = x + layer.drop1(a)
-        h = layer.ln2(x)
-        if pos == 0:  # once per source: step 0 of every decode
-            cache["cross_k"], cache["cross_v"] = layer.cross_mha.project_kv(memory, memory)
-        a, _ = layer.cross_mha.attend(
-            h, cache["cross_k"], cache["cross_v"], attn_mask=src_mask, need_weights=False
-        )
-        x = x + layer.drop2(a)
-        x = x + layer.ffn(layer.ln3(x))
-    return model.out_proj(dec.ln_final(x)[:, -1])
+    h, _ = model.decoder(
+        token, memory, self_mask, src_mask, need_weights=False, caches=caches, start_pos=pos
+    )
+    return model.out_proj(h[:, -1])
 
 
 @restores_mode
@@ -120,12 +156,12 @@ def greedy_decode_static(
     src: torch.Tensor,
     max_len: int | None = None,
     stop_at_eos: bool = True,
-    caches: list[dict] | None = None,
+    caches: StaticCaches | None = None,
 ) -> torch.Tensor:
     """greedy_decode(use_cache=True) with a preallocated cache: src [B, Ls] -> int64
     [B, <= max_len]. caches: None (allocated here, max_len positions), or the result of
-    allocate_static_caches(model, B, >= max_len - 1), which is reset and filled in place (so
-    one allocation serves many batches of the same size).
+    allocate_static_caches(model, B, >= max_len - 1), which step 0 resets and the steps fill in
+    place (so one allocation serves many batches of the same size).
 
     Built in chapter 13. Decodes in eval mode, then gives back the caller's mode, as
     greedy_decode does."""
@@ -134,15 +170,11 @@ def greedy_decode_static(
     B = src.size(0)
     if caches is None:
         caches = allocate_static_caches(model, B, max_len)
-    else:
-        have = (caches[0]["self_k"].size(0), caches[0]["self_k"].size(2))
-        if have[0] != B or have[1] < max_len - 1:
-            raise ValueError(
-                f"caches hold {have[0]} rows of {have[1]} positions; this call needs {B} rows "
-                f"of at least {max_len - 1} (allocate_static_caches(model, {B}, {max_len}))"
-            )
-        if isinstance(caches, StaticCaches):
-            caches.reset()
+    elif caches.batch_size != B or caches.max_len < max_len - 1:
+        raise ValueError(
+            f"caches hold {caches.batch_size} rows of {caches.max_len} positions; this call needs "
+            f"{B} rows of at least {max_len - 1} (allocate_static_caches(model, {B}, {max_len}))"
+        )
     memory, src_mask = model.encode(src)
     out = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
