@@ -61,22 +61,30 @@ def greedy_decode(
     model.eval()
     max_len = checked_max_len(model, src, max_len)
     memory, src_mask = model.encode(src)
-    B = src.size(0)
-    out = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     caches = [{} for _ in model.decoder.layers] if use_cache else None
+
+    def next_logits(out: torch.Tensor, step: int) -> torch.Tensor:
+        if not use_cache:
+            return model.decode(out, memory, src_mask, need_weights=False)[0][:, -1]
+        # one new query row; it may see every cached key that is not padding
+        self_mask = make_padding_mask(out)  # [B, 1, 1, step + 1]
+        h, _ = model.decoder(
+            out[:, -1:], memory, self_mask, src_mask, need_weights=False, caches=caches,
+            start_pos=step,
+        )  # fmt: skip
+        return model.out_proj(h[:, -1])
+
+    return greedy_tokens(next_logits, src.size(0), max_len, stop_at_eos, src.device)
+
+
+def greedy_tokens(next_logits, batch_size: int, max_len: int, stop_at_eos: bool, device):
+    """The greedy loop every decoder of the book shares: <bos>, then next_logits(out, step)
+    [B, V] -> its argmax appended, <pad> after a row's <eos>, until max_len tokens or (with
+    stop_at_eos) every row is done. Returns int64 [B, <= max_len]."""
+    out = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=device)
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)
     for step in range(max_len - 1):
-        if use_cache:
-            # one new query row; it may see every cached key that is not padding
-            new = out[:, -1:]
-            self_mask = make_padding_mask(out)  # [B, 1, 1, step + 1]
-            h, _ = model.decoder(
-                new, memory, self_mask, src_mask, need_weights=False, caches=caches, start_pos=step
-            )
-            logits = model.out_proj(h[:, -1])
-        else:
-            logits = model.decode(out, memory, src_mask, need_weights=False)[0][:, -1]
-        nxt = logits.argmax(-1).masked_fill(finished, PAD_ID)
+        nxt = next_logits(out, step).argmax(-1).masked_fill(finished, PAD_ID)
         out = torch.cat([out, nxt[:, None]], dim=1)
         if stop_at_eos:
             finished |= nxt == EOS_ID

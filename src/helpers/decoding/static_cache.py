@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from helpers.core.kv_cache import KVCache, MemoryKVCache
-from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
-from helpers.decoding.greedy import checked_max_len, restores_mode
+from helpers.core.vocab import PAD_ID
+from helpers.decoding.greedy import checked_max_len, greedy_tokens, restores_mode
 
 
 class StaticKVCache(KVCache):
@@ -176,14 +176,8 @@ def greedy_decode_static(
             f"{B} rows of at least {max_len - 1} (allocate_static_caches(model, {B}, {max_len}))"
         )
     memory, src_mask = model.encode(src)
-    out = torch.full((B, 1), BOS_ID, dtype=torch.long, device=src.device)
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for step in range(max_len - 1):
-        logits = decoder_step_static(model, out[:, -1:], step, memory, src_mask, caches)
-        nxt = logits.argmax(-1).masked_fill(finished, PAD_ID)
-        out = torch.cat([out, nxt[:, None]], dim=1)
-        if stop_at_eos:
-            finished |= nxt == EOS_ID
-            if finished.all():
-                break
-    return out
+
+    def next_logits(out: torch.Tensor, step: int) -> torch.Tensor:
+        return decoder_step_static(model, out[:, -1:], step, memory, src_mask, caches)
+
+    return greedy_tokens(next_logits, B, max_len, stop_at_eos, src.device)
