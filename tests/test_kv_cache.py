@@ -128,4 +128,3 @@ def test_bench_decoding_rows_and_final_line():
         dict(new_tokens=16, speedup=1.2, identical=False),
     ]
     assert bench.final_line(fake) == "speedup_at_256=6.7 identical=False"
-
