@@ -2,10 +2,11 @@
 
 Used from chapter 2 on (token ids), chapter 3 (masks) and chapter 7 (the full model).
 
-Each input is checked once per call, where it enters: the model's encode, decode and forward
-check everything the layers below them will see, so the layers and attentions inside skip their
-own checks (`inputs_checked()`); a layer or an attention called on its own checks its inputs
-itself (`checks_inputs`).
+Each input is checked once per call, where it enters. The model's encode, decode and forward,
+the Encoder and Decoder stacks and their layers are entry points (`checks_inputs`): the
+outermost one called checks everything the modules below it will see, and those skip their own
+checks. The embedding and the attention check inline, only when no entry point above them has
+(`inputs_checked()`). So a layer or an attention called on its own still checks its inputs.
 """
 
 import contextvars
@@ -57,8 +58,8 @@ def check_token_ids(
     """ids: int tensor [B, L] with L <= max_len and, on the CPU, every id in [0, vocab_size).
 
     The range of the ids is checked only where they live on the CPU: reading a minimum back
-    from an accelerator would wait for it at every forward. There, nn.Embedding refuses an id
-    outside the table itself (a device-side index error)."""
+    from an accelerator would wait for it at every forward. On CUDA, nn.Embedding then refuses
+    an id outside the table itself (a device-side assert)."""
     check_rank(name, ids, 2, "[B, L]")
     if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
         raise TypeError(f"{name} must hold integer token ids (int64), got dtype {ids.dtype}")

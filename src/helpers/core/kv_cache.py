@@ -3,10 +3,11 @@
     K, V = cache.update(k, v, project)   # the keys and values this step attends to
     cache.reset()                        # empty, for the next batch
 
-k, v are the attention's key and value inputs for the new positions, and project is its own
-projection (MultiHeadAttention.project_kv): a cache projects what it does not hold yet. Two
-caches follow the protocol here, the growing one (torch.cat) and the memory's one (projected
-once); the preallocated cache (helpers.decoding.static_cache) is a third.
+k, v are the attention's key and value inputs (the new positions, or for cross-attention the
+encoder's memory), and project is its own projection (MultiHeadAttention.project_kv): a cache
+projects what it does not hold yet. Two caches follow the protocol here, the growing one
+(torch.cat) and the memory's one (projected once); the preallocated cache
+(helpers.decoding.static_cache) is a third.
 
 Chapter 13 keeps one dict per decoder layer: the self-attention keys and values under
 self_k/self_v, the cross-attention ones under cross_k/cross_v. These caches write into such a

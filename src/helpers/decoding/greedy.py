@@ -12,8 +12,9 @@ from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
 
 def restores_mode(fn):
     """Decorator: fn(model, ...) may switch the model to eval mode; on return, or on an error,
-    model.train(mode) gives back the caller's mode (one flag for all submodules, as
-    helpers.gpt.evaluate_loss does). Built in chapter 11."""
+    model.train(mode) gives back the caller's mode (one flag for all submodules). The decoders,
+    the evaluations, gpt.generate and evaluate_loss, check_model and check_masks wear it.
+    Built in chapter 11."""
 
     @functools.wraps(fn)
     def wrapper(model, *args, **kwargs):
@@ -78,7 +79,8 @@ def greedy_decode(
 
 
 def greedy_tokens(next_logits, batch_size: int, max_len: int, stop_at_eos: bool, device):
-    """The greedy loop every decoder of the book shares: <bos>, then next_logits(out, step)
+    """The greedy loop of greedy_decode and greedy_decode_static (gpt.generate and beam_search
+    keep their own): <bos>, then next_logits(out, step)
     [B, V] -> its argmax appended, <pad> after a row's <eos>, until max_len tokens or (with
     stop_at_eos) every row is done. Returns int64 [B, <= max_len]."""
     out = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=device)

@@ -4,8 +4,8 @@ Two kinds of files:
 - package data, shipped inside `helpers` (the corpus, the numerics fingerprint): always next to
   this package, wherever it is installed;
 - the book's own folders (the recorded experiments in chapters/data, the checkpoint cache): found
-  from the repository root, which is the folder three levels above this file in a clone
-  (src/helpers/repro/paths.py), or the folder named by TRANSFORMER_BOOK_ROOT.
+  from the repository root: the folder named by TRANSFORMER_BOOK_ROOT, else, in a clone, the
+  folder that holds src/ (this file is src/helpers/repro/paths.py).
 
 Every other module asks here instead of walking up from its own `__file__`.
 """
