@@ -8,9 +8,9 @@ pytest (the name does not start with test_); tests/test_exercises_ch10.py import
 The `lib_*` functions are library-shaped twins of the mistakes: the library's own function
 with one line changed, helpers.training.train's `_train`, `make_optimizer` or
 `teacher_forced_exact_match`, or what both training loops share in helpers.training.loop
-(`token_loss`, `evaluation_due`, `evaluate_and_confirm`), for
+(`token_loss`, `update`, `evaluation_due`, `evaluate_and_confirm`), for
 
-    BOOK_MISTAKE="helpers.training.train:_train=tests/mistakes_ch10.py:lib_no_zero_grad" \
+    BOOK_MISTAKE="helpers.training.loop:update=tests/mistakes_ch10.py:lib_no_zero_grad" \
         PYTHONPATH=tests .venv/bin/python -m pytest -p plant_mistake \
         tests/test_training.py tests/test_loop_logs.py -x -q
 """
@@ -230,17 +230,18 @@ def _mutant(function, old: str, new: str, count: int = 1, *more: tuple[str, str]
 
 _train = train_module._train
 lib_labels_not_shifted = _mutant(_train, "tgt[:, :-1], tgt[:, 1:]", "tgt[:, :-1], tgt[:, :-1]")
-# the loss, the evaluation gate and its confirmation live in helpers.training.loop
+# the loss, the update, the evaluation gate and its confirmation live in helpers.training.loop
 _loss = loop_module.token_loss
 _due = loop_module.evaluation_due
 _confirm = loop_module.evaluate_and_confirm
 lib_padding_in_loss = _mutant(_loss, "ignore_index=PAD_ID,", "")
-lib_scheduler_twice = _mutant(_train, "sched.step()", "sched.step()\n        sched.step()")
+_update = loop_module.update
+lib_scheduler_twice = _mutant(_update, "sched.step()", "sched.step()\n    sched.step()")
 lib_scheduler_before_optimizer = _mutant(
-    _train, "opt.step()\n        sched.step()", "sched.step()\n        opt.step()"
+    _update, "opt.step()\n    sched.step()", "sched.step()\n    opt.step()"
 )
-lib_scheduler_never = _mutant(_train, "sched.step()", "pass")
-lib_no_zero_grad = _mutant(_train, "opt.zero_grad(set_to_none=True)", "pass")
+lib_scheduler_never = _mutant(_update, "sched.step()", "pass")
+lib_no_zero_grad = _mutant(_update, "opt.zero_grad(set_to_none=True)", "pass")
 lib_no_reshuffle = _mutant(
     _train,
     "epoch_batches(src_len, cfg.batch_size, cfg.bucket, gen)",
@@ -283,13 +284,13 @@ lib_score_token_accuracy = _mutant(  # per sequence: its share of right tokens, 
 PLANTED = {  # catalogue name -> (the library object replaced, its mistaken twin's name)
     "labels_not_shifted": ("helpers.training.train:_train", "lib_labels_not_shifted"),
     "padding_in_loss": ("helpers.training.loop:token_loss", "lib_padding_in_loss"),
-    "scheduler_twice": ("helpers.training.train:_train", "lib_scheduler_twice"),
+    "scheduler_twice": ("helpers.training.loop:update", "lib_scheduler_twice"),
     "scheduler_before_optimizer": (
-        "helpers.training.train:_train",
+        "helpers.training.loop:update",
         "lib_scheduler_before_optimizer",
     ),
-    "scheduler_never": ("helpers.training.train:_train", "lib_scheduler_never"),
-    "no_zero_grad": ("helpers.training.train:_train", "lib_no_zero_grad"),
+    "scheduler_never": ("helpers.training.loop:update", "lib_scheduler_never"),
+    "no_zero_grad": ("helpers.training.loop:update", "lib_no_zero_grad"),
     "eval_never_undone": (
         "helpers.training.train:teacher_forced_exact_match",
         "lib_eval_never_undone",

@@ -39,7 +39,13 @@ from torch.utils.data.distributed import DistributedSampler
 from helpers.core.data import make_reversal_dataset
 from helpers.core.vocab import PAD_ID
 from helpers.decoding.greedy import greedy_decode, restores_mode, sequences_equal
-from helpers.training.loop import evaluate_and_confirm, evaluation_due, record, token_loss
+from helpers.training.loop import (
+    evaluate_and_confirm,
+    evaluation_due,
+    record,
+    token_loss,
+    update,
+)
 from helpers.training.recipes import TrainConfig
 from helpers.training.train import build_model, make_optimizer, sequence_correct
 
@@ -221,14 +227,11 @@ def wrap(model, info: DistInfo, bucket_cap_mb: float | None = None):
 
 
 def step_keeping_grads(model, opt, sched, loss) -> dict:
-    """One optimizer and schedule step on loss; returns a copy of the gradients it used (under
-    DDP: after backward's all-reduce), by parameter name."""
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
-    opt.step()
-    sched.step()
-    return grads
+    """update(loss, opt, sched); returns a copy of the gradients it used (under DDP: after
+    backward's all-reduce), by parameter name (Adam's step reads the gradients, never writes
+    them)."""
+    update(loss, opt, sched)
+    return {k: p.grad.detach().clone() for k, p in model.named_parameters()}
 
 
 def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
@@ -423,10 +426,7 @@ def train_reversal_ddp(
             stats[3 + info.rank] = loss_sum.detach() / n_tok
         stats = all_reduce_sum(stats)
         loss = loss_sum * (W / float(stats[0]))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # DDP all-reduces the gradients here, bucket by bucket
-        opt.step()
-        sched.step()
+        update(loss, opt, sched)  # its backward all-reduces the gradients, bucket by bucket
         step += 1
         train_s += time.perf_counter() - t_step
         batch_exact = float(stats[2]) / cfg.batch_size

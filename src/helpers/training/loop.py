@@ -1,10 +1,11 @@
 """What the two training loops share: chapter 10's single process (helpers.training.train) and
 chapter 20's data-parallel ranks (helpers.training.distributed) compute the same loss, decide
 when to evaluate by the same gate, confirm a score that reaches the target the same way, and
-keep their histories the same way. Each loop keeps its own optimizer step in view (chapter 20
-prints its loop, where backward is the gradients' all-reduce).
+keep their histories the same way, and take the same update step (under DDP, its backward is
+where the gradients are all-reduced).
 
 token_loss(logits, tgt_out)                  the teacher-forced cross-entropy of the real tokens;
+update(loss, opt, sched)                     one optimizer and schedule step on the loss;
 evaluation_due(cfg, step, batch_exact, last) the evaluation gate;
 evaluate_and_confirm(cfg, score, confirm)    the score, confirmed by greedy decoding when it
                                              reaches the target, and whether to stop;
@@ -33,6 +34,16 @@ def token_loss(
         label_smoothing=label_smoothing,
         reduction=reduction,
     )
+
+
+def update(loss: torch.Tensor, opt, sched) -> None:
+    """One update: clear the last step's gradients, backpropagate loss (under
+    DistributedDataParallel, backward also all-reduces the gradients, bucket by bucket), take the
+    optimizer's step, then advance the learning-rate schedule."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    sched.step()
 
 
 def evaluation_due(cfg, step: int, batch_exact: float, last: int) -> bool:

@@ -16,7 +16,13 @@ from helpers.core.data import make_reversal_dataset
 from helpers.core.model import Transformer, apply_default_init
 from helpers.core.vocab import PAD_ID, VOCAB_SIZE
 from helpers.decoding.greedy import exact_match, restores_mode, sequences_equal
-from helpers.training.loop import evaluate_and_confirm, evaluation_due, record, token_loss
+from helpers.training.loop import (
+    evaluate_and_confirm,
+    evaluation_due,
+    record,
+    token_loss,
+    update,
+)
 from helpers.training.recipes import TrainConfig
 from helpers.training.schedule import noam_lambda
 
@@ -266,10 +272,7 @@ def _train(cfg, progress, confirm, device, deadline, on_step, stop_after) -> Tra
         with autocast():
             logits = forward(src, tgt_in)
         loss = token_loss(logits, tgt_out, cfg.label_smoothing)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
+        update(loss, opt, sched)
         step += 1
         with torch.no_grad():  # free statistics of the batch just seen (before this update)
             real = tgt_out != PAD_ID
