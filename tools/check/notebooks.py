@@ -17,6 +17,7 @@ line per problem, and exits 1 if there is any.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -578,6 +579,11 @@ def check(path: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "paths", nargs="*", help="notebooks (.ipynb); default: every chapter and appendix page"
+    )
+    argv = parser.parse_args(argv).paths
     paths = [Path(a).resolve() for a in argv] or (
         sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb")) + sorted((ROOT / "appendix").glob("*.ipynb"))
     )
@@ -595,9 +601,9 @@ def main(argv: list[str]) -> int:
         print(p)
     n = len(paths)
     if problems:
-        print(f"check_notebooks: {len(problems)} problem(s) in {n} notebook(s)")
+        print(f"tools.check.notebooks: {len(problems)} problem(s) in {n} notebook(s)")
         return 1
-    print(f"check_notebooks: {n} notebook(s) keep the conventions")
+    print(f"tools.check.notebooks: {n} notebook(s) keep the conventions")
     return 0
 
 
