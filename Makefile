@@ -43,9 +43,9 @@ help:
 	@echo "make test-portable  the notebooks with the numerics pin broken: must pass anyway"
 	@echo "make doctor   this machine's numerics, and whether it shows the book's exact digits"
 	@echo "make lab      JupyterLab on the chapters"
-	@echo "make execute  re-execute all chapter notebooks (or NB=chapters/NN_slug.py)"
-	@echo "make check-browser  the book and the heatmap chapter's widgets in headless Chromium"
-	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (python3 -m tools.record.gpu)"
+	@echo "make execute  re-execute every chapter and appendix notebook (or NB=chapters/NN_slug.py)"
+	@echo "make check-browser  the book, the heatmap chapter's widgets and the chapters' markup in headless Chromium"
+	@echo "make record-gpu OUT=DIR  on a GPU machine: record the GPU results (tools/record/gpu.py)"
 	@echo "make clean    remove build outputs; make distclean also removes .venv"
 
 # ---------------------------------------------------------------------------- set-up
@@ -167,7 +167,8 @@ test-book: $(SETUP)
 # ---------------------------------------------------------------------------- browser
 # tools/check/browser/ in Debian's headless Chromium: (a) every page of the built book
 # (math rendered, images loaded, no request off localhost, no JavaScript error); (b) the
-# heatmap chapter run in JupyterLab, its layer control switched, the heatmap redrawn.
+# heatmap chapter run in JupyterLab, its layer control switched, the heatmap redrawn; (c) every
+# chapter opened in JupyterLab: no raw MyST markup, dropdowns collapsed, images loaded.
 # Chromium is installed from Debian's packages when missing (as root, or through sudo).
 SUDO := $(if $(filter 0,$(shell id -u 2>/dev/null)),,sudo)
 check-browser: $(SETUP)
