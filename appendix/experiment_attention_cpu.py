@@ -72,7 +72,8 @@ print(f"timed runs per row: {min(r['runs'] for r in timed)} to {max(r['runs'] fo
 # %% [markdown]
 # ## Command
 #
-# The two records were made by two commands, from the repository root:
+# The two records were made by these two commands, from the repository root. The records store
+# them under the script's name before the tools moved into packages, `tools/bench_attention.py`.
 #
 # ```bash
 # python -m tools.bench.attention                    # float32

@@ -59,7 +59,8 @@ print(f"configurations: {configs}; seeds {seeds}")
 # %% [markdown]
 # ## Command
 #
-# The record was made by one command, from the repository root:
+# The record was made by this command, from the repository root. The record stores it under the
+# script's name before the tools moved into packages, `tools/bench_ch20_ddp.py`.
 #
 # ```bash
 # python -m tools.bench.ch20_ddp --seeds 0,1,2,3,4
