@@ -192,11 +192,11 @@ print("digit frequencies:", [round(f, 3) for f in freq.tolist()])
 assert (freq - 0.1).abs().max() < 0.01
 
 # %% [markdown]
-# How much would cutting the padding save? Chapter 10 trains on shuffled batches of 128. A
-# batch can be cut only to its longest row, and a 12-digit row is likely in every batch: a row
-# misses length 12 with chance 0.9, all 128 with chance $0.9^{128}$. The cell cuts one epoch
-# of chapter 10's batches (`helpers.training.train.epoch_batches`) to their longest rows. Then it does
-# the same with batches that group similar lengths (its `bucket` option).
+# How much would cutting the padding save? Chapter 10 trains on shuffled batches of 128. A batch can
+# be cut only to its longest row, and a 12-digit row is likely in every batch: a row misses length
+# 12 with chance 0.9, all 128 with chance $0.9^{128}$. The cell cuts one epoch of chapter 10's
+# batches (`helpers.training.train.epoch_batches`) to their longest rows. Then it does the same with
+# batches that group similar lengths (its `bucket` option).
 
 # %%
 from helpers.training.train import epoch_batches

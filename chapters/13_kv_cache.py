@@ -768,13 +768,13 @@ print(f"the weights: about {weights_big / 2**30:.0f} GiB")
 #
 # ## 8. A preallocated cache
 #
-# The cache of section 3 grows with `torch.cat`: at every step, in every layer, it copies all
-# $t$ cached positions into new tensors one position longer. A preallocated cache allocates
-# two buffers of shape `[B, h, L_max, d_k]` per layer, once. Step $t$ writes its key and value
-# at position $t$, and attention reads positions $0..t$. `helpers.decoding.static_cache` does this for
-# the book's `Transformer`. Its `write_kv(buf, new, pos)` writes `new` at `pos` and returns the
-# written positions as a view of the buffer, with no copy. The padding mask is a preallocated
-# buffer too, filled one column per step.
+# The cache of section 3 grows with `torch.cat`: at every step, in every layer, it copies all $t$
+# cached positions into new tensors one position longer. A preallocated cache allocates two buffers
+# of shape `[B, h, L_max, d_k]` per layer, once. Step $t$ writes its key and value at position $t$,
+# and attention reads positions $0..t$. `helpers.decoding.static_cache` does this for the book's
+# `Transformer`. Its `write_kv(buf, new, pos)` writes `new` at `pos` and returns the written
+# positions as a view of the buffer, with no copy. The padding mask is a preallocated buffer too,
+# filled one column per step.
 #
 # Hugging Face's `StaticCache` is a preallocated cache too, and writes the same way, but for
 # another reason. The next cell prints the first line of its docstring and of its layer's, and
@@ -958,13 +958,13 @@ print(f"emptied: {n_fresh} of 100 right, the naive loop's tokens")
 assert torch.equal(fresh, want) and n_stale < n_fresh / 2
 
 # %% [markdown]
-# The first way raises an error: the mask covers the new batch's positions, the cache holds the
-# old batch's too. The second is silent and wrong: every row attends to another source. A
-# preallocated cache kept between batches overwrites its self-attention part, so it can run into
-# the second. `helpers.decoding.static_cache` therefore projects the cross-attention keys at step 0 of
-# every decode, and gives its caches a `reset()` that zeroes the buffers and drops the
-# cross-attention keys; `greedy_decode_static` calls it on caches it is handed. The cell decodes
-# both batches with one allocation, checks each against the naive loop, then calls `reset()`.
+# The first way raises an error: the mask covers the new batch's positions, the cache holds the old
+# batch's too. The second is silent and wrong: every row attends to another source. A preallocated
+# cache kept between batches overwrites its self-attention part, so it can run into the second.
+# `helpers.decoding.static_cache` therefore projects the cross-attention keys at step 0 of every
+# decode, and gives its caches a `reset()` that zeroes the buffers and drops the cross-attention
+# keys; `greedy_decode_static` calls it on caches it is handed. The cell decodes both batches with
+# one allocation, checks each against the naive loop, then calls `reset()`.
 
 # %%
 shared = allocate_static_caches(model, 100)

@@ -298,7 +298,7 @@ for L in (128, 1024, 4096):
 assert score_matrix_bytes(8, 8, 4096, torch.float32) == 4 * 2**30
 
 # %% [markdown]
-# Read `_attention_by_hand` (in `helpers/core/attention.py`) line by line. Several score-sized matrices
+# Read `_attention_by_hand` (in `helpers.core.attention`) line by line. Several score-sized matrices
 # are made:
 #
 # - `Q @ K^T`, and its division by $\sqrt{d_k}$;
