@@ -32,6 +32,11 @@ class TokenAndPosition(nn.Module):
     token_scale (None: sqrt(d_model), the paper's) multiplies the token embeddings and
     position_scale (1.0) the position codes; chapter 12 changes them to take the loudness of the
     input apart. The defaults compute what every other chapter shows.
+
+    positions (issue 31): "sinusoidal" (the default, the buffer pe above); "learned", a trained
+    table `pos` = nn.Embedding(max_len, d_model) at nn.Embedding's N(0, 1) (chapter 2's
+    exercise 2.2: as loud as the scaled tokens); "rope" or "alibi", nothing added here (the
+    self-attentions carry the positions) and no max_len limit.
     """
 
     def __init__(
@@ -42,8 +47,14 @@ class TokenAndPosition(nn.Module):
         dropout: float = 0.1,
         token_scale: float | None = None,
         position_scale: float = 1.0,
+        positions: str = "sinusoidal",
     ):
         super().__init__()
+        if positions not in ("sinusoidal", "learned", "rope", "alibi"):
+            raise ValueError(
+                f"positions must be 'sinusoidal', 'learned', 'rope' or 'alibi', got {positions!r}"
+            )
+        self.positions = positions
         self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
         self.token_scale = math.sqrt(d_model) if token_scale is None else float(token_scale)
         self.position_scale = float(position_scale)
@@ -53,8 +64,12 @@ class TokenAndPosition(nn.Module):
         nn.init.normal_(self.emb.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.emb.weight[PAD_ID].zero_()
-        # a buffer follows .to(device) but is not trained; not persistent: it is recomputable
-        self.register_buffer("pe", sinusoidal_position_encoding(max_len, d_model), persistent=False)
+        if positions == "sinusoidal":
+            # a buffer follows .to(device) but is not trained; not persistent: it is recomputable
+            pe = sinusoidal_position_encoding(max_len, d_model)
+            self.register_buffer("pe", pe, persistent=False)
+        elif positions == "learned":
+            self.pos = nn.Embedding(max_len, d_model)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, start_pos: int = 0) -> torch.Tensor:
@@ -62,13 +77,18 @@ class TokenAndPosition(nn.Module):
         if not inputs_checked():  # the model checked them where they entered
             check_token_ids("ids", ids, self.vocab_size)
         end = start_pos + ids.size(1)
+        if self.positions in ("rope", "alibi"):  # the attention adds the positions
+            return self.drop(self.emb(ids) * self.token_scale)
         if end > self.max_len:
             raise ValueError(
                 f"ids reach position {end - 1} but max_len={self.max_len}: "
                 f"sequences longer than {self.max_len} tokens need a model built with a "
                 "larger max_len"
             )
-        pe = self.pe[start_pos:end]
+        if self.positions == "learned":
+            pe = self.pos(torch.arange(start_pos, end, device=ids.device))
+        else:
+            pe = self.pe[start_pos:end]
         if self.position_scale != 1.0:  # the default adds the codes as they are
             pe = pe * self.position_scale
         x = self.emb(ids) * self.token_scale + pe

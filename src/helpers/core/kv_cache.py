@@ -9,6 +9,12 @@ projects what it does not hold yet. Two caches follow the protocol here, the gro
 (torch.cat) and the memory's one (projected once); the preallocated cache
 (helpers.decoding.static_cache) is a third.
 
+What a cache holds is what project returns: [B, h, L, d_k] keys and values, or
+[B, num_kv_heads, L, d_k] with grouped-query attention (ModelConfig.num_kv_heads, issue 31:
+the memory shrinks by num_heads / num_kv_heads); with RoPE the keys are stored already rotated,
+the new ones at positions cache.length, cache.length + 1, ... (MultiHeadAttention.forward reads
+length before the update).
+
 Chapter 13 keeps one dict per decoder layer: the self-attention keys and values under
 self_k/self_v, the cross-attention ones under cross_k/cross_v. These caches write into such a
 dict, so a caller who hands the decoder plain dicts finds them filled.

@@ -1,6 +1,11 @@
 """Feed-forward, encoder and decoder layers and stacks (Pre-Norm: x + f(LayerNorm(x))).
 
 Built in chapters 4 (FeedForward), 5 (EncoderLayer, Encoder) and 6 (DecoderLayer, Decoder).
+
+Issue 31's options (keyword arguments whose defaults build the layers above, unchanged):
+norm ("layer" | "rms"), ffn ("gelu" | "relu" | "swiglu"), positions ("sinusoidal" | "learned"
+| "rope" | "alibi"), rope_layout ("half" | "interleaved") and num_kv_heads (None = num_heads);
+ModelConfig documents them.
 """
 
 import torch
@@ -17,15 +22,57 @@ from helpers.core.checks import (
 )
 from helpers.core.embeddings import TokenAndPosition
 from helpers.core.kv_cache import layer_caches
+from helpers.core.modern import RotaryEmbedding, SwiGLU, rms_norm, swiglu_hidden
+
+NORMS = ("layer", "rms")
+FFNS = ("gelu", "relu", "swiglu")
+POSITIONS = ("sinusoidal", "learned", "rope", "alibi")
+
+
+def make_norm(d_model: int, norm: str = "layer") -> nn.Module:
+    """ "layer": nn.LayerNorm(d_model) (eps 1e-5, the book's); "rms": nn.RMSNorm(d_model,
+    eps=1e-6) (modern.rms_norm)."""
+    if norm == "layer":
+        return nn.LayerNorm(d_model)
+    if norm == "rms":
+        return rms_norm(d_model)
+    raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+
+
+def make_ffn(d_model: int, dff: int, dropout: float = 0.1, ffn: str = "gelu") -> nn.Module:
+    """ "gelu": the book's FeedForward; "relu": the same with ReLU (the 2017 paper's);
+    "swiglu": modern.SwiGLU with hidden width swiglu_hidden(dff) = round(2 * dff / 3) and no
+    biases, so 3 * d * hidden ~ the 2 * d * dff weights of the other two."""
+    if ffn in ("gelu", "relu"):
+        return FeedForward(d_model, dff, dropout, activation=ffn)
+    if ffn == "swiglu":
+        return SwiGLU(d_model, swiglu_hidden(dff), dropout)
+    raise ValueError(f"ffn must be one of {FFNS}, got {ffn!r}")
+
+
+def make_self_attention(
+    d_model, num_heads, dropout=0.1, positions="sinusoidal", rope_layout="half", num_kv_heads=None
+) -> MultiHeadAttention:
+    """The self-attention of an encoder or decoder layer: RoPE or ALiBi (positions "rope",
+    "alibi") live here, and grouped-query heads (num_kv_heads)."""
+    if positions not in POSITIONS:
+        raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    rope = None
+    if positions == "rope":
+        rope = RotaryEmbedding(d_model // num_heads, layout=rope_layout)
+    return MultiHeadAttention(
+        d_model, num_heads, dropout, num_kv_heads, rope=rope, alibi=positions == "alibi"
+    )
 
 
 class FeedForward(nn.Module):
     """Built in chapter 4. Position-wise: Linear(d, dff) -> GELU -> Linear(dff, d) -> Dropout."""
 
-    def __init__(self, d_model: int, dff: int, dropout: float = 0.1):
+    def __init__(self, d_model: int, dff: int, dropout: float = 0.1, activation: str = "gelu"):
         super().__init__()
+        act = {"gelu": nn.GELU, "relu": nn.ReLU}[activation]()
         self.net = nn.Sequential(
-            nn.Linear(d_model, dff), nn.GELU(), nn.Linear(dff, d_model), nn.Dropout(dropout)
+            nn.Linear(d_model, dff), act, nn.Linear(dff, d_model), nn.Dropout(dropout)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -38,11 +85,25 @@ class EncoderLayer(nn.Module):
     forward(x [B, L, d], pad_mask [B, 1, 1, L] or None) -> (x, weights [B, h, L, L] or None).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dff: int, dropout: float = 0.1):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        dropout: float = 0.1,
+        *,
+        norm: str = "layer",
+        ffn: str = "gelu",
+        positions: str = "sinusoidal",
+        rope_layout: str = "half",
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.mha = MultiHeadAttention(d_model, num_heads, dropout)
-        self.ffn = FeedForward(d_model, dff, dropout)
+        self.ln1, self.ln2 = make_norm(d_model, norm), make_norm(d_model, norm)
+        self.mha = make_self_attention(
+            d_model, num_heads, dropout, positions, rope_layout, num_kv_heads
+        )
+        self.ffn = make_ffn(d_model, dff, dropout, ffn)
         self.drop = nn.Dropout(dropout)
 
     def check_inputs(self, x, pad_mask, need_weights=True):
@@ -66,15 +127,19 @@ class Encoder(nn.Module):
     forward(src [B, Ls], pad_mask [B, 1, 1, Ls]) -> memory [B, Ls, d].
     """
 
-    def __init__(self, vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout=0.1):
+    def __init__(
+        self, vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout=0.1, **options
+    ):
+        """options: norm, ffn, positions, rope_layout, num_kv_heads (see EncoderLayer)."""
         super().__init__()
-        self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout)
+        positions = options.get("positions", "sinusoidal")
+        self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout, positions=positions)
         # ModuleList, not a Python list: only registered modules are trained and moved
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, dff, dropout) for _ in range(num_layers)
+            EncoderLayer(d_model, num_heads, dff, dropout, **options) for _ in range(num_layers)
         )
         # Pre-Norm never normalises the residual stream itself: normalise it once at the exit
-        self.ln_final = nn.LayerNorm(d_model)
+        self.ln_final = make_norm(d_model, options.get("norm", "layer"))
 
     def check_inputs(self, src, pad_mask, need_weights=False):
         check_token_ids("src", src, self.embed.vocab_size)
@@ -98,16 +163,35 @@ class DecoderLayer(nn.Module):
     [B, h, Lt, Ls] or None).
     """
 
-    def __init__(self, d_model: int, num_heads: int, dff: int, dropout: float = 0.1):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dff: int,
+        dropout: float = 0.1,
+        *,
+        norm: str = "layer",
+        ffn: str = "gelu",
+        positions: str = "sinusoidal",
+        rope_layout: str = "half",
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
         self.ln1, self.ln2, self.ln3 = (
-            nn.LayerNorm(d_model),
-            nn.LayerNorm(d_model),
-            nn.LayerNorm(d_model),
+            make_norm(d_model, norm),
+            make_norm(d_model, norm),
+            make_norm(d_model, norm),
         )
-        self.self_mha = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_mha = make_self_attention(
+            d_model, num_heads, dropout, positions, rope_layout, num_kv_heads
+        )
+        # The cross-attention gets no RoPE, no ALiBi and all its heads: a target position and a
+        # source position live in two different sequences, so their distance i - j means
+        # nothing (the source's order reaches the decoder through the memory, which the
+        # encoder's self-attention built; T5 and the RoPE encoder-decoders do the same).
+        # Its keys are projected once per source, so sharing heads would save little.
         self.cross_mha = MultiHeadAttention(d_model, num_heads, dropout)
-        self.ffn = FeedForward(d_model, dff, dropout)
+        self.ffn = make_ffn(d_model, dff, dropout, ffn)
         self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def check_inputs(self, x, memory, self_mask, cross_mask, need_weights=True, cache=None):
@@ -151,13 +235,17 @@ class Decoder(nn.Module):
     """Built in chapter 6. Target embedding, num_layers DecoderLayers, final LayerNorm; returns
     the hidden states and one cross-attention weight tensor per layer."""
 
-    def __init__(self, vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout=0.1):
+    def __init__(
+        self, vocab_size, d_model, num_heads, dff, num_layers, max_len, dropout=0.1, **options
+    ):
+        """options: norm, ffn, positions, rope_layout, num_kv_heads (see DecoderLayer)."""
         super().__init__()
-        self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout)
+        positions = options.get("positions", "sinusoidal")
+        self.embed = TokenAndPosition(vocab_size, d_model, max_len, dropout, positions=positions)
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, dff, dropout) for _ in range(num_layers)
+            DecoderLayer(d_model, num_heads, dff, dropout, **options) for _ in range(num_layers)
         )
-        self.ln_final = nn.LayerNorm(d_model)
+        self.ln_final = make_norm(d_model, options.get("norm", "layer"))
 
     def check_inputs(
         self, tgt, memory, self_mask, cross_mask, need_weights=True, caches=None, start_pos=0

@@ -35,7 +35,8 @@ def xavier_init_linears(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.xavier_uniform_(m.weight)
-            nn.init.zeros_(m.bias)
+            if m.bias is not None:  # SwiGLU's Linears have none (issue 31)
+                nn.init.zeros_(m.bias)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,23 @@ class ModelConfig:
 
     Transformer.from_config(dataclasses.replace(model.config, dropout=0.1)) builds a twin
     that differs in one setting.
+
+    Issue 31's options, today's blocks; each default builds the book's model, unchanged (same
+    parameters, same random draws, same logits), and is left out of the repr:
+    - norm: "layer" (nn.LayerNorm, eps 1e-5) or "rms" (nn.RMSNorm, eps 1e-6, Hugging Face's
+      Llama default), in every sub-layer and for the final norm of each stack;
+    - ffn: "gelu" (the book's FeedForward), "relu" (the 2017 paper's), or "swiglu":
+      down(silu(gate(x)) * up(x)) without biases, hidden width round(2 * dff / 3) so that its
+      3 * d * hidden weights match the 2 * d * dff of the others;
+    - positions: "sinusoidal" (added to the embeddings), "learned" (an added trained table of
+      max_len rows), "rope" (queries and keys of every self-attention rotated; nothing added)
+      or "alibi" (a per-head bias -m * |i - j| on self-attention scores: symmetric in the
+      encoder, causal in the decoder, where the mask hides j > i). The cross-attention gets
+      neither. With rope and alibi, sequences may be longer than max_len;
+    - rope_layout: "half" (pairs (i, i + d_k/2), Hugging Face's rotate_half) or "interleaved"
+      (pairs (2i, 2i + 1), the RoFormer paper's);
+    - num_kv_heads: None (= num_heads) or a divisor of num_heads: grouped-query attention in
+      the self-attentions (1: multi-query); the KV cache then stores num_kv_heads heads.
     """
 
     src_vocab: int
@@ -56,14 +74,29 @@ class ModelConfig:
     dropout: float = 0.1
     token_scale: float | None = None  # chapter 12: None multiplies the tokens by sqrt(d_model)
     position_scale: float = 1.0  # chapter 12: multiplies the position codes
+    norm: str = "layer"  # issue 31: "layer" | "rms"
+    ffn: str = "gelu"  # issue 31: "gelu" | "relu" | "swiglu"
+    positions: str = "sinusoidal"  # issue 31: "sinusoidal" | "learned" | "rope" | "alibi"
+    rope_layout: str = "half"  # issue 31: "half" | "interleaved"
+    num_kv_heads: int | None = None  # issue 31: None = num_heads; fewer = grouped-query
+
+    HIDDEN_AT_DEFAULT = (
+        "token_scale",
+        "position_scale",
+        "norm",
+        "ffn",
+        "positions",
+        "rope_layout",
+        "num_kv_heads",
+    )
 
     def __repr__(self) -> str:
-        """The dataclass's repr, with chapter 12's two scales only where they are not the
-        default (so the configs other chapters print read as before)."""
+        """The dataclass's repr, with chapter 12's two scales and issue 31's options only where
+        they are not the default (so the configs other chapters print read as before)."""
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in dataclasses.fields(self)
-            if f.name not in ("token_scale", "position_scale") or getattr(self, f.name) != f.default
+            if f.name not in self.HIDDEN_AT_DEFAULT or getattr(self, f.name) != f.default
         ]
         return f"ModelConfig({', '.join(shown)})"
 
@@ -90,6 +123,11 @@ class Transformer(nn.Module):
         dropout=0.1,
         token_scale=None,
         position_scale=1.0,
+        norm="layer",
+        ffn="gelu",
+        positions="sinusoidal",
+        rope_layout="half",
+        num_kv_heads=None,
     ):
         super().__init__()
         self.config = ModelConfig(
@@ -103,10 +141,26 @@ class Transformer(nn.Module):
             dropout,
             token_scale,
             position_scale,
+            norm,
+            ffn,
+            positions,
+            rope_layout,
+            num_kv_heads,
         )
         self.src_vocab, self.tgt_vocab, self.max_len = src_vocab, tgt_vocab, max_len
-        self.encoder = Encoder(src_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
-        self.decoder = Decoder(tgt_vocab, d_model, num_heads, dff, num_layers, max_len, dropout)
+        options = {}  # issue 31's, passed only where they differ: the defaults build as before
+        for name, value, default in (
+            ("norm", norm, "layer"),
+            ("ffn", ffn, "gelu"),
+            ("positions", positions, "sinusoidal"),
+            ("rope_layout", rope_layout, "half"),
+            ("num_kv_heads", num_kv_heads, None),
+        ):
+            if value != default:
+                options[name] = value
+        stack = (d_model, num_heads, dff, num_layers, max_len, dropout)
+        self.encoder = Encoder(src_vocab, *stack, **options)
+        self.decoder = Decoder(tgt_vocab, *stack, **options)
         for embed in (self.encoder.embed, self.decoder.embed):  # chapter 12's two options
             embed.token_scale = math.sqrt(d_model) if token_scale is None else float(token_scale)
             embed.position_scale = float(position_scale)
@@ -120,11 +174,17 @@ class Transformer(nn.Module):
     # Each entry point checks everything the layers below it will see, once (the layers and
     # attentions inside skip their own checks): the token ids, the batch sizes, the source mask.
 
+    @property
+    def length_limit(self) -> int | None:
+        """The longest sequence the model embeds: max_len, or None (no limit) with rope or
+        alibi positions, which need no table."""
+        return None if self.config.positions in ("rope", "alibi") else self.max_len
+
     def check_encode(self, src):
-        check_token_ids("src", src, self.src_vocab, self.max_len)
+        check_token_ids("src", src, self.src_vocab, self.length_limit)
 
     def check_decode(self, tgt_in, memory, src_mask, need_weights=True):
-        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
+        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.length_limit)
         check_features("memory", memory, self.config.d_model)
         check_same_batch("tgt_in", tgt_in, "memory", memory)
         if src_mask is not None:
@@ -136,7 +196,7 @@ class Transformer(nn.Module):
         check_rank("tgt_in", tgt_in, 2, "[B, Lt]")
         check_same_batch("src", src, "tgt_in", tgt_in)
         self.check_encode(src)
-        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.max_len)
+        check_token_ids("tgt_in", tgt_in, self.tgt_vocab, self.length_limit)
 
     @checks_inputs(check_encode)
     def encode(self, src: torch.Tensor):
