@@ -73,6 +73,7 @@ MARKED = {
             "test_each_broken_step_fails_with_its_own_message",
         ],
         "test_beam_search.py": ["test_small_widths_against_exhaustive_search"],  # (2.4 s)
+        "test_llama.py": ["trained_llama"],  # 150 steps of train_gpt on the corpus (7.5 s)
     },
 }
 
