@@ -227,3 +227,19 @@ def test_one_protocol_for_both_caches(kind):
     assert cache.length == 5 and store["self_k"][:, :, :5].abs().sum() > 0
     cache.reset()
     assert cache.length == 0 and not any(t.any() for t in store.values())
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+def test_grouped_query_models_decode_with_a_preallocated_cache(num_kv_heads):
+    """With num_kv_heads < num_heads the buffers hold only the shared key/value heads, and the
+    tokens equal the growing cache's."""
+    torch.manual_seed(0)
+    model = Transformer(
+        VOCAB_SIZE, VOCAB_SIZE, d_model=32, num_heads=4, dff=64, num_layers=2, max_len=12,
+        dropout=0.0, num_kv_heads=num_kv_heads,
+    ).eval()  # fmt: skip
+    src, _ = make_reversal_dataset(6, seed=3, min_len=3, max_len=9)
+    caches = sc.allocate_static_caches(model, 6, 12)
+    assert caches[0]["self_k"].shape == (6, num_kv_heads, 12, 8)
+    expected = greedy_decode(model, src, use_cache=True)
+    assert torch.equal(sc.greedy_decode_static(model, src, caches=caches), expected)

@@ -105,7 +105,8 @@ def allocate_static_caches(model, batch_size: int, max_len: int | None = None) -
     cfg = model.config
     max_len = model.max_len if max_len is None else int(max_len)
     p = next(model.parameters())
-    shape = (batch_size, cfg.num_heads, max_len, cfg.d_model // cfg.num_heads)
+    kv_heads = cfg.num_kv_heads or cfg.num_heads  # grouped-query attention caches fewer heads
+    shape = (batch_size, kv_heads, max_len, cfg.d_model // cfg.num_heads)
     pad = torch.zeros(batch_size, 1, 1, max_len, dtype=torch.bool, device=p.device)
     return StaticCaches(
         StaticLayerCache(
