@@ -1,6 +1,6 @@
 """A tiny Llama-style decoder-only model, and its port into Hugging Face's LlamaForCausalLM.
 
-Built for the part "Today's Transformer" (issue 31, section 2). It is chapter 14's character
+Built for the part "Today's Transformer". It is chapter 14's character
 model (helpers.gpt.MiniGPT) with today's block in place of the 2017 one, from the parts of
 helpers.core.modern (the ones the book's encoder-decoder options use):
 
@@ -68,7 +68,7 @@ from helpers.gpt import causal_mask_with_past
 
 @dataclass(frozen=True)
 class TinyLlamaConfig:
-    """Every hyperparameter of a TinyLlama; model.config holds one. Built for issue 31.
+    """Every hyperparameter of a TinyLlama; model.config holds one.
 
     The names follow chapter 14's GPTConfig; hf_llama_config() gives LlamaConfig's names.
     dff: the SwiGLU width (LlamaConfig's intermediate_size); None means
@@ -120,7 +120,7 @@ class TinyLlamaConfig:
 class GroupedQueryAttention(nn.Module):
     """Causal self-attention with RoPE and num_kv_heads key/value heads, no biases.
 
-    Built for issue 31. W_q, W_k, W_v, W_o as in the book's MultiHeadAttention, but W_k and
+    W_q, W_k, W_v, W_o as in the book's MultiHeadAttention, but W_k and
     W_v project to num_kv_heads * head_dim only: the KV cache holds num_heads / num_kv_heads
     times fewer numbers. Keys are rotated before they are cached, each at its own position;
     modern.repeat_kv then gives each key/value head to its group of query heads."""
@@ -161,8 +161,7 @@ class GroupedQueryAttention(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    """Pre-Norm: x + attn(norm1(x)), then x + ffn(norm2(x)); RMSNorm, SwiGLU, no dropout.
-    Built for issue 31."""
+    """Pre-Norm: x + attn(norm1(x)), then x + ffn(norm2(x)); RMSNorm, SwiGLU, no dropout."""
 
     def __init__(self, config: TinyLlamaConfig):
         super().__init__()
@@ -179,7 +178,7 @@ class LlamaBlock(nn.Module):
 
 class TinyLlama(nn.Module):
     """ids [B, L] -> next-token logits [B, L, vocab_size]: chapter 14's decoder-only model with
-    the Llama block. Built for issue 31.
+    the Llama block.
 
     TinyLlama(config) or TinyLlama(vocab_size, **fields of TinyLlamaConfig). The embedding has
     no position code and no sqrt(d) scale (RoPE brings the positions inside attention); row
@@ -262,7 +261,7 @@ _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
 def hf_llama_name(name: str) -> str:
     """Our parameter name -> its name in LlamaForCausalLM ('blocks.3.attn.W_q.weight' ->
-    'model.layers.3.self_attn.q_proj.weight'), through LLAMA_NAME_MAP. Built for issue 31."""
+    'model.layers.3.self_attn.q_proj.weight'), through LLAMA_NAME_MAP."""
     m = _BLOCK.match(name)
     key = _BLOCK.sub("blocks.{i}.", name) if m else name
     if key not in LLAMA_NAME_MAP:
@@ -273,7 +272,7 @@ def hf_llama_name(name: str) -> str:
 def hf_llama_config(config: TinyLlamaConfig, **overrides):
     """The transformers.LlamaConfig of the same architecture (nothing downloaded).
 
-    Built for issue 31. Matched on purpose: rms_norm_eps, rope_theta, tie_word_embeddings,
+    Matched on purpose: rms_norm_eps, rope_theta, tie_word_embeddings,
     no biases, silu; bos and eos None (LlamaConfig's eos_token_id=2 would end generation at a
     character) and pad PAD_ID. overrides replace any LlamaConfig field (to show a mismatch)."""
     from transformers import LlamaConfig
@@ -304,7 +303,7 @@ def hf_llama_config(config: TinyLlamaConfig, **overrides):
 
 
 def hf_llama_state_dict(model: TinyLlama, permute_rope: bool | None = None) -> dict:
-    """Our weights under LlamaForCausalLM's names. Built for issue 31.
+    """Our weights under LlamaForCausalLM's names.
 
     permute_rope: reorder the q and k rows inside each head by rope_permutation (None: exactly
     when the model rotates interleaved pairs, which HF's half layout needs). False on an
@@ -326,7 +325,7 @@ def hf_llama_state_dict(model: TinyLlama, permute_rope: bool | None = None) -> d
 def to_hf_llama(model: TinyLlama, permute_rope: bool | None = None, **config_overrides):
     """A transformers.LlamaForCausalLM (eval mode) holding model's weights: the same logits to
     within float32 rounding, and generate(do_sample=False) giving helpers.gpt.generate's greedy
-    tokens. Built for issue 31.
+    tokens.
 
     Built from hf_llama_config(model.config, **config_overrides), weights from
     hf_llama_state_dict(model, permute_rope) loaded strictly (every HF tensor written). Its

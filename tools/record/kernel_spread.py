@@ -1,4 +1,4 @@
-"""How much the book's trained models move when the float32 bits change (issue: portability).
+"""How much the book's trained models move when the float32 bits change.
 
 Trains, in a fresh process per numerics mode, the models whose numbers chapters 10, 11, 12
 and 18 print, and records what those chapters report about them:

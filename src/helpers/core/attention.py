@@ -25,7 +25,7 @@ class MultiHeadAttention(nn.Module):
     cache: None, or a KV cache (helpers.core.kv_cache, chapter 13) that keeps the keys and
     values between decoding steps.
 
-    Issue 31's options for self-attention (the defaults build the module above, unchanged):
+    Today's blocks as options for self-attention (the defaults build the module above, unchanged):
     num_kv_heads (None = num_heads): grouped-query attention, W_k and W_v project to
     num_kv_heads heads of d_k (1: multi-query attention), a cache stores those, and each is
     shared by num_heads // num_kv_heads consecutive query heads (modern.repeat_kv);

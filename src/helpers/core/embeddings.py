@@ -33,7 +33,7 @@ class TokenAndPosition(nn.Module):
     position_scale (1.0) the position codes; chapter 12 changes them to take the loudness of the
     input apart. The defaults compute what every other chapter shows.
 
-    positions (issue 31): "sinusoidal" (the default, the buffer pe above); "learned", a trained
+    positions: "sinusoidal" (the default, the buffer pe above); "learned", a trained
     table `pos` = nn.Embedding(max_len, d_model) at nn.Embedding's N(0, 1) (chapter 2's
     exercise 2.2: as loud as the scaled tokens); "rope" or "alibi", nothing added here (the
     self-attentions carry the positions) and no max_len limit.

@@ -10,7 +10,7 @@ projects what it does not hold yet. Two caches follow the protocol here, the gro
 (helpers.decoding.static_cache) is a third.
 
 What a cache holds is what project returns: [B, h, L, d_k] keys and values, or
-[B, num_kv_heads, L, d_k] with grouped-query attention (ModelConfig.num_kv_heads, issue 31:
+[B, num_kv_heads, L, d_k] with grouped-query attention (ModelConfig.num_kv_heads:
 the memory shrinks by num_heads / num_kv_heads); with RoPE the keys are stored already rotated,
 the new ones at positions cache.length, cache.length + 1, ... (MultiHeadAttention.forward reads
 length before the update).

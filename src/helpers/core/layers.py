@@ -2,7 +2,7 @@
 
 Built in chapters 4 (FeedForward), 5 (EncoderLayer, Encoder) and 6 (DecoderLayer, Decoder).
 
-Issue 31's options (keyword arguments whose defaults build the layers above, unchanged):
+Today's blocks as options (keyword arguments whose defaults build the layers above, unchanged):
 norm ("layer" | "rms"), ffn ("gelu" | "relu" | "swiglu"), positions ("sinusoidal" | "learned"
 | "rope" | "alibi"), rope_layout ("half" | "interleaved") and num_kv_heads (None = num_heads);
 ModelConfig documents them.

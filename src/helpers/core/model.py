@@ -35,7 +35,7 @@ def xavier_init_linears(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.xavier_uniform_(m.weight)
-            if m.bias is not None:  # SwiGLU's Linears have none (issue 31)
+            if m.bias is not None:  # SwiGLU's Linears have none
                 nn.init.zeros_(m.bias)
 
 
@@ -46,7 +46,7 @@ class ModelConfig:
     Transformer.from_config(dataclasses.replace(model.config, dropout=0.1)) builds a twin
     that differs in one setting.
 
-    Issue 31's options, today's blocks; each default builds the book's model, unchanged (same
+    Today's blocks as options; each default builds the book's model, unchanged (same
     parameters, same random draws, same logits), and is left out of the repr:
     - norm: "layer" (nn.LayerNorm, eps 1e-5) or "rms" (nn.RMSNorm, eps 1e-6, Hugging Face's
       Llama default), in every sub-layer and for the final norm of each stack;
@@ -74,11 +74,11 @@ class ModelConfig:
     dropout: float = 0.1
     token_scale: float | None = None  # chapter 12: None multiplies the tokens by sqrt(d_model)
     position_scale: float = 1.0  # chapter 12: multiplies the position codes
-    norm: str = "layer"  # issue 31: "layer" | "rms"
-    ffn: str = "gelu"  # issue 31: "gelu" | "relu" | "swiglu"
-    positions: str = "sinusoidal"  # issue 31: "sinusoidal" | "learned" | "rope" | "alibi"
-    rope_layout: str = "half"  # issue 31: "half" | "interleaved"
-    num_kv_heads: int | None = None  # issue 31: None = num_heads; fewer = grouped-query
+    norm: str = "layer"  # "layer" | "rms"
+    ffn: str = "gelu"  # "gelu" | "relu" | "swiglu"
+    positions: str = "sinusoidal"  # "sinusoidal" | "learned" | "rope" | "alibi"
+    rope_layout: str = "half"  # "half" | "interleaved"
+    num_kv_heads: int | None = None  # None = num_heads; fewer = grouped-query
 
     HIDDEN_AT_DEFAULT = (
         "token_scale",
@@ -91,7 +91,7 @@ class ModelConfig:
     )
 
     def __repr__(self) -> str:
-        """The dataclass's repr, with chapter 12's two scales and issue 31's options only where
+        """The dataclass's repr, with chapter 12's two scales and today's blocks only where
         they are not the default (so the configs other chapters print read as before)."""
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
@@ -148,7 +148,7 @@ class Transformer(nn.Module):
             num_kv_heads,
         )
         self.src_vocab, self.tgt_vocab, self.max_len = src_vocab, tgt_vocab, max_len
-        options = {}  # issue 31's, passed only where they differ: the defaults build as before
+        options = {}  # today's blocks, passed only where they differ: the defaults build as before
         for name, value, default in (
             ("norm", norm, "layer"),
             ("ffn", ffn, "gelu"),

@@ -1,4 +1,4 @@
-"""Today's blocks (issue 31): RMSNorm, SwiGLU, rotary positions (RoPE), ALiBi, grouped-query heads.
+"""Today's blocks: RMSNorm, SwiGLU, rotary positions (RoPE), ALiBi, grouped-query heads.
 
 Each is a small function or module with its formula in the docstring, so that the book's
 encoder-decoder (ModelConfig's norm, ffn, positions and num_kv_heads options) and the tiny Llama
