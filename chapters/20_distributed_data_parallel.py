@@ -79,6 +79,7 @@ from helpers.training.distributed import (
     trimmed,
 )
 from helpers.training.evaluation import exact_match_with_interval, test_set
+from helpers.training.loop import update
 from helpers.training.recipes import TrainConfig
 from helpers.training.train import build_model, lr_factor, sequence_correct
 
@@ -251,10 +252,10 @@ print(
 assert tokens[0] != tokens[1]
 
 # %% [markdown]
-# So each rank in `helpers.training.distributed` sums its token losses. One small all-reduce per step adds
-# up the token counts of all ranks. A rank backpropagates `loss_sum * world_size / global_tokens`.
-# DDP's average over the ranks then divides by `world_size` again. What is left is the gradient of
-# the whole batch's mean token loss.
+# So each rank in `helpers.training.distributed` sums its token losses. One small all-reduce per
+# step adds up the token counts of all ranks. A rank backpropagates `loss_sum * world_size /
+# global_tokens`. DDP's average over the ranks then divides by `world_size` again. What is left is
+# the gradient of the whole batch's mean token loss.
 #
 # The same all-reduce carries what every rank needs to take the same decisions. That is the
 # batch's exactly-right sequences (the gate of chapter 10's cheap evaluation) and each rank's own
@@ -413,7 +414,8 @@ assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == 
 # seed 0. It joins the process group and calls `helpers.train_reversal_ddp`, on every rank. Here
 # is that function's code, as `inspect.getsource` reads it, up to the end of its training loop.
 # The cell leaves out the docstring and the lines that only keep a record: the history, the log
-# line and the timers. After the loop, rank 0 writes the checkpoint (`save_on_rank0`):
+# line and the timers. Below it is the body of `update`, the one update step that chapter 10's
+# loop takes too. After the loop, rank 0 writes the checkpoint (`save_on_rank0`):
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
@@ -453,17 +455,21 @@ def trimmed_source(fn, drop=("hist", "train_s", "t_step", "t0", "log_every")):
 
 loop = trimmed_source(train_reversal_ddp)
 print(loop)
-for line in ("rank_batches(", "all_reduce_sum(stats)", "loss.backward()", "opt.step()"):
+for line in ("rank_batches(", "all_reduce_sum(stats)", "update(loss, opt, sched)"):
     assert line in loop, line
 assert len(loop.splitlines()) < 60
+step_source = inspect.getsource(update)
+print(step_source[step_source.index('"""', step_source.index('"""') + 3) + 4 :])
+assert "loss.backward()" in step_source and "opt.step()" in step_source
 
 # %% [markdown]
-# Every rank draws its share of each global batch (`rank_batches`), then computes its summed
-# loss. One small all-reduce (`all_reduce_sum(stats)`) adds up the token counts, the losses and
-# the exactly-right sequences. Backward all-reduces the gradients. So every rank takes the same
-# Adam step. When an evaluation is due, each rank scores its shard of the validation set, and
-# all stop at the same step. Training stops when the validation exact match reaches 99.5 %.
-# Rank 0 logs every 100 steps, with each rank's own mean loss on its half of the batch:
+# Every rank draws its share of each global batch (`rank_batches`), then computes its summed loss.
+# One small all-reduce (`all_reduce_sum(stats)`) adds up the token counts, the losses and the
+# exactly-right sequences. Then `update` runs backward, which all-reduces the gradients. So every
+# rank takes the same Adam step. When an evaluation is due, each rank scores its shard of the
+# validation set, and all stop at the same step. Training stops when the validation exact match
+# reaches 99.5 %. Rank 0 logs every 100 steps, with each rank's own mean loss on its half of the
+# batch:
 
 # %% tags=["nbval-ignore-output"]
 train_dir = Path(tempfile.mkdtemp())
