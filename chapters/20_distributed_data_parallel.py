@@ -414,8 +414,11 @@ assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == 
 # seed 0. It joins the process group and calls `helpers.train_reversal_ddp`, on every rank. Here
 # is that function's code, as `inspect.getsource` reads it, up to the end of its training loop.
 # The cell leaves out the docstring and the lines that only keep a record: the history, the log
-# line and the timers. Below it is the body of `update`, the one update step that chapter 10's
-# loop takes too. After the loop, rank 0 writes the checkpoint (`save_on_rank0`):
+# line and the timers. After the loop, rank 0 writes the checkpoint (`save_on_rank0`). Below the
+# loop is `update`, from `helpers.training.loop`: the update step `helpers.train_reversal` takes
+# too, the four lines chapter 10's hand loop writes out. `update` knows nothing of DDP. Its
+# `loss.backward()` all-reduces the gradients because `loss` was computed through `net`, the
+# `DistributedDataParallel` wrapper:
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
@@ -458,18 +461,27 @@ print(loop)
 for line in ("rank_batches(", "all_reduce_sum(stats)", "update(loss, opt, sched)"):
     assert line in loop, line
 assert len(loop.splitlines()) < 60
-step_source = inspect.getsource(update)
-print(step_source[step_source.index('"""', step_source.index('"""') + 3) + 4 :])
-assert "loss.backward()" in step_source and "opt.step()" in step_source
+step_lines = inspect.getsource(update).splitlines()
+doc = ast.parse("\n".join(step_lines)).body[0].body[0]  # update's docstring, left out
+step_body = [line for i, line in enumerate(step_lines, 1) if not doc.lineno <= i <= doc.end_lineno]
+print("\n# helpers.training.loop.update\n" + "\n".join(step_body))
+assert [line.strip() for line in step_lines[doc.end_lineno :]] == [
+    "opt.zero_grad(set_to_none=True)",
+    "loss.backward()",
+    "opt.step()",
+    "sched.step()",
+]
 
 # %% [markdown]
 # Every rank draws its share of each global batch (`rank_batches`), then computes its summed loss.
 # One small all-reduce (`all_reduce_sum(stats)`) adds up the token counts, the losses and the
-# exactly-right sequences. Then `update` runs backward, which all-reduces the gradients. So every
-# rank takes the same Adam step. When an evaluation is due, each rank scores its shard of the
-# validation set, and all stop at the same step. Training stops when the validation exact match
-# reaches 99.5 %. Rank 0 logs every 100 steps, with each rank's own mean loss on its half of the
-# batch:
+# exactly-right sequences. Then `update` clears the old gradients and calls `loss.backward()`.
+# Because `loss` came through `net`, that backward all-reduces the gradients, bucket by bucket, and
+# `opt.step()` applies them. So every rank takes the same Adam step. When an evaluation is due, each
+# rank scores its shard of the validation set, and all stop at the same step. Training stops when
+# the validation exact match reaches 99.5 % and greedy decoding confirms it
+# (`evaluate_and_confirm`). Rank 0 logs every 100 steps, with each rank's own mean loss on its half
+# of the batch:
 
 # %% tags=["nbval-ignore-output"]
 train_dir = Path(tempfile.mkdtemp())

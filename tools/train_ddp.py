@@ -7,8 +7,7 @@
         --out /tmp/ddp --one-step          # one step on a fixed batch (chapter 20's proof)
 
 Every rank runs this file; the logic is in helpers.training.distributed. Rank 0 prints the log,
-writes
-OUT/model.pt (the checkpoint), OUT/grads.pt (--one-step: the all-reduced gradients)
+writes OUT/model.pt (the checkpoint), OUT/grads.pt (--one-step: the all-reduced gradients)
 and OUT/result.json (what every rank saw, gathered over the process group); every rank also
 writes OUT/rank<r>.json on its own machine. A bad launch (no torchrun, one process, a port in
 use) stops with one line that says what to do, and exit status 2. Built in chapter 20.

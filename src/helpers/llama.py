@@ -50,7 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers.core.checks import check_token_ids, checks_inputs
+from helpers.core.checks import checks_inputs
 from helpers.core.kv_cache import KVCache
 from helpers.core.modern import (
     ROPE_LAYOUTS,
@@ -63,7 +63,7 @@ from helpers.core.modern import (
     swiglu_hidden,
 )
 from helpers.core.vocab import PAD_ID
-from helpers.gpt import causal_mask_with_past
+from helpers.gpt import MiniGPT, causal_mask_with_past
 
 
 @dataclass(frozen=True)
@@ -208,19 +208,10 @@ class TinyLlama(nn.Module):
         if c.tie_weights:
             self.head.weight = self.embed.weight
 
-    @staticmethod
-    def cached_length(caches) -> int:
-        """How many positions the caches hold (0 for None or empty caches)."""
-        if not caches or "self_k" not in caches[0]:
-            return 0
-        return caches[0]["self_k"].size(2)
+    cached_length = staticmethod(MiniGPT.cached_length)
 
     def check_inputs(self, ids: torch.Tensor, caches: list[dict] | None = None) -> None:
-        check_token_ids("ids", ids, self.vocab_size)
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(
-                f"caches must hold one dict per block ({len(self.blocks)}), got {len(caches)}"
-            )
+        MiniGPT.check_inputs(self, ids, caches)  # the ids, and one cache per block
         end = self.cached_length(caches) + ids.size(1)
         if end > self.max_len:
             raise ValueError(f"positions up to {end} exceed the model's max_len={self.max_len}")

@@ -227,11 +227,20 @@ def wrap(model, info: DistInfo, bucket_cap_mb: float | None = None):
 
 
 def step_keeping_grads(model, opt, sched, loss) -> dict:
-    """update(loss, opt, sched); returns a copy of the gradients it used (under DDP: after
-    backward's all-reduce), by parameter name (Adam's step reads the gradients, never writes
-    them)."""
-    update(loss, opt, sched)
-    return {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+    """update(loss, opt, sched); returns a copy, by parameter name, of the gradients its
+    optimizer step used (under DDP: after backward's all-reduce), taken just before that step
+    (a fused Adam under a GradScaler rewrites the gradients in place)."""
+    kept = {}
+
+    def keep(optimizer, args, kwargs):
+        kept.update({k: p.grad.detach().clone() for k, p in model.named_parameters()})
+
+    handle = opt.register_step_pre_hook(keep)
+    try:
+        update(loss, opt, sched)
+    finally:
+        handle.remove()
+    return kept
 
 
 def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
@@ -407,7 +416,8 @@ def train_reversal_ddp(
     W = info.world_size
     hist = {"step": [], "loss": [], "rank_loss": [], "batch_exact": [], "lr": []}
     hist.update(eval_step=[], exact_match=[])
-    step, epoch, batches, train_s = 0, 0, [], 0.0
+    step, epoch, batches = 0, 0, []
+    train_s = 0.0
     net.train()
     while step < cfg.max_steps:
         if not batches:  # a new epoch: set_epoch reshuffles, the same way on every rank

@@ -1,7 +1,7 @@
 """The training loop of the reversal model: teacher forcing, Adam, the Noam schedule with an
 optional linear cooldown, a progress bar, and a cheap periodic evaluation. Built in chapter 10.
-The loss, the evaluation gate, its confirmation and the history are those of chapter 20's
-data-parallel loop too (helpers.training.loop).
+The loss, the update step, the evaluation gate, its confirmation and the history are those of
+chapter 20's data-parallel loop too (helpers.training.loop).
 
 train_reversal(cfg)   trains from scratch and returns the model with its history.
 """
