@@ -410,15 +410,11 @@ assert passes[1][0]["grads_still_to_come"] > 0 and passes[1][0]["params"][0] == 
 #
 # ## Training to the target on two processes
 #
-# Without `--one-step`, the same script trains the book's recipe (`helpers.BOOK_RECIPE`) from
-# seed 0. It joins the process group and calls `helpers.train_reversal_ddp`, on every rank. Here
-# is that function's code, as `inspect.getsource` reads it, up to the end of its training loop.
-# The cell leaves out the docstring and the lines that only keep a record: the history, the log
-# line and the timers. After the loop, rank 0 writes the checkpoint (`save_on_rank0`). Below the
-# loop is `update`, from `helpers.training.loop`: the update step `helpers.train_reversal` takes
-# too, the four lines chapter 10's hand loop writes out. `update` knows nothing of DDP. Its
-# `loss.backward()` all-reduces the gradients because `loss` was computed through `net`, the
-# `DistributedDataParallel` wrapper:
+# Without `--one-step`, the script trains the book's recipe (`helpers.BOOK_RECIPE`) from seed 0.
+# Every rank joins the process group and calls `helpers.train_reversal_ddp`. Here is that function's
+# code up to the end of its training loop. It leaves out the docstring and the lines that only keep
+# a record: the history, the log line and the timers. After the loop, rank 0 writes the checkpoint
+# (`save_on_rank0`). Below the loop is `update`, the step `helpers.train_reversal` takes too:
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
@@ -475,13 +471,11 @@ assert [line.strip() for line in step_lines[doc.end_lineno :]] == [
 # %% [markdown]
 # Every rank draws its share of each global batch (`rank_batches`), then computes its summed loss.
 # One small all-reduce (`all_reduce_sum(stats)`) adds up the token counts, the losses and the
-# exactly-right sequences. Then `update` clears the old gradients and calls `loss.backward()`.
-# Because `loss` came through `net`, that backward all-reduces the gradients, bucket by bucket, and
-# `opt.step()` applies them. So every rank takes the same Adam step. When an evaluation is due, each
-# rank scores its shard of the validation set, and all stop at the same step. Training stops when
-# the validation exact match reaches 99.5 % and greedy decoding confirms it
-# (`evaluate_and_confirm`). Rank 0 logs every 100 steps, with each rank's own mean loss on its half
-# of the batch:
+# exactly-right sequences. `update` knows nothing of DDP. But `loss` came through `net`, the DDP
+# wrapper, so its `loss.backward()` all-reduces the gradients. So every rank takes the same Adam
+# step. When an evaluation is due, each rank scores its shard of the validation set, and all stop at
+# the same step. Training stops when the validation exact match reaches 99.5 % and greedy decoding
+# confirms it. Rank 0 logs every 100 steps, with each rank's mean loss on its half of the batch:
 
 # %% tags=["nbval-ignore-output"]
 train_dir = Path(tempfile.mkdtemp())
