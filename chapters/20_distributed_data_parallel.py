@@ -66,6 +66,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
 from helpers import BOOK_RECIPE, PAD_ID, make_reversal_dataset
+from helpers.training import train as train_module
 from helpers.training.distributed import (
     TORCHRUN_VARS,
     make_optimizer,
@@ -467,6 +468,7 @@ assert [line.strip() for line in step_lines[doc.end_lineno :]] == [
     "opt.step()",
     "sched.step()",
 ]
+assert "update(loss, opt, sched)" in inspect.getsource(train_module._train)  # train_reversal's loop
 
 # %% [markdown]
 # Every rank draws its share of each global batch (`rank_batches`), then computes its summed loss.

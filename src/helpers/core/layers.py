@@ -188,7 +188,7 @@ class DecoderLayer(nn.Module):
         # The cross-attention gets no RoPE, no ALiBi and all its heads: a target position and a
         # source position live in two different sequences, so their distance i - j means
         # nothing (the source's order reaches the decoder through the memory, which the
-        # encoder's self-attention built; T5 and the RoPE encoder-decoders do the same).
+        # encoder's self-attention built).
         # Its keys are projected once per source, so sharing heads would save little.
         self.cross_mha = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = make_ffn(d_model, dff, dropout, ffn)
