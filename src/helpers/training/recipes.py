@@ -7,6 +7,8 @@ BOOK_RECIPE   the fast CPU recipe the book trains with (chapter 10 measures each
 fixed_budget_recipe, default_init_recipe   the fixed-budget twins chapter 12 compares;
 EmbeddingScaleConfig, embedding_scale_recipe   chapter 12's recipes whose model scales its
               token embeddings and position codes otherwise (TokenAndPosition's options).
+BlocksConfig, blocks_recipe   part "Today's Transformer": a recipe whose model uses today's
+              blocks (RMSNorm, SwiGLU, RoPE or ALiBi, grouped-query attention).
 
 "The reference chapter" in this module is the textbook chapter this book reproduces and measures
 itself against; the book's introduction describes it (chapters/intro.md, "The reference
@@ -154,3 +156,42 @@ SHARP_ATTENTION_RECIPE = dataclasses.replace(
     eval_gate=0.0,
     target_exact_match=None,
 )
+
+
+@dataclass(frozen=True)
+class BlocksConfig(TrainConfig):
+    """A TrainConfig whose model uses today's blocks (ModelConfig's options; part "Today's
+    Transformer"). A subclass, so that every other recipe keeps its fields, key and checkpoint.
+    The defaults are the 2017 blocks: BlocksConfig with no option set builds the same model as
+    its TrainConfig, under another checkpoint key.
+
+    norm "layer" | "rms"; ffn "gelu" | "relu" | "swiglu"; positions "sinusoidal" | "learned" |
+    "rope" | "alibi"; rope_layout "half" | "interleaved"; num_kv_heads None (= num_heads) or a
+    divisor of num_heads (grouped-query attention; 1 is multi-query).
+    """
+
+    norm: str = "layer"
+    ffn: str = "gelu"
+    positions: str = "sinusoidal"
+    rope_layout: str = "half"
+    num_kv_heads: int | None = None
+
+    def model_options(self) -> dict:
+        """The Transformer keyword arguments of today's blocks."""
+        return {
+            "norm": self.norm,
+            "ffn": self.ffn,
+            "positions": self.positions,
+            "rope_layout": self.rope_layout,
+            "num_kv_heads": self.num_kv_heads,
+        }
+
+
+def blocks_recipe(recipe: TrainConfig = BOOK_RECIPE, **options) -> BlocksConfig:
+    """recipe, with today's blocks set by keyword (norm, ffn, positions, rope_layout,
+    num_kv_heads) and any TrainConfig field replaced (for example seed or seq_len)."""
+    fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}
+    unknown = set(options) - {f.name for f in dataclasses.fields(BlocksConfig)}
+    if unknown:
+        raise TypeError(f"blocks_recipe got unknown options {sorted(unknown)}")
+    return BlocksConfig(**{**fields, **options})

@@ -67,6 +67,8 @@ def build_model(cfg: TrainConfig) -> Transformer:
         # chapter 12's EmbeddingScaleConfig; every other recipe has neither field
         token_scale=getattr(cfg, "token_scale", None),
         position_scale=getattr(cfg, "position_scale", 1.0),
+        # BlocksConfig's options of today's blocks; every other recipe builds the 2017 model
+        **(cfg.model_options() if hasattr(cfg, "model_options") else {}),
     )
     if cfg.init == "default":
         apply_default_init(model)
