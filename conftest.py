@@ -64,17 +64,17 @@ def pytest_configure(config):
 # workers (--dist loadfile --no-loadscope-reorder: one file per worker at a time, taken in
 # collection order). Starting the longest files first keeps both cores busy to the end
 # instead of leaving one worker alone with a long chapter (measured in the pinned kernel from a
-# cold checkpoint cache, 2 cores: chapters 14 and 18 about 140 s, 20 about 100 s, 12 about 85 s,
+# cold checkpoint cache, 2 cores: chapters 14 and 21 about 140 s, 23 about 100 s, 12 about 85 s,
 # most files under 10 s).
-# Chapter 18 goes first also because it trains the book's model (BOOK_RECIPE) early, before
+# Chapter 21 goes first also because it trains the book's model (BOOK_RECIPE) early, before
 # the files that load it start.
 LONGEST_FIRST = [
-    "chapters/18_cross_attention_heatmaps.ipynb",
+    "chapters/21_cross_attention_heatmaps.ipynb",
     "chapters/14_mini_gpt.ipynb",
-    "chapters/20_distributed_data_parallel.ipynb",
+    "chapters/23_distributed_data_parallel.ipynb",
     "chapters/12_when_correct_code_learns_slowly.ipynb",
     "chapters/13_kv_cache.ipynb",
-    "chapters/19_attention_benchmark.ipynb",
+    "chapters/22_attention_benchmark.ipynb",
     "chapters/10_training.ipynb",
     "tests/test_record_gpu.py",
 ]

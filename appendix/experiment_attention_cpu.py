@@ -18,7 +18,7 @@
 #
 # ## Question
 #
-# Chapter 19 measures our attention layer's two paths live, up to $L = 1024$. The handwritten
+# Chapter 22 measures our attention layer's two paths live, up to $L = 1024$. The handwritten
 # path builds the $[B, h, L, L]$ score matrix and returns the weights; SDPA
 # (`F.scaled_dot_product_attention`) does not. How do their time and peak memory grow with the
 # sequence length $L$, up to $L = 4096$? And is SDPA given our mask tensor slower than SDPA
@@ -83,7 +83,7 @@ print(f"timed runs per row: {min(r['runs'] for r in timed)} to {max(r['runs'] fo
 # They write `chapters/data/attention_benchmark_cpu.json` and
 # `chapters/data/attention_benchmark_cpu_bfloat16.json`. Peak memory is the Linux kernel's
 # high-water mark of the process's resident memory during the call, above what it held before
-# (chapter 19, section 3).
+# (chapter 22, section 3).
 #
 # ## Provenance
 
@@ -122,9 +122,9 @@ fig = plot_sweep(rows, "Figure 1: the recorded CPU sweep, float32 (medians)")
 plt.show()
 
 # %% [markdown]
-# ### Memory against the count of chapter 19
+# ### Memory against the count of chapter 22
 #
-# Chapter 19 reads the handwritten path's peak off its code: three score matrices plus $Q$, $K$
+# Chapter 22 reads the handwritten path's peak off its code: three score matrices plus $Q$, $K$
 # and $V$. SDPA's peak should be about five $[B, L, d_{model}]$ activations. Each measured peak
 # divided by its count, from $L = 512$ on, and the log-log slope of each path's peak:
 
@@ -227,7 +227,7 @@ for r in bf16["rows"]:
 #   than every run with `is_causal=True`. At $L = 1024$ the medians differ (1.50) but the range
 #   reaches below 1 (0.98 to 1.54); at shorter lengths the ranges span 1 too. The record does not
 #   say how much of the gap the skipped tiles account for: the kernel's tile sizes are not in it,
-#   and the masked call also builds and reads a float32 copy of the mask (chapter 19, section 2).
+#   and the masked call also builds and reads a float32 copy of the mask (chapter 22, section 2).
 # - **bfloat16.** From $L = 1024$ on, every row needed half the float32 memory (0.53 for SDPA with
 #   our mask at $L = 4096$). On that CPU, from $L = 1024$ on, the bfloat16 medians of the
 #   handwritten path were lower than float32's, and those of both SDPA calls higher. The runs'

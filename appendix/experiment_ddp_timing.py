@@ -18,7 +18,7 @@
 #
 # ## Question
 #
-# Chapter 20 trains the book's recipe with `DistributedDataParallel` on two processes. On a
+# Chapter 23 trains the book's recipe with `DistributedDataParallel` on two processes. On a
 # machine with two cores, is that faster than one process, with one thread or with two? And is
 # the model it trains as good?
 #
@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 
 from helpers.analysis.experiments import load_record, mean_interval
 
-rec = load_record("ch20_ddp_timing")
+rec = load_record("ch23_ddp_timing")
 configs = list(dict.fromkeys(r["config"] for r in rec["runs"]))
 seeds = sorted({r["seed"] for r in rec["runs"]})
 by = {(r["config"], r["seed"]): r for r in rec["runs"]}
@@ -63,11 +63,11 @@ print(f"configurations: {configs}; seeds {seeds}")
 # script's name before the tools moved into packages, `tools/bench_ch20_ddp.py`.
 #
 # ```bash
-# python -m tools.bench.ch20_ddp --seeds 0,1,2,3,4
+# python -m tools.bench.ch23_ddp --seeds 0,1,2,3,4
 # ```
 #
-# It writes `chapters/data/ch20_ddp_timing.json`. Each run is a fresh command; the two-process
-# runs start `tools/train_ddp.py` under `torchrun`, as chapter 20 does.
+# It writes `chapters/data/ch23_ddp_timing.json`. Each run is a fresh command; the two-process
+# runs start `tools/train_ddp.py` under `torchrun`, as chapter 23 does.
 #
 # ## Provenance
 
@@ -83,7 +83,7 @@ for key, value in rec["numerics"].items():
     print(f"  {key}: {value}")
 
 # %% [markdown]
-# The record predates the book's pinned numerics, and does not name its CPU. Chapter 20's live
+# The record predates the book's pinned numerics, and does not name its CPU. Chapter 23's live
 # run uses the pinned kernel, on whatever machine runs it, so its times are not comparable with
 # these.
 #

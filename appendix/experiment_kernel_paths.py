@@ -35,12 +35,12 @@
 #   - *avx512_earlier*: an Intel Xeon with AVX-512, no pin, recorded by an earlier edition
 #     before the pin existed. It was not re-run: its numbers are read from that edition's
 #     stored outputs, some to two decimals, and it lacks chapter 12's two models.
-# - **Models.** Per path, the models whose numbers chapters 10, 11, 12 and 18 print:
-#   `BOOK_RECIPE` (its stop step, its test score, chapter 18's sharpness of its
+# - **Models.** Per path, the models whose numbers chapters 10, 11, 12 and 21 print:
+#   `BOOK_RECIPE` (its stop step, its test score, chapter 21's sharpness of its
 #   cross-attention), chapter 12's fixed-budget pair (`fixed_budget`, `default_init`), and
-#   chapter 18's sharp model (`sharp`). Three more entries: `sharp_step_100` and
+#   chapter 21's sharp model (`sharp`). Three more entries: `sharp_step_100` and
 #   `twin_step_100`, the sharp recipe and its twin with PyTorch's default initialisation,
-#   each after its first 100 steps; and `sharp_loaded`, chapter 18's stored sharp weights,
+#   each after its first 100 steps; and `sharp_loaded`, chapter 21's stored sharp weights,
 #   loaded instead of trained and then measured on each path.
 # - **Equal across paths.** The recipe, the seed, the training and validation data, the
 #   10,000 test sequences, one thread.
@@ -115,7 +115,7 @@ for path in paths:
     print(f"{path:15s} {score(path, 'fixed_budget'):>28s}  {score(path, 'default_init'):>28s}")
 
 # %% [markdown]
-# Chapter 18 measures how sharp a model's cross-attention is, per decoder layer. One of its
+# Chapter 21 measures how sharp a model's cross-attention is, per decoder layer. One of its
 # measures is `mirror`: the mean weight on the mirrored source position, on 200 probe
 # sequences. The same four paths:
 
@@ -139,7 +139,7 @@ for path in paths:
 # distance is the record's rounding, $10^{-4}$. Elsewhere it is twice the largest gap this
 # record shows between the pinned path and any other, and at least 0.005. The cell computes
 # that bound for every number in the record. A test score appears as a share of the 10,000
-# test sequences. `eos_peak` is chapter 18's second measure: the share of probe sequences
+# test sequences. `eos_peak` is chapter 21's second measure: the share of probe sequences
 # whose `<eos>` row puts its largest weight on the source's `<eos>`.
 
 

@@ -18,7 +18,7 @@
 #
 # ## Question
 #
-# [Chapter 18](../chapters/18_cross_attention_heatmaps.ipynb) loads a model whose
+# [Chapter 21](../chapters/21_cross_attention_heatmaps.ipynb) loads a model whose
 # cross-attention puts most of each row's weight on the mirrored source position. It also shows
 # that the book's model of chapter 10 reverses nearly every test sequence with a blurred map.
 # This page asks three things of the recorded runs:
@@ -56,10 +56,10 @@ import numpy as np
 from helpers import BOOK_RECIPE, SEED_RECIPE, SHARP_ATTENTION_RECIPE, wilson_interval
 from helpers.analysis.experiments import load_record, mean_interval
 
-sharpness = load_record("ch18_sharpness")
+sharpness = load_record("ch21_sharpness")
 runs = {(r["name"], r["seed"]): r for r in sharpness["runs"]}
-seed_run = load_record("ch18_seed_recipe")["runs"][0]
-timing = load_record("ch18_training_time")
+seed_run = load_record("ch21_seed_recipe")["runs"][0]
+timing = load_record("ch21_training_time")
 seed_timing = load_record("seed_recipe_run")
 spread = load_record("kernel_spread")["results"]
 PROBES = 200  # probe sequences per measurement
@@ -90,13 +90,13 @@ print(f"{'seed_recipe':>20} {'[0]':>7} {seed_run['parameters']:>8,}  SEED_RECIPE
 #
 # ```bash
 # env $(.venv/bin/python src/helpers/repro/pin.py pinned) nice -n 10 \
-#     .venv/bin/python -m tools.record.ch18_sharpness NAME --base book \
+#     .venv/bin/python -m tools.record.ch21_sharpness NAME --base book \
 #     --set FIELD=VALUE ... --every 100 --seed S
 # ```
 #
-# `SEED_RECIPE` used `--base seed --every 312 --out chapters/data/ch18_seed_recipe.json`.
+# `SEED_RECIPE` used `--base seed --every 312 --out chapters/data/ch21_seed_recipe.json`.
 # The training times come from
-# `nice -n 10 .venv/bin/python -m tools.bench.time_ch18_recipe --repeats 2`. The cell prints each
+# `nice -n 10 .venv/bin/python -m tools.bench.time_ch21_recipe --repeats 2`. The cell prints each
 # run's own arguments.
 #
 # ## Provenance

@@ -1,4 +1,4 @@
-/* Chapter 18's live explorer in the HTML book: the book's trained encoder-decoder runs in the
+/* Chapter 21's live explorer in the HTML book: the book's trained encoder-decoder runs in the
  * page (book_assets/book_model.js), on the digits the reader types. No kernel, no framework,
  * nothing from a CDN, no fetch(): every file is a <script> from the same folder, so the page
  * works from file:// as over HTTP.
@@ -185,7 +185,7 @@
     var tourItems = [
       ["book", ex, "The book's model on " + ex + ", decoded to the end. Look at the map (switch its layer): how " +
        "much of a row's weight lands on its outlined mirrored position?"],
-      ["sharp", ex, "Chapter 18's sharp model on the same input: compare its map, and the " +
+      ["sharp", ex, "Chapter 21's sharp model on the same input: compare its map, and the " +
        "mean weight on the mirrored position printed under it."],
       [null, null, "Inputs each model gets wrong: "]
     ];

@@ -188,7 +188,7 @@ assert differ > 0
 # Second, the alignment the decoder must learn. For a source of $n$ digits, output digit
 # $i$ (counting from 0) must read source position $n-1-i$. Draw it as a matrix, one row
 # per output digit and one column per source digit. It is a permutation matrix with its
-# ones on the anti-diagonal. Chapter 18 compares this picture with a trained model's
+# ones on the anti-diagonal. Chapter 21 compares this picture with a trained model's
 # cross-attention.
 
 # %%

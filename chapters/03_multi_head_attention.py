@@ -279,7 +279,7 @@ assert not torch.equal(read6, digits[:6].flip(0))
 # $R$ is built from $\mathrm{pe}(L-1)$, so we handed the head the length. On six digits
 # the same head reads the wrong positions: another length needs another $R$. A trained
 # model gets no such gift. It must find the end of the source from the tokens (the
-# `<eos>`) and learn where to look from data; chapter 18 shows the map a trained model
+# `<eos>`) and learn where to look from data; chapter 21 shows the map a trained model
 # learns.
 
 # %% [markdown]
@@ -1098,7 +1098,7 @@ if "flash only" in results:
 #   full weight tensor, like our handwritten module. "SDPA does not materialise the
 #   weights" is therefore a statement about the fused backends, not about SDPA: which
 #   backend runs can depend on the device, the dtype, the shapes and the arguments
-#   (chapter 19 measures the memory of both paths).
+#   (chapter 22 measures the memory of both paths).
 # ::::
 #
 # ## Checking against `helpers`

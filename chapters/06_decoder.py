@@ -435,7 +435,7 @@ for w in cross_list:
 # [the reference chapter](intro.md#the-reference-chapter) ($d = 128$, `SEED_RECIPE`).
 #
 # These averages are 1.8 to 3.2 times uniform, far below $n$: an untrained decoder reads a
-# blend of many source tokens. Chapter 18, the cross-attention heatmaps, measures what training
+# blend of many source tokens. Chapter 21, the cross-attention heatmaps, measures what training
 # does to these rows.
 # :::
 

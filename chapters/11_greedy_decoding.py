@@ -145,7 +145,7 @@ plt.show()
 # simplest loop. The KV cache (chapter 13) removes the recomputation and must produce the same
 # tokens.
 #
-# In the HTML book, [chapter 18's live explorer](18_cross_attention_heatmaps.ipynb) (section 3)
+# In the HTML book, [chapter 21's live explorer](21_cross_attention_heatmaps.ipynb) (section 3)
 # runs greedy decoding on this model in the page, with chapter 13's KV cache: type digits and
 # step through it one token at a time.
 
@@ -341,15 +341,15 @@ print(f"error rate, 3-9 digits: {rate_short:.2%}; 10-12 digits: {rate_long:.2%}"
 # probability 0, so training mode changes nothing: two calls agree. Two other models show the
 # bug:
 #
-# - **trained with dropout**: chapter 18's model, trained with dropout 0.15 (its weights are
+# - **trained with dropout**: chapter 21's model, trained with dropout 0.15 (its weights are
 #   in `chapters/data/`).
 # - **an extreme case**: the book's weights loaded into a model built with dropout 0.1, as in
 #   [the reference chapter](intro.md#the-reference-chapter). These weights never saw dropout in
 #   training. Dropout has no weights, so the state dict fits as is.
 
 # %% tags=["nbval-ignore-output"]
-stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
-assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # chapter 18's recipe, dropout 0.15
+stored = torch.load("data/ch21_sharp_model.pt", weights_only=True)
+assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # chapter 21's recipe, dropout 0.15
 with_dropout = build_model(SHARP_ATTENTION_RECIPE)
 with_dropout.load_state_dict(stored["state_dict"])
 assert with_dropout.config.dropout == 0.15

@@ -399,7 +399,7 @@ plt.tight_layout(rect=(0, 0.07, 1, 1))
 plt.show()
 
 # %% [markdown]
-# In the HTML book, [chapter 18's live explorer](18_cross_attention_heatmaps.ipynb) shows this
+# In the HTML book, [chapter 21's live explorer](21_cross_attention_heatmaps.ipynb) shows this
 # cache growing as you step.
 
 # %% [markdown]

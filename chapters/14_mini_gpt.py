@@ -707,7 +707,7 @@ print(timing_label())
 # :::{dropdown} Going deeper: fused attention, with an explicit mask or `is_causal`
 # `GPTBlock`'s attention is `MultiHeadAttention.attend` with `need_weights=False`. It calls
 # `F.scaled_dot_product_attention` (chapter 03) with the explicit causal mask that
-# `MiniGPT.forward` builds. `helpers.benchmark.record_op_outputs` (chapter 19) records every ATen
+# `MiniGPT.forward` builds. `helpers.benchmark.record_op_outputs` (chapter 22) records every ATen
 # operator a call runs. The next cell lists the attention operators of one forward pass.
 # :::
 
@@ -758,7 +758,7 @@ torch.testing.assert_close(p_flag, p_top_left)  # is_causal: query i sees keys 0
 # On the full windows the two agree to float rounding. On a prefill they do not. With 3 queries
 # and 7 keys, `is_causal=True` lets query $i$ see keys $0..i$, as if the queries started at
 # position 0. The queries sit at positions 4 to 6, so the mask of section 7 lets them see keys
-# $0..4+i$. That is why `MiniGPT` passes an explicit mask. Chapter 19 measures the two paths at
+# $0..4+i$. That is why `MiniGPT` passes an explicit mask. Chapter 22 measures the two paths at
 # larger sizes.
 # :::
 #

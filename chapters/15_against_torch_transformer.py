@@ -429,7 +429,7 @@ assert times > 1
 # in three runs. Called one by one, the layers give the reference's logits bit for bit.
 
 # %%
-from helpers.benchmark import record_op_outputs  # every ATen operator a call runs (chapter 19)
+from helpers.benchmark import record_op_outputs  # every ATen operator a call runs (chapter 22)
 
 STAGES = ["encoder 0", "encoder 1", "encoder norm", "decoder 0", "decoder 1", "decoder norm"]
 

@@ -1,4 +1,4 @@
-"""helpers.benchmark (chapter 19): the memory counter really measures, the variants agree, the
+"""helpers.benchmark (chapter 22): the memory counter really measures, the variants agree, the
 records round-trip, and the CUDA branches run (against a fake torch.cuda) before a GPU sees them."""
 
 import sys
@@ -337,7 +337,7 @@ def test_record_op_outputs_sees_new_tensors_not_views():
 
 
 def test_record_op_outputs_sees_the_handwritten_score_matrices():
-    """The passes chapter 19 counts: every [B, h, L, L] tensor the handwritten path makes."""
+    """The passes chapter 22 counts: every [B, h, L, L] tensor the handwritten path makes."""
     from helpers import MultiHeadAttention, make_causal_mask
 
     mha = MultiHeadAttention(16, 2, dropout=0.0).eval()

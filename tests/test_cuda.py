@@ -1,4 +1,4 @@
-"""The CUDA paths (chapter 19, run by tools/record/gpu.py on a GPU): both attention paths agree,
+"""The CUDA paths (chapter 22, run by tools/record/gpu.py on a GPU): both attention paths agree,
 the KV cache decodes the same tokens, and a model moved with .to carries its buffers and masks.
 
 Every test takes a `device`. By default it runs on the CPU and on CUDA (skipped without a GPU),

@@ -1,4 +1,4 @@
-"""Data-parallel training (chapter 20): two gloo processes started by torchrun compute the same
+"""Data-parallel training (chapter 23): two gloo processes started by torchrun compute the same
 step as one process on the whole batch, and train_reversal_ddp's first steps on two processes
 equal its steps in one (so each rank scales its loss by the global token count); each rank
 draws its own dropout stream from the same initial weights; rank 0 alone writes the checkpoint;

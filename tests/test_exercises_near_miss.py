@@ -15,9 +15,9 @@ import test_exercises_ch06 as ch06
 import test_exercises_ch10 as ch10
 import test_exercises_ch11 as ch11
 import test_exercises_ch13 as ch13
-import test_exercises_ch18 as ch18
-import test_exercises_ch19 as ch19
-import test_exercises_ch20 as ch20
+import test_exercises_ch21 as ch21
+import test_exercises_ch22 as ch22
+import test_exercises_ch23 as ch23
 import torch
 
 from helpers.exercises import (
@@ -70,13 +70,13 @@ CASES = {
     "check_teacher_forcing_loss": (check_teacher_forcing_loss, ch10.teacher_forcing_loss),
     "check_wilson_interval": (check_wilson_interval, ch11.wilson),
     "check_decode_step": (check_decode_step, ch13.decode_step),
-    "check_mirror_weight": (check_mirror_weight, ch18.mirror_weight),
+    "check_mirror_weight": (check_mirror_weight, ch21.mirror_weight),
     "check_row_entropy": (
         check_row_entropy,
         lambda w: -torch.special.xlogy(w, w).sum(-1) / math.log(2),
     ),
-    "check_blocked_attention": (check_blocked_attention, ch19.blocked_attention),
-    "check_rank_loss": (check_rank_loss, ch20.rank_loss),
+    "check_blocked_attention": (check_blocked_attention, ch22.blocked_attention),
+    "check_rank_loss": (check_rank_loss, ch23.rank_loss),
 }
 
 

@@ -1,4 +1,4 @@
-"""The CPU attention sweep (appendix/experiment_attention_cpu.py) and chapter 19's citation of
+"""The CPU attention sweep (appendix/experiment_attention_cpu.py) and chapter 22's citation of
 it: every number their prose quotes agrees with the records in chapters/data."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from helpers.benchmark import MiB, activation_bytes, loglog_slope, series
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_attention_cpu.py").read_text()
-CHAPTER = (ROOT / "chapters" / "19_attention_benchmark.py").read_text()
+CHAPTER = (ROOT / "chapters" / "22_attention_benchmark.py").read_text()
 
 
 @pytest.fixture(scope="module")

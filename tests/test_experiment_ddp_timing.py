@@ -1,5 +1,5 @@
-"""The DDP timings (appendix/experiment_ddp_timing.py) and chapter 20's citation of them:
-every number their prose quotes agrees with chapters/data/ch20_ddp_timing.json."""
+"""The DDP timings (appendix/experiment_ddp_timing.py) and chapter 23's citation of them:
+every number their prose quotes agrees with chapters/data/ch23_ddp_timing.json."""
 
 import statistics
 from pathlib import Path
@@ -11,13 +11,13 @@ from helpers.analysis.experiments import load_record, mean_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "appendix" / "experiment_ddp_timing.py").read_text()
-CHAPTER = (ROOT / "chapters" / "20_distributed_data_parallel.py").read_text()
+CHAPTER = (ROOT / "chapters" / "23_distributed_data_parallel.py").read_text()
 ONE, THREADS, TWO = "1 process x 1 thread", "1 process x 2 threads", "2 processes x 1 thread"
 
 
 @pytest.fixture(scope="module")
 def rec():
-    return load_record("ch20_ddp_timing")
+    return load_record("ch23_ddp_timing")
 
 
 def values(rec, config, key):

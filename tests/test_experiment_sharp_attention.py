@@ -1,7 +1,7 @@
-"""The sharp-attention Experiments page and chapter 18 quote the records they cite correctly.
+"""The sharp-attention Experiments page and chapter 21 quote the records they cite correctly.
 
-Each number the page's prose or chapter 18's prose quotes from chapters/data/ch18_sharpness.json,
-ch18_seed_recipe.json, ch18_training_time.json, seed_recipe_run.json or kernel_spread.json is
+Each number the page's prose or chapter 21's prose quotes from chapters/data/ch21_sharpness.json,
+ch21_seed_recipe.json, ch21_training_time.json, seed_recipe_run.json or kernel_spread.json is
 recomputed here from the record (with helpers.analysis.experiments) and looked up, formatted as the
 prose
 writes it, in the markdown of the .py twins.
@@ -20,7 +20,7 @@ from helpers.analysis.experiments import load_record, mean_interval
 prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_sharp_attention.py"
-CHAPTER = ROOT / "chapters" / "18_cross_attention_heatmaps.py"
+CHAPTER = ROOT / "chapters" / "21_cross_attention_heatmaps.py"
 FINAL, TWIN = "sharp1000d15", "sharp1000d15default"
 
 
@@ -36,7 +36,7 @@ def chapter():
 
 @pytest.fixture(scope="module")
 def runs():
-    return {(r["name"], r["seed"]): r for r in load_record("ch18_sharpness")["runs"]}
+    return {(r["name"], r["seed"]): r for r in load_record("ch21_sharpness")["runs"]}
 
 
 def last(runs, name, key, layer=-1, seed=0):
@@ -124,7 +124,7 @@ def test_kernel_path_of_each_run(runs, page):
     `sharp1000` -> the final recipe (seed 0) crosses kernel paths, as the page says."""
     pinned = sorted(f"{n}/{s}" for (n, s), r in runs.items() if r["numerics"]["pinned"])
     assert pinned == [f"{FINAL}/0", f"{FINAL}/1", f"{FINAL}/2", f"{TWIN}/0"]
-    assert load_record("ch18_seed_recipe")["runs"][0]["numerics"]["pinned"]
+    assert load_record("ch21_seed_recipe")["runs"][0]["numerics"]["pinned"]
     assert "`sharp1000` ran on the CPU's own kernels, the final recipe under the book's pin" in page
     assert "The other arms ran earlier with a CPU's own kernels" in page
 
@@ -132,7 +132,7 @@ def test_kernel_path_of_each_run(runs, page):
 def test_budgets_and_data(runs, page):
     steps = sorted({r["points"][-1]["step"] for r in runs.values()})
     assert steps == [1000, 1200, 1500]
-    seed_run = load_record("ch18_seed_recipe")["runs"][0]
+    seed_run = load_record("ch21_seed_recipe")["runs"][0]
     assert seed_run["points"][-1]["step"] == SEED_RECIPE.max_steps == 3120
     assert "1000, 1200 or 1500 steps, and 3120 for `SEED_RECIPE`" in page
     configs = [r["config"] for r in runs.values()] + [seed_run["config"]]
@@ -142,7 +142,7 @@ def test_budgets_and_data(runs, page):
     assert "test" in seed_run
     assert (
         "since 2026-11-30 also store the trained model's test-set exact match"
-        in (load_record("ch18_sharpness")["description"])
+        in (load_record("ch21_sharpness")["description"])
     )
     assert "The 10,000-sequence test set was scored only for the runs recorded since 2026-11-30" \
         in page  # fmt: skip
@@ -176,7 +176,7 @@ def test_twin(runs, page):
 
 
 def test_seed_recipe(page, chapter):
-    run = load_record("ch18_seed_recipe")["runs"][0]
+    run = load_record("ch21_seed_recipe")["runs"][0]
     assert run["key"] == SEED_RECIPE.key() and run["seed"] == 0
     assert f"{run['points'][-1]['mirror'][-1]:.3f}" == "0.952"
     assert "`SEED_RECIPE` put 0.952 on the mirrored position in its last layer" in page
@@ -191,7 +191,7 @@ def test_seed_recipe(page, chapter):
 
 
 def test_training_times(page, chapter):
-    timing = load_record("ch18_training_time")
+    timing = load_record("ch21_training_time")
     for threads, quoted in ((1, "75.1"), (2, "53.9")):
         secs = [r["seconds"] for r in timing["runs"] if r["threads"] == threads]
         assert all(r["steps"] == SHARP_ATTENTION_RECIPE.max_steps for r in timing["runs"])

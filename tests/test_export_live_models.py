@@ -1,5 +1,5 @@
 """tools/build/export_live_models.py and the files it wrote: book_assets/weights_<id>.js (the
-weights chapter 18's live explorer runs in the HTML book) and book_assets/live_models.js.
+weights chapter 21's live explorer runs in the HTML book) and book_assets/live_models.js.
 
 Each file must hold its checkpoint bit for bit (names, shapes, every float32), and a forward
 pass computed in NumPy from the file alone, as book_assets/book_model.js computes it, must
@@ -78,7 +78,7 @@ def test_cached_files_are_their_checkpoints(files, model_id, cfg):
 
 
 def test_a_changed_bit_is_caught(files):
-    stored = torch.load(ROOT / "chapters" / "data" / "ch18_sharp_model.pt", weights_only=True)
+    stored = torch.load(ROOT / "chapters" / "data" / "ch21_sharp_model.pt", weights_only=True)
     state = {k: v.clone() for k, v in stored["state_dict"].items()}
     name = next(iter(state))
     flat = state[name].view(-1).view(torch.int32)

@@ -1,4 +1,4 @@
-"""The ratio table of chapter 19: the reference's RTX 4090 ratios and a recorded GPU's."""
+"""The ratio table of chapter 22: the reference's RTX 4090 ratios and a recorded GPU's."""
 
 import json
 

@@ -1,6 +1,6 @@
 """What the two training loops log, recomputed step by step over epoch boundaries.
 
-train_reversal (chapter 10) and train_reversal_ddp (chapter 20, one process here) log per step
+train_reversal (chapter 10) and train_reversal_ddp (chapter 23, one process here) log per step
 the learning rate, the loss, and (chapter 10) the token accuracy and the share of exactly
 right sequences of the batch just trained on. A loop that logged the wrong step's learning
 rate, a running mean for the loss, or a statistic of the model after its update would still

@@ -131,7 +131,7 @@ PROVENANCE_KEYS = {"cpu", "aten_capability", "mkl_cbwr", "threads", "torch", "pi
     "path", sorted((ROOT / "chapters" / "data").glob("*.json")), ids=lambda p: p.name
 )
 def test_every_record_says_how_it_was_computed(path):
-    """Top level, in its environment block, per run (ch18_sharpness) or per mode (kernel_spread)."""
+    """Top level, in its environment block, per run (ch21_sharpness) or per mode (kernel_spread)."""
     data = json.loads(path.read_text())
     blocks = [data.get("numerics") or data.get("environment", {}).get("numerics")]
     if blocks[0] is None and "runs" in data:

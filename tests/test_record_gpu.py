@@ -1,4 +1,4 @@
-"""tools/record/gpu.py and helpers.gpu_results (chapter 19): the GPU run cannot fail on a typo.
+"""tools/record/gpu.py and helpers.gpu_results (chapter 22): the GPU run cannot fail on a typo.
 
 - The dry run (`--device cpu --quick`) runs every part, in a subprocess whose Python sees only
   torch, numpy, pytest (and what they depend on) and the standard library: every other

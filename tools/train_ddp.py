@@ -4,13 +4,13 @@
     python -m torch.distributed.run --standalone --nproc_per_node=2 tools/train_ddp.py \\
         --out /tmp/ddp [--seed 0] [--threads 1] [--log-every 50] [--max-steps N] [--dropout P]
     python -m torch.distributed.run --standalone --nproc_per_node=2 tools/train_ddp.py \\
-        --out /tmp/ddp --one-step          # one step on a fixed batch (chapter 20's proof)
+        --out /tmp/ddp --one-step          # one step on a fixed batch (chapter 23's proof)
 
 Every rank runs this file; the logic is in helpers.training.distributed. Rank 0 prints the log,
 writes OUT/model.pt (the checkpoint), OUT/grads.pt (--one-step: the all-reduced gradients)
 and OUT/result.json (what every rank saw, gathered over the process group); every rank also
 writes OUT/rank<r>.json on its own machine. A bad launch (no torchrun, one process, a port in
-use) stops with one line that says what to do, and exit status 2. Built in chapter 20.
+use) stops with one line that says what to do, and exit status 2. Built in chapter 23.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ from helpers.analysis.torch_reference import (
 # 17. Pitfalls and debugging
 from .debugging import Finding, ModelReport, check_model, compare_with_band
 
-# 18. Cross-attention heatmaps
+# 21. Cross-attention heatmaps
 from helpers.analysis.visualize import (
     MEAN_OF_HEADS,
     AttentionExplorer,
@@ -106,7 +106,7 @@ from helpers.analysis.visualize import (
 )
 from helpers.training.recipes import SHARP_ATTENTION_RECIPE
 
-# 19. The attention benchmark
+# 22. The attention benchmark
 from .benchmark import (
     Workload,
     cpu_peak_bytes,
@@ -117,7 +117,7 @@ from .benchmark import (
     sweep,
 )
 
-# 20. Distributed data parallel
+# 23. Distributed data parallel
 from helpers.training.distributed import (
     LaunchError,
     init_distributed,

@@ -1,4 +1,4 @@
-"""Time and peak memory of attention: handwritten (materialises the scores) vs SDPA. Chapter 19.
+"""Time and peak memory of attention: handwritten (materialises the scores) vs SDPA. Chapter 22.
 
 Used by tools/bench/attention.py (the CPU sweep, written to chapters/data/*.json), by
 tools/record/gpu.py (the GPU sweep) and by the benchmark chapter (a small live sweep, and
@@ -82,19 +82,19 @@ MiB = 2**20
 def score_matrix_bytes(
     B: int, heads: int, L: int, dtype=torch.float32, Lk: int | None = None
 ) -> int:
-    """Used in chapter 19. Bytes of one [B, h, Lq, Lk] attention-score matrix."""
+    """Used in chapter 22. Bytes of one [B, h, Lq, Lk] attention-score matrix."""
     Lk = L if Lk is None else Lk
     return B * heads * L * Lk * torch.empty((), dtype=dtype).element_size()
 
 
 def activation_bytes(B: int, L: int, d_model: int, dtype=torch.float32) -> int:
-    """Used in chapter 19. Bytes of one [B, L, d_model] activation (Q, K, V, an output...)."""
+    """Used in chapter 22. Bytes of one [B, L, d_model] activation (Q, K, V, an output...)."""
     return B * L * d_model * torch.empty((), dtype=dtype).element_size()
 
 
 def peak_over_count(rows, min_L: int = 512) -> dict[tuple[str, int], float]:
-    """Used in chapter 19 and on its Experiments page. Each sweep row's measured peak memory
-    over the count chapter 19 reads off the code: three score matrices plus Q, K and V for the
+    """Used in chapter 22 and on its Experiments page. Each sweep row's measured peak memory
+    over the count chapter 22 reads off the code: three score matrices plus Q, K and V for the
     handwritten path, five [B, L, d_model] activations for SDPA. Rows below min_L (where fixed
     costs dominate) are left out. Keys: (variant, L)."""
     counted = {}
@@ -110,7 +110,7 @@ def peak_over_count(rows, min_L: int = 512) -> dict[tuple[str, int], float]:
 
 
 def attention_flops(B: int, heads: int, L: int, d_model: int, causal: bool = True) -> float:
-    """Used in chapter 19. Floating-point operations of one self-attention call.
+    """Used in chapter 22. Floating-point operations of one self-attention call.
 
     Four d_model x d_model projections (2 * B * L * d_model^2 each), plus Q K^T and
     weights @ V (2 * B * h * L^2 * d_k each); causal=True counts exactly half of the L^2
@@ -143,7 +143,7 @@ class OpOutput:
 
 
 def record_op_outputs(fn, *args, **kwargs) -> tuple[object, list[OpOutput]]:
-    """Used in chapter 19 and by check_blocked_attention. Run fn(*args, **kwargs) under a
+    """Used in chapter 22 and by check_blocked_attention. Run fn(*args, **kwargs) under a
     TorchDispatchMode that sees every ATen operator call (below autograd and Python, so
     `@`, `.softmax()` and functional calls alike) and records each new tensor it returns.
     Returns (fn's result, the records in call order)."""
@@ -216,7 +216,7 @@ def _read_status_kib(field: str) -> int:
 
 
 def cpu_peak_memory_supported() -> bool:
-    """Used in chapter 19. True where /proc/self/clear_refs can reset the high-water mark."""
+    """Used in chapter 22. True where /proc/self/clear_refs can reset the high-water mark."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -227,7 +227,7 @@ def cpu_peak_memory_supported() -> bool:
 
 
 def peak_memory_skip_reason() -> str:
-    """Used in chapter 19. What a memory cell prints where cpu_peak_memory_supported() is False."""
+    """Used in chapter 22. What a memory cell prints where cpu_peak_memory_supported() is False."""
     return (
         "Peak memory is read from Linux's /proc/self/status (VmHWM, reset through "
         "/proc/self/clear_refs), which this system lacks, so this cell measures nothing here."
@@ -235,7 +235,7 @@ def peak_memory_skip_reason() -> str:
 
 
 def cpu_peak_bytes(fn) -> int:
-    """Used in chapter 19. Peak resident memory (bytes) that fn() adds to the process's.
+    """Used in chapter 22. Peak resident memory (bytes) that fn() adds to the process's.
 
     Linux only: resets the high-water mark through /proc/self/clear_refs, then reads VmHWM.
     """
@@ -252,7 +252,7 @@ def cpu_peak_bytes(fn) -> int:
 
 
 def cuda_peak_bytes(fn, device=None) -> tuple[int, int]:
-    """Used in chapter 19. (absolute peak, peak extra over what was allocated before), bytes."""
+    """Used in chapter 22. (absolute peak, peak extra over what was allocated before), bytes."""
     torch.cuda.synchronize(device)
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -267,7 +267,7 @@ def cuda_peak_bytes(fn, device=None) -> tuple[int, int]:
 
 
 def spread(times_s: list[float]) -> dict:
-    """Used in chapter 19. Median, interquartile range, min and max (ms) of per-run times (s)."""
+    """Used in chapter 22. Median, interquartile range, min and max (ms) of per-run times (s)."""
     ms = sorted(t * 1000 for t in times_s)
     if len(ms) >= 2:
         q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive")
@@ -298,7 +298,7 @@ def cpu_times_s(fn, min_runs: int = 5, min_run_time: float = 1.0) -> list[float]
 
 
 def benchmark_times_s(fn, min_runs: int = 2, min_run_time: float = 0.2) -> list[float]:
-    """Used in chapter 19. Per-call seconds of fn() from torch.utils.benchmark.Timer.
+    """Used in chapter 22. Per-call seconds of fn() from torch.utils.benchmark.Timer.
 
     Timer.blocked_autorange (the timer of PyTorch's own SDPA tutorial) times blocks of calls
     for at least min_run_time seconds and keeps each block's time per call; it is called again
@@ -315,7 +315,7 @@ def benchmark_times_s(fn, min_runs: int = 2, min_run_time: float = 0.2) -> list[
 
 
 def causal_blocks(L: int, block_q: int, block_k: int | None = None) -> tuple[int, int]:
-    """Used in chapter 19. (blocks computed, blocks in all) of an L x L score matrix cut into
+    """Used in chapter 22. (blocks computed, blocks in all) of an L x L score matrix cut into
     block_q x block_k tiles, by a kernel that skips only the tiles wholly above the diagonal.
 
     A tile of queries [i0, i1) and keys [j0, j1) is wholly above the diagonal when its first
@@ -369,7 +369,7 @@ def sdpa_backend_context(name: str):
 
 @dataclass
 class Workload:
-    """Used in chapter 19. One self-attention call: a MultiHeadAttention and its input."""
+    """Used in chapter 22. One self-attention call: a MultiHeadAttention and its input."""
 
     mha: MultiHeadAttention
     x: torch.Tensor
@@ -495,7 +495,7 @@ def measure(
     memory_fraction=0.6,
     timer="perf_counter",
 ) -> dict:
-    """Used in chapter 19. One row of the sweep: time and peak memory of `variant` at length L.
+    """Used in chapter 22. One row of the sweep: time and peak memory of `variant` at length L.
 
     A row that was measured has "ms" (median), "iqr_ms", "min_ms", "max_ms", "runs",
     "times_ms" (every run) and "peak_mib" (extra over the inputs; on CUDA also
@@ -577,7 +577,7 @@ def measure(
 
 
 def sweep(lengths, variants=VARIANTS, progress=None, **kwargs) -> list[dict]:
-    """Used in chapter 19. measure() for every L and variant; progress(row) after each row."""
+    """Used in chapter 22. measure() for every L and variant; progress(row) after each row."""
     rows = []
     for L in lengths:
         for v in variants:
@@ -592,7 +592,7 @@ def sweep(lengths, variants=VARIANTS, progress=None, **kwargs) -> list[dict]:
 
 
 def measure_like_reference(L=1024, B=8, d_model=512, heads=8, device="cuda", grad=False) -> list:
-    """Used in chapter 19. The reference chapter's own GPU measurement, reproduced.
+    """Used in chapter 22. The reference chapter's own GPU measurement, reproduced.
 
     Its script keeps the module and the input in float32 and runs each call under
     torch.autocast(bfloat16); the handwritten call builds the causal mask inside the timed
@@ -647,7 +647,7 @@ def measure_like_reference(L=1024, B=8, d_model=512, heads=8, device="cuda", gra
 
 
 def environment(device="cpu") -> dict:
-    """Used in chapter 19. Hardware and software the numbers were measured on."""
+    """Used in chapter 22. Hardware and software the numbers were measured on."""
     info = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "numerics": _numerics_provenance(),
@@ -732,7 +732,7 @@ def _cpu_model() -> str:
 
 
 def save_results(path, env: dict, rows: list[dict], config: dict, **extra) -> None:
-    """Used in chapter 19. Write a record atomically: {environment, config, rows, **extra}."""
+    """Used in chapter 22. Write a record atomically: {environment, config, rows, **extra}."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -742,7 +742,7 @@ def save_results(path, env: dict, rows: list[dict], config: dict, **extra) -> No
 
 
 def load_results(path) -> dict:
-    """Used in chapter 19. Read a record written by save_results (checks its keys)."""
+    """Used in chapter 22. Read a record written by save_results (checks its keys)."""
     data = json.loads(Path(path).read_text())
     for key in ("environment", "config", "rows"):
         if key not in data:
@@ -758,7 +758,7 @@ def outcome(row: dict) -> str | None:
 
 
 def results_table(rows: list[dict], variants=("handwritten", "sdpa")) -> str:
-    """Used in chapter 19. A plain-text table, about 80 columns: L, then time (median ms) and
+    """Used in chapter 22. A plain-text table, about 80 columns: L, then time (median ms) and
     peak extra memory (MiB) per variant, then the size of one [B, h, L, L] score matrix."""
     by = {(r["L"], r["variant"]): r for r in rows}
     lengths = sorted({r["L"] for r in rows})
@@ -784,7 +784,7 @@ def results_table(rows: list[dict], variants=("handwritten", "sdpa")) -> str:
 
 
 def spread_table(rows: list[dict], variants=VARIANTS) -> str:
-    """Used in chapter 19. Per row: runs, median, IQR and min-max of the timed runs (ms)."""
+    """Used in chapter 22. Per row: runs, median, IQR and min-max of the timed runs (ms)."""
     lines = [f"{'L':>5} {'variant':<14} {'runs':>4} {'median':>9} {'IQR':>8} {'min-max':>19}"]
     for r in sorted(rows, key=lambda r: (r["L"], variants.index(r["variant"]))):
         if r["variant"] not in variants:
@@ -801,7 +801,7 @@ def spread_table(rows: list[dict], variants=VARIANTS) -> str:
 
 
 def loglog_slope(xs, ys) -> float:
-    """Used in chapter 19. Least-squares slope of log(y) on log(x): 2 means y grows like x^2."""
+    """Used in chapter 22. Least-squares slope of log(y) on log(x): 2 means y grows like x^2."""
     lx = [math.log(x) for x in xs]
     ly = [math.log(y) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
@@ -809,7 +809,7 @@ def loglog_slope(xs, ys) -> float:
 
 
 def series(rows: list[dict], variant: str, key: str, **match) -> tuple[list, list]:
-    """Used in chapter 19. (lengths, values of `key`) of the measured rows of one variant."""
+    """Used in chapter 22. (lengths, values of `key`) of the measured rows of one variant."""
     pts = [
         (r["L"], r[key])
         for r in rows
@@ -820,7 +820,7 @@ def series(rows: list[dict], variant: str, key: str, **match) -> tuple[list, lis
 
 
 def plot_sweep(rows: list[dict], title: str, variants=VARIANTS, axes=None):
-    """Used in chapter 19. Time and peak memory against L on log-log axes; returns the figure.
+    """Used in chapter 22. Time and peak memory against L on log-log axes; returns the figure.
 
     The dotted line in the memory plot is the size of one [B, h, L, L] score matrix.
     """

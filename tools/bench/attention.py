@@ -9,7 +9,7 @@ Usage:
 Every row is timed at least --min-runs times (default 5) and for at least --min-run-time
 seconds, each call on its own, after two warm-up calls and one call that measures the peak
 memory; every run is stored ("times_ms"), and the median and the spread (interquartile range,
-min-max) are printed. (For the GPU, tools/record/gpu.py records all of chapter 19's GPU
+min-max) are printed. (For the GPU, tools/record/gpu.py records all of chapter 22's GPU
 measurements in one run.)
 
 Writes a JSON record (environment: hardware, date, torch version, device, dtype, load

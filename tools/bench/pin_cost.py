@@ -4,7 +4,7 @@ with the pin and with PyTorch's default kernels, each in a fresh one-thread proc
     .venv/bin/python -m tools.bench.pin_cost
 
 Prints the median of 12 steps (after 3 warm-up steps) of the book's model (BOOK_RECIPE) and of
-chapter 18's (SHARP_ATTENTION_RECIPE), on a batch of 128 sequences. Run it on an idle machine.
+chapter 21's (SHARP_ATTENTION_RECIPE), on a batch of 128 sequences. Run it on an idle machine.
 """
 
 from __future__ import annotations

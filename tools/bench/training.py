@@ -9,7 +9,7 @@
 The benchmark trains helpers.BOOK_RECIPE from scratch --repeats times (wall clock from the call
 to the returned model: data, model, training, evaluations and the final greedy confirmation all
 count) and takes the median. It trains with --book-threads torch threads, 2 by default: both
-cores of the book's machine, the fastest way there when the machine is quiet (chapter 20
+cores of the book's machine, the fastest way there when the machine is quiet (chapter 23
 measures it against two DDP processes); BOOK_RECIPE itself keeps 1 thread for the book's cached
 model, which stays steady on a shared machine. The repeats use the same seed, so their spread
 is the clock's, not the training's. The seed recipe (the reference chapter's: d_model 128, batch 64,

@@ -1,4 +1,4 @@
-"""Export the weights of the models that chapter 18's live explorer runs in the HTML book.
+"""Export the weights of the models that chapter 21's live explorer runs in the HTML book.
 
 Usage (the book's pinned numerics, as the chapters run):
     env $(.venv/bin/python src/helpers/repro/pin.py pinned) .venv/bin/python \\
@@ -18,8 +18,8 @@ Scripts, not JSON: a `fetch` of a local file is refused when the book is opened 
 (file://); a <script src> from the same folder is not. The files are written with sorted keys
 and no spaces, so the same weights give the same bytes.
 
-The models: chapter 10's model (BOOK_RECIPE, from the checkpoint cache), chapter 18's sharp
-model (its stored weights, chapters/data/ch18_sharp_model.pt) and its default-init twin
+The models: chapter 10's model (BOOK_RECIPE, from the checkpoint cache), chapter 21's sharp
+model (its stored weights, chapters/data/ch21_sharp_model.pt) and its default-init twin
 (SHARP_ATTENTION_RECIPE with init="default", from the cache). A model missing from the cache is
 trained first (the script says so; the twin takes a few minutes on one thread).
 
@@ -58,7 +58,7 @@ from helpers.training.train import build_model
 from tools.common import DATA, ROOT
 
 ASSETS = ROOT / "book_assets"
-SHARP_WEIGHTS = DATA / "ch18_sharp_model.pt"
+SHARP_WEIGHTS = DATA / "ch21_sharp_model.pt"
 WEIGHTS_GLOBAL = "BOOK_MODEL_WEIGHTS"
 INDEX_GLOBAL = "BOOK_MODEL_INDEX"
 INDEX_FILE = "live_models.js"
@@ -68,8 +68,8 @@ EXAMPLE = [7, 3, 0, 9, 5, 1, 8]
 # (id, label) in the order the page lists them; the first is the one it loads first
 MODELS = [
     ("book", "chapter 10: the book's model (BOOK_RECIPE)"),
-    ("sharp", "chapter 18: the sharp model (SHARP_ATTENTION_RECIPE)"),
-    ("twin", "chapter 18: the sharp recipe, PyTorch's default init"),
+    ("sharp", "chapter 21: the sharp model (SHARP_ATTENTION_RECIPE)"),
+    ("twin", "chapter 21: the sharp recipe, PyTorch's default init"),
 ]
 
 
@@ -178,7 +178,7 @@ def model_from_file(path: Path):
 
 def sharp_model():
     stored = torch.load(SHARP_WEIGHTS, weights_only=True)
-    assert stored["key"] == SHARP_ATTENTION_RECIPE.key(), "ch18_sharp_model.pt: another recipe"
+    assert stored["key"] == SHARP_ATTENTION_RECIPE.key(), "ch21_sharp_model.pt: another recipe"
     model = build_model(SHARP_ATTENTION_RECIPE)
     model.load_state_dict(stored["state_dict"])
     return model.eval()
@@ -206,7 +206,7 @@ def book_models() -> dict:
     """{id: (model, where its weights come from)}"""
     return {
         "book": (cached_model(BOOK_RECIPE, "book"), f"BOOK_RECIPE ({BOOK_RECIPE.key()})"),
-        "sharp": (sharp_model(), "chapters/data/ch18_sharp_model.pt"),
+        "sharp": (sharp_model(), "chapters/data/ch21_sharp_model.pt"),
         "twin": (
             cached_model(twin_recipe(), "default-init twin"),
             f"SHARP_ATTENTION_RECIPE, init='default' ({twin_recipe().key()})",

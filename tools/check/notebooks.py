@@ -58,7 +58,7 @@ MACHINERY_IMPORT = re.compile(
 # a chapter argues from its own cells: a recorded experiment is cited from its Experiments page
 RECORD_READ = re.compile(r"""["'](?:\.\./chapters/)?data/[\w.-]+\.json["']""")
 # a maintainer's command (a tool under tools/, by path or as a module) in a chapter's prose or
-# output (chapter 20 launches its own training script, tools/train_ddp.py: that one is the lesson)
+# output (chapter 23 launches its own training script, tools/train_ddp.py: that one is the lesson)
 TOOL_COMMAND = re.compile(
     r"\btools/(?!train_ddp\.py)[\w/-]+\.py\b|(?<![\w.])tools\.(?:build|check|bench|record)\.\w+"
     r"|\bmake (?:record-gpu|doctor|test-portable)\b"

@@ -1,4 +1,4 @@
-"""Record every GPU measurement the book shows, in one run of one prepared script. Chapter 19.
+"""Record every GPU measurement the book shows, in one run of one prepared script. Chapter 22.
 
 On a machine with an NVIDIA GPU (from the repository root; it needs only torch and numpy, plus
 pytest for the last part, and writes nothing outside --out):
@@ -10,7 +10,7 @@ The dry run, every part at tiny sizes on the CPU (tests/test_record_gpu.py runs 
     PYTHONPATH=src python3 -m tools.record.gpu --device cpu --quick --out /tmp/record_gpu
 
 Parts, in this order, each with its own time cap (seconds, --caps) inside the --budget:
-1. attention  the attention sweep of chapter 19 (B=8, d_model=512, h=8, causal; L = 128 ...
+1. attention  the attention sweep of chapter 22 (B=8, d_model=512, h=8, causal; L = 128 ...
               16384; bfloat16, then float32): the handwritten path, SDPA with our boolean mask,
               with a mask inverted once, with is_causal, and forced to each backend (flash,
               memory-efficient, math, cuDNN) where it runs. CUDA-event timing after warm-up,

@@ -1,15 +1,15 @@
 """How much the book's trained models move when the float32 bits change.
 
 Trains, in a fresh process per numerics mode, the models whose numbers chapters 10, 11, 12
-and 18 print, and records what those chapters report about them:
+and 21 print, and records what those chapters report about them:
 
   pinned   the book's kernel environment (helpers/repro/pin.py PIN): what the chapters print;
   broken   make test-portable's environment (BROKEN_PIN): ATen's scalar kernels, MKL's
            default path, as on a CPU where the pin cannot hold;
   native   no pin at all on this CPU (its own ATen kernels, MKL_CBWR unset), one thread.
 
-Per mode: BOOK_RECIPE (stop step, test exact match, chapter 18's sharpness of it), the
-first 100 steps of chapter 18's default-init twin (its sharpness), the fixed-budget pair of
+Per mode: BOOK_RECIPE (stop step, test exact match, chapter 21's sharpness of it), the
+first 100 steps of chapter 21's default-init twin (its sharpness), the fixed-budget pair of
 chapter 12 (test exact match) and SHARP_ATTENTION_RECIPE (sharpness, test exact match).
 Writes chapters/data/kernel_spread.json; the chapters read their bounds' justification
 from it. Two modes run at a time (one thread each): about 10 minutes on 2 cores.
@@ -32,7 +32,7 @@ OUT = DATA / "kernel_spread.json"
 
 # A fourth path, not re-run: the same models as recorded before the pin existed, on an Intel
 # Xeon with AVX-512 (PyTorch's default kernels there, MKL_CBWR unset, one thread), read from the
-# book's stored outputs and chapters/data/ch18_sharpness.json at commit 9cfad91.
+# book's stored outputs and chapters/data/ch21_sharpness.json at commit 9cfad91.
 EARLIER = {
     "numerics": {
         "cpu": "Intel(R) Xeon(R) Processor",
@@ -62,8 +62,8 @@ def rounded(t) -> list[float]:
 
 
 def sharp_parts() -> dict:
-    """Chapter 18's sharp model: its first 100 steps trained, and its stored weights evaluated
-    (data/ch18_sharp_model.pt), both measured on the probe set."""
+    """Chapter 21's sharp model: its first 100 steps trained, and its stored weights evaluated
+    (data/ch21_sharp_model.pt), both measured on the probe set."""
     import torch
 
     from helpers import SHARP_ATTENTION_RECIPE, make_reversal_dataset, train_reversal
@@ -80,7 +80,7 @@ def sharp_parts() -> dict:
             "eos_peak": rounded(stats["eos_peak"]),
         }
     }
-    stored = torch.load(DATA / "ch18_sharp_model.pt", weights_only=True)
+    stored = torch.load(DATA / "ch21_sharp_model.pt", weights_only=True)
     model = build_model(SHARP_ATTENTION_RECIPE)
     model.load_state_dict(stored["state_dict"])
     stats = alignment_stats(model.eval(), src_p, tgt_p)
@@ -105,7 +105,7 @@ def worker() -> dict:
     from helpers.repro.numerics import provenance
     from helpers.training.recipes import default_init_recipe, fixed_budget_recipe
 
-    src_p, tgt_p = make_reversal_dataset(200, seed=7)  # chapter 18's probe set
+    src_p, tgt_p = make_reversal_dataset(200, seed=7)  # chapter 21's probe set
     test = test_set()
     out = {"numerics": provenance()}
 

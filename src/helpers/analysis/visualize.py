@@ -1,4 +1,4 @@
-"""Cross-attention heatmaps and the ipywidgets explorer of chapter 18.
+"""Cross-attention heatmaps and the ipywidgets explorer of chapter 21.
 
 The logic is in plain functions that the tests call directly:
 - parse_digits(text, max_digits)   text from a text box -> digits, or a clear ValueError;
@@ -28,7 +28,7 @@ MEAN_OF_HEADS = "mean of heads"
 
 @dataclass
 class AttentionMap:
-    """One cross-attention matrix, ready to plot. Built in chapter 18.
+    """One cross-attention matrix, ready to plot. Built in chapter 21.
 
     weights: float numpy [Lt, Ls]; row i is the decoder input token at position i (the
     query), column j the source token j (the key). Every row sums to 1.
@@ -54,13 +54,13 @@ class AttentionMap:
 
 def max_digits(model) -> int:
     """The longest input the model can reverse: <bos> + n digits + <eos> fit in max_len.
-    Used in chapter 18."""
+    Used in chapter 21."""
     return model.max_len - 2
 
 
 def parse_digits(text, limit: int) -> list[int]:
     """'7 3 0 9', '7309' or '7,3,0,9' -> [7, 3, 0, 9]; otherwise a ValueError that says what is
-    wrong. Built in chapter 18 (the explorer's input box)."""
+    wrong. Built in chapter 21 (the explorer's input box)."""
     if not isinstance(text, str):
         raise ValueError(f"expected a string of digits, got {type(text).__name__}")
     cleaned = text.replace(",", " ").split()
@@ -79,7 +79,7 @@ def parse_digits(text, limit: int) -> list[int]:
 
 
 def mirrored_columns(n_digits: int) -> np.ndarray:
-    """For each decoder row, the source column a reversing model should read. Chapter 18.
+    """For each decoder row, the source column a reversing model should read. Chapter 21.
 
     Row i (i < n) predicts output digit i, which is source digit n-1-i; the last row
     (input = the last digit produced) predicts <eos> and should look at the source's <eos>,
@@ -102,7 +102,7 @@ def _check_layer_head(model, layer: int, head) -> None:
 @torch.no_grad()
 def all_cross_attention(model, digits):
     """Greedy-decode digits and return (pred ids [Lp], weights [layers, heads, Lt, Ls]).
-    Built in chapter 18.
+    Built in chapter 21.
 
     The decoder is re-run on its own output minus the final token (pred[:, :-1]): row i is
     the query made while predicting token i+1, exactly as during generation.
@@ -118,7 +118,7 @@ def all_cross_attention(model, digits):
 
 def cross_attention(model, digits, layer: int = -1, head=MEAN_OF_HEADS) -> AttentionMap:
     """The cross-attention matrix of one layer and one head (or the mean of the heads).
-    Built in chapter 18."""
+    Built in chapter 21."""
     _check_layer_head(model, layer, head)
     digits = list(digits)
     pred, weights = all_cross_attention(model, digits)
@@ -141,7 +141,7 @@ def _attention_map(pred, weights, digits, layer, head) -> AttentionMap:
 
 
 def attention_sharpness(amap: AttentionMap) -> dict:
-    """How sharply the rows of one map read the mirrored source position. Chapter 18.
+    """How sharply the rows of one map read the mirrored source position. Chapter 21.
 
     on_mirror: mean weight on the mirrored column (1.0 = every row reads exactly it);
     argmax_hits: fraction of rows whose maximum is on the mirrored column;
@@ -186,7 +186,7 @@ def _teacher_forced_cross(model, src: torch.Tensor, tgt: torch.Tensor):
 
 def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """Teacher-forced batch -> [layers, heads]: mean cross-attention weight on the mirrored
-    source position. Used in chapter 18.
+    source position. Used in chapter 21.
 
     src, tgt as from make_reversal_dataset. The decoder gets the correct prefix tgt[:, :-1];
     for every real (non-pad) decoder row of every sequence we read the weight on the source
@@ -202,7 +202,7 @@ def mirror_weight_batch(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Te
 
 def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
     """How sharp the teacher-forced cross-attention is, per decoder layer (mean of heads).
-    Used in chapter 18 and by tools/record/ch18_sharpness.py.
+    Used in chapter 21 and by tools/record/ch21_sharpness.py.
 
     mirror      float [layers]: mean weight on the mirrored position (mirror_weight_batch);
     eos_peak    float [layers]: share of sequences whose final row (the one that predicts
@@ -250,7 +250,7 @@ def alignment_stats(model, src: torch.Tensor, tgt: torch.Tensor) -> dict:
 
 
 def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate: bool = False):
-    """Draw amap as a heatmap on ax (a new Figure when None); returns the Axes. Chapter 18."""
+    """Draw amap as a heatmap on ax (a new Figure when None); returns the Axes. Chapter 21."""
     if ax is None:
         from matplotlib.figure import Figure  # not pyplot: no global state, no auto-display
 
@@ -283,7 +283,7 @@ def plot_attention(amap: AttentionMap, ax=None, colorbar: bool = True, annotate:
 
 def plot_attention_grid(model, digits):
     """Every decoder layer (rows) x every head (columns) of cross-attention: a matplotlib
-    Figure. Used in chapter 18."""
+    Figure. Used in chapter 21."""
     from matplotlib.figure import Figure
 
     pred, weights = all_cross_attention(model, list(digits))
@@ -313,7 +313,7 @@ def plot_attention_grid(model, digits):
 
 class AttentionExplorer:
     """Type digits, pick a layer and a head: see the decoded output and the heatmap.
-    Built in chapter 18.
+    Built in chapter 21.
 
     render(text, layer, head) -> (figure or None, message) holds the logic and never raises
     for bad input; the widgets only call it and show the result. Build the widgets with
@@ -409,7 +409,7 @@ class AttentionExplorer:
 
 
 def figure_png(fig, dpi: int = 100) -> bytes:
-    """A matplotlib Figure as PNG bytes (the explorer's image). Chapter 18."""
+    """A matplotlib Figure as PNG bytes (the explorer's image). Chapter 21."""
     import io
 
     buf = io.BytesIO()

@@ -1,7 +1,7 @@
 """Which device the book trains on. Described in the appendix "How the book checks itself".
 
 `load_or_train` (chapter 10 on) and `gpt.train_gpt` (chapter 14) train on it when no device
-is passed, `init_distributed` (chapter 20) picks a GPU or the CPU with it, and chapter 10's
+is passed, `init_distributed` (chapter 23) picks a GPU or the CPU with it, and chapter 10's
 bfloat16 example reads it.
 The book's stored outputs are made on the CPU, so cpu is the default. A reader with a GPU
 or Apple silicon opts in with an environment variable:

@@ -1,10 +1,10 @@
-"""The recorded GPU results, as text a page prints. Written for chapters 10, 13 and 19; until a
-GPU record exists, chapter 19 uses only GPU_SPECS and the reference ratios.
+"""The recorded GPU results, as text a page prints. Written for chapters 10, 13 and 22; until a
+GPU record exists, chapter 22 uses only GPU_SPECS and the reference ratios.
 
 tools/record/gpu.py measures everything the book shows about GPUs in one run on a lent
 device and writes one JSON file per part; copied into chapters/data/ they are
 
-    attention_cuda.json    the attention sweep (chapter 19)
+    attention_cuda.json    the attention sweep (chapter 22)
     training_cuda.json     seconds to 99.5 % validation exact match, test-set accuracy (ch. 10)
     decoding_cuda.json     greedy decoding with and without the KV cache (chapter 13)
     unit_tests_cuda.json   pytest on tests/test_cuda.py on the GPU
@@ -13,7 +13,7 @@ device and writes one JSON file per part; copied into chapters/data/ they are
 Every function here reads those files when they are present and otherwise says plainly that
 nothing is recorded yet, with the command that records it. Only the plot needs matplotlib.
 
-Chapter 19 uses only the reference chapter's own numbers (REFERENCE_RTX4090, reference_ratios,
+Chapter 22 uses only the reference chapter's own numbers (REFERENCE_RTX4090, reference_ratios,
 GPU_SPECS): until a GPU run is recorded, its GPU section is one sentence. The functions that
 read attention_cuda.json wait for that record (an Experiments page once it exists).
 
@@ -67,14 +67,14 @@ GPU_SPECS = {
 
 
 def gpu_file(part: str, data_dir=None) -> Path:
-    """For chapters 10, 13 and 19, once a GPU record exists.
+    """For chapters 10, 13 and 22, once a GPU record exists.
 
     Where the recorded file of one part lives."""
     return Path(data_dir or DEFAULT_DATA) / f"{part}_cuda.json"
 
 
 def load_gpu_record(part: str, data_dir=None) -> dict | None:
-    """For chapters 10, 13 and 19, once a GPU record exists.
+    """For chapters 10, 13 and 22, once a GPU record exists.
 
     The recorded part ('attention', 'training', 'decoding',
     'unit_tests'), or None when it has not been recorded."""
@@ -89,7 +89,7 @@ def load_gpu_record(part: str, data_dir=None) -> dict | None:
 
 
 def not_recorded(part: str, what: str) -> str:
-    """For chapters 10, 13 and 19, once a GPU record exists.
+    """For chapters 10, 13 and 22, once a GPU record exists.
 
     The text shown while a part has no recorded file."""
     return (
@@ -101,7 +101,7 @@ def not_recorded(part: str, what: str) -> str:
 
 
 def recorded_on(record: dict) -> str:
-    """For chapters 10, 13 and 19, once a GPU record exists.
+    """For chapters 10, 13 and 22, once a GPU record exists.
 
     One line: GPU, driver, torch, CUDA, date, status."""
     env = record["environment"]
@@ -192,11 +192,11 @@ def gpu_decoding_summary(data_dir=None) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- chapter 19
+# ----------------------------------------------------------------------------- chapter 22
 
 
 def gpu_spec(name: str) -> dict | None:
-    """Used in chapter 19. GPU_SPECS entry for a device name (longest matching key first)."""
+    """Used in chapter 22. GPU_SPECS entry for a device name (longest matching key first)."""
     for key in sorted(GPU_SPECS, key=len, reverse=True):
         if key.lower() in (name or "").lower():
             return GPU_SPECS[key]
@@ -204,7 +204,7 @@ def gpu_spec(name: str) -> dict | None:
 
 
 def reference_comparison(record: dict, grad: bool = False) -> list[dict]:
-    """Used in chapter 19. The reference chapter's protocol on this GPU vs its RTX 4090 numbers:
+    """Used in chapter 22. The reference chapter's protocol on this GPU vs its RTX 4090 numbers:
     one dict per path with ms, MiB and both ratios (this GPU / RTX 4090)."""
     out = []
     for row in record.get("reference_protocol", []):
@@ -228,7 +228,7 @@ def reference_comparison(record: dict, grad: bool = False) -> list[dict]:
 
 
 def roofline(record: dict, dtype: str = "bfloat16") -> dict | None:
-    """Used in chapter 19. How close the fastest causal SDPA row at the largest L gets to the
+    """Used in chapter 22. How close the fastest causal SDPA row at the largest L gets to the
     GPU's peak bfloat16 rate, and how far the handwritten path at its largest L is above the
     time it needs just to write and read back one score matrix at full memory bandwidth."""
     spec = gpu_spec(record["environment"].get("gpu", ""))
@@ -266,7 +266,7 @@ def _dtype(name: str):
 
 
 def gpu_attention_summary(data_dir=None) -> str:
-    """Used in chapter 19. The recorded GPU attention sweep: the reference chapter's protocol
+    """Used in chapter 22. The recorded GPU attention sweep: the reference chapter's protocol
     against its RTX 4090 numbers, the sweep tables, the kernels, and the roofline."""
     record = load_gpu_record("attention", data_dir)
     if record is None:
@@ -377,7 +377,7 @@ def _backend_table(rows: list[dict]) -> str:
 def plot_cpu_and_gpu(
     cpu_record: dict, data_dir=None, variants=("handwritten", "sdpa", "sdpa_causal")
 ):
-    """Used in chapter 19. Time and memory against L: the recorded CPU sweep, and beside it the
+    """Used in chapter 22. Time and memory against L: the recorded CPU sweep, and beside it the
     recorded GPU sweep (bfloat16) when there is one. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
@@ -401,14 +401,14 @@ def plot_cpu_and_gpu(
 
 
 def reference_ratios() -> dict:
-    """Used in chapter 19. The reference chapter's handwritten / SDPA (is_causal) ratios on its
+    """Used in chapter 22. The reference chapter's handwritten / SDPA (is_causal) ratios on its
     RTX 4090 at L=1024: time (mean of 20 calls) and absolute peak memory."""
     hand, sdpa = REFERENCE_RTX4090["handwritten"], REFERENCE_RTX4090["sdpa_causal"]
     return {"time": hand["ms"] / sdpa["ms"], "memory": hand["mib"] / sdpa["mib"]}
 
 
 def recorded_gpu_ratios(data_dir=None) -> dict | None:
-    """Used in chapter 19. The same two ratios from the recorded GPU run's repeat of the
+    """Used in chapter 22. The same two ratios from the recorded GPU run's repeat of the
     reference chapter's protocol (this book's layer, autograd off), or None when no GPU run is
     recorded. The dict also carries the rows' shape (B, L, d_model, heads), so that the chapter
     can check it is the reference's. A ratio whose rows were not both measured (out of memory,

@@ -199,7 +199,7 @@ SPREAD_FILE = records_dir() / "kernel_spread.json"
 
 def kernel_spread(path: Path | None = None) -> dict:
     """tools/record/kernel_spread.py's record: the book's trained models under the pinned,
-    the broken and the unpinned numerics (chapters 10, 11, 12 and 18 read their bounds from it).
+    the broken and the unpinned numerics (chapters 10, 11, 12 and 21 read their bounds from it).
     """
     return json.loads(Path(path or SPREAD_FILE).read_text())
 
@@ -233,7 +233,7 @@ def tolerance(
     Where the pin holds and the fingerprint matches the book's, the run is the record's, bit
     for bit, so only the record's rounding to 4 decimals is allowed. Elsewhere: `margin` times
     the largest gap measured over kernel paths, and at least `one_probe`, one sequence of
-    chapter 18's 200 probe sequences (the resolution of a share such as eos_peak): a gap
+    chapter 21's 200 probe sequences (the resolution of a share such as eos_peak): a gap
     measured as 0 on four paths may still be one sequence on a fifth.
     """
     same_bits = not pin_problems() and not compare_fingerprint(fingerprint(), book_fingerprint())

@@ -152,7 +152,7 @@ def load_or_train(
 def trained_reversal_model(progress: bool = True, verbose: bool = True) -> Transformer:
     """The book's trained reversal model (cached after the first call), in eval mode.
 
-    Trained in chapter 10 (BOOK_RECIPE); used in chapters 11, 13 and 18.
+    Trained in chapter 10 (BOOK_RECIPE); used in chapters 11, 13 and 21.
     """
     return load_or_train(BOOK_RECIPE, progress=progress, verbose=verbose).model
 

@@ -1,4 +1,4 @@
-"""Data-parallel training of the reversal model with torch.distributed. Built in chapter 20.
+"""Data-parallel training of the reversal model with torch.distributed. Built in chapter 23.
 
 torchrun starts the same script on every process (`python -m torch.distributed.run --standalone
 --nproc_per_node=2 tools/train_ddp.py`) and tells each one its RANK and the WORLD_SIZE through
@@ -16,7 +16,7 @@ one_step_ddp()          one step on a fixed global batch, split across the ranks
 torchrun_command()      the command line that starts a script on n processes.
 
 Called without a process group (plain Python, no torchrun) the same training loop runs as one
-process: that is the baseline chapter 20 compares against.
+process: that is the baseline chapter 23 compares against.
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT
 
 
 class LaunchError(RuntimeError):
-    """A process group that cannot start, with what to do about it. Used in chapter 20."""
+    """A process group that cannot start, with what to do about it. Used in chapter 23."""
 
 
 @dataclass(frozen=True)
 class DistInfo:
-    """Where this process sits: its rank, how many processes there are, its device. Chapter 20."""
+    """Where this process sits: its rank, how many processes there are, its device. Chapter 23."""
 
     rank: int
     world_size: int
@@ -71,7 +71,7 @@ class DistInfo:
 
 
 def torchrun_command(script: str, nproc: int = 2, *args: str, port: int | None = None) -> list:
-    """The command that starts `script` on `nproc` processes of this machine. Chapter 20.
+    """The command that starts `script` on `nproc` processes of this machine. Chapter 23.
 
     sys.executable -m torch.distributed.run is torchrun of the running Python (the venv's
     torch). --standalone lets torchrun pick a free port; `port` fixes one instead.
@@ -97,7 +97,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def init_distributed(min_world_size: int = 2, timeout_s: float = 60.0) -> DistInfo:
-    """Join the process group torchrun set up for this process. Built in chapter 20.
+    """Join the process group torchrun set up for this process. Built in chapter 23.
 
     Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; picks nccl and the GPU
     cuda:LOCAL_RANK when helpers.device() says cuda, else gloo on the CPU. Raises LaunchError,
@@ -163,7 +163,7 @@ def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
 def rank_batches(
     n: int, batch_size: int, world_size: int, rank: int, seed: int, epoch: int
 ) -> list:
-    """The index batches rank `rank` trains on in epoch `epoch`. Built in chapter 20.
+    """The index batches rank `rank` trains on in epoch `epoch`. Built in chapter 23.
 
     batch_size is the global batch; each rank gets batch_size // world_size of it.
     DistributedSampler shuffles 0..n-1 with the generator seeded seed + epoch (the same
@@ -245,7 +245,7 @@ def step_keeping_grads(model, opt, sched, loss) -> dict:
 
 def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
     """One training step on the global batch (src, tgt), each rank taking its equal share of
-    rows. Built in chapter 20.
+    rows. Built in chapter 23.
 
     The loss of each rank is its summed token loss divided by the global number of real tokens
     (all-reduced) and multiplied by the world size: DDP averages the gradients over the ranks,
@@ -272,7 +272,7 @@ def one_step_ddp(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
 
 def one_step_single(cfg: TrainConfig, src: torch.Tensor, tgt: torch.Tensor):
     """One training step of one process on the whole batch, written as helpers.train_reversal
-    writes it (mean token cross-entropy). Returns (model, gradients, loss). Chapter 20 compares
+    writes it (mean token cross-entropy). Returns (model, gradients, loss). Chapter 23 compares
     it with one_step_ddp."""
     s, t = trimmed(src, tgt)
     model = build_model(cfg)
@@ -306,7 +306,7 @@ def record_timeline(net, model, timeline: list) -> None:
 def bucket_demo(cfg: TrainConfig, src, tgt, bucket_cap_mb: float, iterations: int = 2) -> list:
     """Forward and backward passes (no optimizer step) of the DDP model with buckets of at most
     bucket_cap_mb MiB; for each pass, the buckets in the order their all-reduce started
-    (bucket_timeline). Built in chapter 20: in torch 2.13, DDP puts every gradient in one bucket
+    (bucket_timeline). Built in chapter 23: in torch 2.13, DDP puts every gradient in one bucket
     for the first pass and rebuilds the buckets, in the order the gradients arrived, after it."""
     info = current()
     per = src.size(0) // info.world_size
@@ -367,7 +367,7 @@ def sharded_exact_match(model, src, tgt, info: DistInfo, greedy: bool = False) -
 
 @dataclass
 class DDPResult:
-    """What train_reversal_ddp returns on every rank. Used in chapter 20."""
+    """What train_reversal_ddp returns on every rank. Used in chapter 23."""
 
     model: torch.nn.Module
     config: TrainConfig
@@ -389,7 +389,7 @@ def train_reversal_ddp(
     confirm: bool = True,
     log=print,
 ) -> DDPResult:
-    """Train the reversal model data-parallel on every process of the group. Chapter 20.
+    """Train the reversal model data-parallel on every process of the group. Chapter 23.
 
     Every rank builds the same model from cfg.seed (DDP would broadcast rank 0's weights
     anyway); every rank but rank 0 then reseeds its own stream for dropout masks
@@ -486,7 +486,7 @@ def save_on_rank0(
     """Rank 0 writes the model's weights as a checkpoint that `load_checkpoint(path, cfg)`
     reads (the format of chapter 10's cache, written atomically); the other ranks wait at a
     barrier until the file is complete. Returns the path on rank 0 and None elsewhere. A
-    DistributedDataParallel wrapper is taken off first. Built in chapter 20.
+    DistributedDataParallel wrapper is taken off first. Built in chapter 23.
 
     Every replica holds the same weights, so one copy is enough; several ranks writing one file
     at once could interleave their bytes.
@@ -514,7 +514,7 @@ def shell(cmd: list) -> str:
 
 def replicas_max_diff(model) -> float:
     """The largest |difference| between this rank's parameters and rank 0's (0.0 when every
-    replica holds the same weights). Every rank must call it. Used in chapter 20."""
+    replica holds the same weights). Every rank must call it. Used in chapter 23."""
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     if current().world_size == 1:
         return 0.0

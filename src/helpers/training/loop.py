@@ -1,5 +1,5 @@
 """What the two training loops share: chapter 10's single process (helpers.training.train) and
-chapter 20's data-parallel ranks (helpers.training.distributed) compute the same loss, decide
+chapter 23's data-parallel ranks (helpers.training.distributed) compute the same loss, decide
 when to evaluate by the same gate, confirm a score that reaches the target the same way, and
 keep their histories the same way, and take the same update step (under DDP, its backward is
 where the gradients are all-reduced).
@@ -25,7 +25,7 @@ def token_loss(
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Cross-entropy of logits [B, L, V] against the labels tgt_out [B, L], <pad> left out;
-    the mean over the real tokens, or their sum (reduction="sum": a rank of chapter 20 divides
+    the mean over the real tokens, or their sum (reduction="sum": a rank of chapter 23 divides
     it by the global token count). In float32 whatever the logits' dtype (autocast)."""
     return F.cross_entropy(
         logits.float().reshape(-1, logits.size(-1)),

@@ -137,9 +137,9 @@ def embedding_scale_recipe(
     return EmbeddingScaleConfig(**fields, token_scale=token_scale, position_scale=position_scale)
 
 
-# Chapter 18's model, whose cross-attention map comes close to the reference chapter's
-# (tools/record/ch18_sharpness.py recorded the search, one seed per lever and three seeds of
-# this recipe, into chapters/data/ch18_sharpness.json; appendix/experiment_sharp_attention):
+# Chapter 21's model, whose cross-attention map comes close to the reference chapter's
+# (tools/record/ch21_sharpness.py recorded the search, one seed per lever and three seeds of
+# this recipe, into chapters/data/ch21_sharpness.json; appendix/experiment_sharp_attention):
 # two heads of d_k 32 (d_model 64), dropout 0.15, lr_scale 2 (a peak learning rate 1.41 times the
 # book's, since the Noam factor falls as d_model^-1/2), and a
 # fixed budget of 1000 steps with the cooldown to 0 at the end (no early stop).

@@ -1,7 +1,7 @@
 """The training loop of the reversal model: teacher forcing, Adam, the Noam schedule with an
 optional linear cooldown, a progress bar, and a cheap periodic evaluation. Built in chapter 10.
 The loss, the update step, the evaluation gate, its confirmation and the history are those of
-chapter 20's data-parallel loop too (helpers.training.loop).
+chapter 23's data-parallel loop too (helpers.training.loop).
 
 train_reversal(cfg)   trains from scratch and returns the model with its history.
 """
@@ -189,7 +189,7 @@ def train_reversal(
     the same batches in the same order. deadline: a time.monotonic() value; past it, training
     stops before the next step and result.stopped says so (tools/record/gpu.py caps its
     parts with it). on_step(step, model, loss): called after every optimizer step, e.g. to
-    measure something every k steps (tools/record/ch18_sharpness.py); the model is put back in
+    measure something every k steps (tools/record/ch21_sharpness.py); the model is put back in
     training mode after it. stop_after: end after this many steps (at most cfg.max_steps) with
     the schedule of the full cfg.max_steps, cooldown included (the first steps of a longer
     run, bit for bit). The last step taken is always evaluated. Chapter 10 writes this loop by

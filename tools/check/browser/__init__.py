@@ -14,7 +14,7 @@ Usage (from the repository root; `make check-browser` runs the first):
     (naturalWidth > 0), every network request went to the local server, or stayed on disk
     under file:// (or is a data:/blob: URL), and nothing was logged as a JavaScript error
     (console.error, an uncaught exception, a failed load).
-    live_explorer.py: on chapter 18's page the live explorer (book_assets/attention_explorer.js,
+    live_explorer.py: on chapter 21's page the live explorer (book_assets/attention_explorer.js,
     running book_model.js on the weights of tools/build/export_live_models.py) must start with
     labelled controls and draw; Step and Back must move through decoding and grow the KV
     cache; a focused cell's tooltip must show its weight, its fill be matplotlib's Blues, and
@@ -24,7 +24,7 @@ Usage (from the repository root; `make check-browser` runs the first):
     be within 1e-4 of PyTorch's (the max is printed), the reference built from the weights
     files the page loads; its erf must match math.erf. Invalid inputs must get a message.
 (b) lab_chapter.py: JupyterLab is started on 127.0.0.1 (free port, no token, temporary
-    settings, runtime and root folders) on a COPY of chapters/18_cross_attention_heatmaps.ipynb.
+    settings, runtime and root folders) on a COPY of chapters/21_cross_attention_heatmaps.ipynb.
     The check runs all cells (command `runmenu:run-all`), waits for the kernel, requires no
     error output, finds the explorer widget, switches its layer control and requires that the
     heatmap image changes, then types an invalid input and requires the widget's error

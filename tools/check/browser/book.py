@@ -13,8 +13,8 @@ from tools.common import ROOT
 HTML = ROOT / "_build" / "html"
 CHAPTERS = ROOT / "chapters"
 # the heatmap chapter: its widget explorer in JupyterLab, its live explorer in the HTML book
-CHAPTER = CHAPTERS / "18_cross_attention_heatmaps.ipynb"
-EXPLORER_PAGE = "chapters/18_cross_attention_heatmaps.html"
+CHAPTER = CHAPTERS / "21_cross_attention_heatmaps.ipynb"
+EXPLORER_PAGE = "chapters/21_cross_attention_heatmaps.html"
 # Console messages that are not errors of the book. Each entry: (substring, why). Empty:
 # every console error on a book page fails the check. (pydata-sphinx-theme's "Got invalid
 # theme mode" is fixed at its cause, html_context.default_mode in _config.yml, and the

@@ -18,7 +18,7 @@ def check_book(browser: Chromium, html: Path, via: str = "http") -> list[str]:
     (via="http") or from disk (via="file"), that every math element holds MathJax output,
     every image has loaded, no request left the server (or the disk), nothing was logged as a
     JavaScript error, every exercise solution and answer starts closed and a solution's toggle
-    opens it; and, on chapter 18's page, that the live explorer works and decodes as PyTorch
+    opens it; and, on chapter 21's page, that the live explorer works and decodes as PyTorch
     does (live_explorer.check_live_explorer). Failures name the way the page was opened."""
     if via == "file":
         server, prefix = None, html.as_uri() + "/"

@@ -1,4 +1,4 @@
-// Chapter 18's live explorer in the HTML book (book_assets/attention_explorer.js; the model in
+// Chapter 21's live explorer in the HTML book (book_assets/attention_explorer.js; the model in
 // book_assets/book_model.js; weights from tools/build/export_live_models.py), as
 // tools/check/browser/live_explorer.py drives it. One object of functions (devtools.Script).
 ({

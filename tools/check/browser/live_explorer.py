@@ -1,4 +1,4 @@
-"""Chapter 18's live explorer in the HTML book: the trained model run in the page's own
+"""Chapter 21's live explorer in the HTML book: the trained model run in the page's own
 JavaScript (book_assets/book_model.js), compared with PyTorch on the same weights."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 20. Distributed data parallel: one model, two processes
+# # 23. Distributed data parallel: one model, two processes
 #
 # You will train the book's model with `DistributedDataParallel` (DDP), in two processes started by
 # `torchrun`. Each process holds a replica of the model and trains on half of every batch.
@@ -23,7 +23,7 @@
 # less than a thousandth of the learning rate, except the key biases. Their gradient is rounding
 # noise, which Adam's first step scales up, so they differ by more; the proof prints how much.
 #
-# ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/20_distributed_data_parallel.png)
+# ![One DDP step on two processes: replicas, an all-reduce of the gradients, the same Adam step](figures/23_distributed_data_parallel.png)
 
 # %% [markdown] tags=["run-time"]
 # **Run time:** about 2.1 min.
@@ -111,7 +111,7 @@ assert torch.distributed.is_available() and torch.distributed.is_gloo_available(
 # DDP does not wait for the whole backward pass. It groups the gradients into **buckets** (25 MiB
 # by default), roughly in the order backward produces them, last layer first. A bucket's
 # all-reduce starts as soon as all its gradients are ready, while backward still works on earlier
-# layers. Figure 20.1 shows one step on two processes.
+# layers. Figure 23.1 shows one step on two processes.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(9, 4.2))
@@ -138,7 +138,7 @@ for r, x in enumerate((0.3, 5.7)):
         arrow(x + 2.0, y0, x + 2.0, y1)
 reduce_text = "all-reduce, bucket by bucket during backward: g = (g0 + g1) / 2"
 box(1.3, 1.5, 7.4, 0.7, reduce_text, "#fde2c8")
-ax.set_title("Figure 20.1: one DDP step on two processes")
+ax.set_title("Figure 23.1: one DDP step on two processes")
 plt.show()
 
 # %% [markdown]
@@ -746,14 +746,14 @@ assert one_m.training_script == two_m.training_script == "tools/train_ddp.py"
 #
 # ## Exercises
 #
-# ### Exercise 20.1 (predict, then run): a dataset that does not split evenly
+# ### Exercise 23.1 (predict, then run): a dataset that does not split evenly
 #
 # `DistributedSampler` with its default `drop_last=False` gives every rank the same number of
 # indices. With 10 samples and 3 ranks, how many indices does each rank get, and how many of
 # the 10 samples are seen twice in one epoch? Predict, then run the solution.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-# Solution to exercise 20.1
+# Solution to exercise 23.1
 per_rank = [list(DistributedSampler(range(10), num_replicas=3, rank=r, seed=0)) for r in range(3)]
 drawn = [i for part in per_rank for i in part]
 twice = sorted({i for i in drawn if drawn.count(i) > 1})
@@ -762,7 +762,7 @@ print(f"{len(drawn)} draws for 10 samples; seen twice: {twice}")
 assert [len(p) for p in per_rank] == [math.ceil(10 / 3)] * 3 and len(twice) == 2
 
 # %% [markdown]
-# :::{dropdown} Answer to exercise 20.1
+# :::{dropdown} Answer to exercise 23.1
 # Each rank gets $\lceil 10/3 \rceil = 4$ indices; the sampler pads the permutation to 12
 # by repeating its first two indices, so two samples count twice in that epoch. An
 # evaluation sharded this way would score those two sequences twice; that is why
@@ -771,7 +771,7 @@ assert [len(p) for p in per_rank] == [math.ceil(10 / 3)] * 3 and len(twice) == 2
 # :::
 
 # %% [markdown]
-# ### Exercise 20.2 (implement): shard the indices like `DistributedSampler`
+# ### Exercise 23.2 (implement): shard the indices like `DistributedSampler`
 #
 # Write `shard_indices(n, world_size, rank, seed, epoch)` returning the list of indices that
 # `DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)`
@@ -781,7 +781,7 @@ assert [len(p) for p in per_rank] == [math.ceil(10 / 3)] * 3 and len(twice) == 2
 # it with `check_shard_indices(shard_indices)`.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 20.2
+# Solution to exercise 23.2
 from helpers.exercises import check_shard_indices
 
 
@@ -797,7 +797,7 @@ def shard_indices(n, world_size, rank, seed, epoch):
 check_shard_indices(shard_indices)
 
 # %% [markdown]
-# ### Exercise 20.3 (implement): the loss each rank backpropagates
+# ### Exercise 23.3 (implement): the loss each rank backpropagates
 #
 # Write `rank_loss(loss_sum, rank_tokens, global_tokens, world_size)`: `loss_sum` is a rank's
 # cross-entropy summed over its `rank_tokens` real target tokens, `global_tokens` the sum of
@@ -807,7 +807,7 @@ check_shard_indices(shard_indices)
 # and compares with one process on all rows.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 20.3
+# Solution to exercise 23.3
 from helpers.exercises import check_rank_loss
 
 

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 18. Cross-attention heatmaps: watching the model read backwards
+# # 21. Cross-attention heatmaps: watching the model read backwards
 #
 # To reverse `7 3 0 9 5 1 8`, the decoder must find, at every step, the source digit to copy next.
 # Cross-attention shows where it looks. This chapter loads a model with a sharp map, draws it
@@ -22,7 +22,7 @@
 # Then it measures the map over many inputs, and shows that an accurate model can have a
 # blurred one.
 #
-# ![The sharp model's cross-attention map of 7 3 0 9 5 1 8](figures/18_cross_attention_heatmaps.png)
+# ![The sharp model's cross-attention map of 7 3 0 9 5 1 8](figures/21_cross_attention_heatmaps.png)
 
 # %% [markdown] tags=["run-time"]
 # **Run time:** about 20 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 35 s more); later runs load it.
@@ -93,7 +93,7 @@ _ = torch.manual_seed(0)
 
 # %%
 SHOWN = -1  # the layer this chapter shows, as the reference chapter does: the last one
-stored = torch.load("data/ch18_sharp_model.pt", weights_only=True)
+stored = torch.load("data/ch21_sharp_model.pt", weights_only=True)
 assert stored["key"] == SHARP_ATTENTION_RECIPE.key()  # the weights of this very recipe
 model = build_model(SHARP_ATTENTION_RECIPE)
 model.load_state_dict(stored["state_dict"])
@@ -162,12 +162,12 @@ assert on_mirror.argmin().item() == n  # the <eos> row puts the least on its col
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input", "opening-figure"]
 fig, ax = plt.subplots(figsize=(5.6, 4.6))
 plot_attention(cross_attention(model, digits, layer=SHOWN), ax=ax, annotate=True)
-ax.set_title("Figure 18.1: the sharp model, last layer, mean of heads", fontsize=10)
+ax.set_title("Figure 21.1: the sharp model, last layer, mean of heads", fontsize=10)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Figure 18.1 draws the whole map. Every row peaks on its mirrored column, the anti-diagonal,
+# Figure 21.1 draws the whole map. Every row peaks on its mirrored column, the anti-diagonal,
 # and the last row on `<eos>`. The reference chapter's map had at least 0.94 in every row.
 # This one's rows, printed above, are a little lower, and the `<eos>` row is the lowest.
 #
@@ -191,7 +191,7 @@ assert abs(one["on_mirror"] - on_mirror.mean().item()) < 1e-6
 # %% [markdown]
 # ## 2. Every layer and every head
 #
-# The mean of heads hides how the work is shared. Figure 18.2 shows each head of each decoder
+# The mean of heads hides how the work is shared. Figure 21.2 shows each head of each decoder
 # layer on the same input (rows: decoder input, columns: source).
 
 # %%
@@ -199,7 +199,7 @@ grid = plot_attention_grid(model, digits)
 print(f"{len(grid.axes)} panels = {n_layers} layers x {n_heads} heads")
 assert len(grid.axes) == n_layers * n_heads
 grid.suptitle(
-    "Figure 18.2: cross-attention of every layer and head of the sharp model", fontsize=10
+    "Figure 21.2: cross-attention of every layer and head of the sharp model", fontsize=10
 )
 display(grid)
 
@@ -232,7 +232,7 @@ assert explorer.last_figure is not None and explorer.last_message.endswith("corr
 # the sharp recipe trained with PyTorch's default initialisation (on
 # [the experiments page](../appendix/experiment_sharp_attention.ipynb)).
 #
-# Both explorers decode greedily, like Figures 18.1 and 18.2: the decoder reads the model's
+# Both explorers decode greedily, like Figures 21.1 and 21.2: the decoder reads the model's
 # own output. Section 4 instead feeds it `<bos>` and the true reversal (teacher forcing). The
 # two inputs agree wherever the model reverses correctly, as here:
 
@@ -243,7 +243,7 @@ print("teacher-forced decoder input:", [token_name(t) for t in true_in[0]])
 assert torch.equal(true_in, pred[:, :-1])
 
 # %% [markdown]
-# Figure 18.3 is the widget's initial view, drawn as a static figure:
+# Figure 21.3 is the widget's initial view, drawn as a static figure:
 
 # %%
 print(explorer.last_message)
@@ -411,8 +411,8 @@ assert book["eos_peak"][SHOWN] < 0.5
 # Its mirror weight is above what uniform rows score, but every layer of it is below every
 # layer of the sharp model. The last layer's `<eos>` row peaks on `<eos>` in fewer than half
 # of the sequences. Yet this model reverses nearly every test sequence correctly. Accuracy does
-# not require a sharp alignment. Figure 18.4 sets the two models side by side on the input of
-# Figure 18.1, every decoder layer.
+# not require a sharp alignment. Figure 21.4 sets the two models side by side on the input of
+# Figure 21.1, every decoder layer.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 fig, axes = plt.subplots(2, n_layers, figsize=(4.6 * n_layers, 7.6), squeeze=False)
@@ -421,7 +421,7 @@ for r, (name, m) in enumerate((("sharp model", model), ("book model", book_model
         plot_attention(cross_attention(m, digits, layer=layer), ax=axes[r, layer], annotate=True)
         axes[r, layer].set_title(f"{name}: layer {layer}, mean of heads", fontsize=10)
 fig.suptitle(
-    "Figure 18.4: SHARP_ATTENTION_RECIPE (top) and BOOK_RECIPE (bottom) on 7 3 0 9 5 1 8",
+    "Figure 21.4: SHARP_ATTENTION_RECIPE (top) and BOOK_RECIPE (bottom) on 7 3 0 9 5 1 8",
     fontsize=11,
 )
 fig.tight_layout()
@@ -482,14 +482,14 @@ print(f"sequences seen: {work['SEED_RECIPE'] / work['SHARP_ATTENTION_RECIPE']:.2
 #
 # ## Exercises
 #
-# ### Exercise 18.1 (predict, then run): the columns of a perfect map
+# ### Exercise 21.1 (predict, then run): the columns of a perfect map
 #
 # For the source `4 1 1 7`, which column should each of the five rows of a perfect map peak on?
 # And what would a map whose rows are uniform score as "mirror"? Predict, then check with
 # `mirrored_columns`.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-# Solution to exercise 18.1
+# Solution to exercise 21.1
 cols = mirrored_columns(4)
 print("rows <bos>, 7, 1, 1, 4 peak on columns", cols.tolist(), "(digits 7 1 1 4, then <eos>)")
 uniform_map = torch.full((5, 5), 1 / 5)
@@ -498,7 +498,7 @@ print(f"uniform rows put 1/5 on every column, so mirror = {score:.2f}")
 assert cols.tolist() == [3, 2, 1, 0, 4] and abs(score - 0.2) < 1e-6
 
 # %% [markdown]
-# ### Exercise 18.2 (implement): the weight on the mirrored position
+# ### Exercise 21.2 (implement): the weight on the mirrored position
 #
 # Write `mirror_weight(weights, n)`: `weights` is one attention map `[n + 1, n + 1]` (rows
 # `<bos>` and the $n$ reversed digits, columns the $n$ source digits and `<eos>`); return the
@@ -508,7 +508,7 @@ assert cols.tolist() == [3, 2, 1, 0, 4] and abs(score - 0.2) < 1e-6
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 18.2
+# Solution to exercise 21.2
 def mirror_weight(weights, n):
     rows = torch.arange(n + 1)
     cols = torch.tensor([n - 1 - i for i in range(n)] + [n])  # the anti-diagonal, then <eos>
@@ -519,7 +519,7 @@ print(f"sharp model, last layer, 7 3 0 9 5 1 8: {mirror_weight(w, len(digits)):.
 check_mirror_weight(mirror_weight)
 
 # %% [markdown]
-# ### Exercise 18.3 (implement): how spread out is a row?
+# ### Exercise 21.3 (implement): how spread out is a row?
 #
 # The entropy of a row, $-\sum_j w_j \log_2 w_j$ bits, is 0 for a one-hot row and
 # $\log_2 L_s$ for a uniform one. Write `row_entropy_bits(weights)` for a tensor of any shape
@@ -529,7 +529,7 @@ check_mirror_weight(mirror_weight)
 
 
 # %% jupyter={"source_hidden": true} tags=["nbval-ignore-output", "hide-input"]
-# Solution to exercise 18.3
+# Solution to exercise 21.3
 def row_entropy_bits(weights):
     return -torch.special.xlogy(weights, weights).sum(dim=-1) / torch.log(torch.tensor(2.0))
 

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 19 (the attention benchmark).
+"""Checkers for the exercises of chapter 22 (the attention benchmark).
 
 check_blocked_attention(fn)   fn(Q, K, V, mask=None, block_size=64) -> [B, h, Lq, d_v]:
                               attention computed one block of keys at a time, with a running
@@ -29,7 +29,7 @@ __all__ = ["check_blocked_attention"]
 
 def reference_attention(Q, K, V, mask=None) -> torch.Tensor:
     """softmax(Q K^T / sqrt(d_k)) V with our mask (True = blocked); a row with every key
-    blocked gives 0, as helpers.MultiHeadAttention does. Used in chapter 19."""
+    blocked gives 0, as helpers.MultiHeadAttention does. Used in chapter 22."""
     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
@@ -100,10 +100,10 @@ def _hint(fn, got, Q, K, V, mask, block_size, want) -> str:
 
 
 def check_blocked_attention(fn) -> None:
-    """Check exercise 19.3: fn(Q, K, V, mask=None, block_size=64) -> [B, h, Lq, d_v].
+    """Check exercise 22.3: fn(Q, K, V, mask=None, block_size=64) -> [B, h, Lq, d_v].
 
     Q [B, h, Lq, d_k], K [B, h, Lk, d_k], V [B, h, Lk, d_v]; mask: bool, True = blocked,
-    broadcastable to [B, h, Lq, Lk]; block_size: keys per block. Used in chapter 19.
+    broadcastable to [B, h, Lq, Lk]; block_size: keys per block. Used in chapter 22.
     """
     n = 0
     for where, Q, K, V, mask, block_size in _cases():

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 20 (distributed data parallel).
+"""Checkers for the exercises of chapter 23 (distributed data parallel).
 
 check_shard_indices(fn)   fn(n, world_size, rank, seed, epoch) -> list of int: the indices
                           DistributedSampler(shuffle=True, drop_last=False) gives that rank.
@@ -72,7 +72,7 @@ def _shard_hint(got: list, n, world_size, rank, seed, epoch) -> str:
 
 
 def check_shard_indices(shard_indices) -> None:
-    """Exercise 20.2: compare shard_indices(n, world_size, rank, seed, epoch) with
+    """Exercise 23.2: compare shard_indices(n, world_size, rank, seed, epoch) with
     DistributedSampler."""
     for n, world_size, rank, seed, epoch in _SHARD_CASES:
         where = f"n={n}, world_size={world_size}, rank={rank}, seed={seed}, epoch={epoch}"
@@ -150,7 +150,7 @@ def _ddp_grads(model, src, tgt, world_size, rank_loss, where) -> torch.Tensor:
 
 
 def check_rank_loss(rank_loss) -> None:
-    """Exercise 20.3: simulate DDP on 2, 3 and 4 ranks with the reader's rank_loss; compare with
+    """Exercise 23.3: simulate DDP on 2, 3 and 4 ranks with the reader's rank_loss; compare with
     one process."""
     model, (src, tgt) = _model(), _batch()
     expected = _whole_batch_grads(model, src, tgt)

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 19. Attention benchmark: handwritten vs SDPA
+# # 22. Attention benchmark: handwritten vs SDPA
 #
 # Our attention layer has two paths: a handwritten one that returns the weights, and PyTorch's
 # fused `scaled_dot_product_attention` (SDPA). You will check that both compute the same thing.
@@ -22,7 +22,7 @@
 # memory. The picture shows the ratios measured when this page was last run, on the CPU it
 # names, beside those the reference chapter measured on an RTX 4090.
 #
-# ![Handwritten-to-SDPA ratios of time and peak memory, measured live on a CPU, and the reference chapter's RTX 4090](figures/19_attention_benchmark.png)
+# ![Handwritten-to-SDPA ratios of time and peak memory, measured live on a CPU, and the reference chapter's RTX 4090](figures/22_attention_benchmark.png)
 
 # %% [markdown] tags=["run-time"]
 # **Run time:** about 1.3 min.
@@ -157,12 +157,12 @@ if PEAK_OK:
 #
 # - `need_weights=True` computes $\operatorname{softmax}(QK^\top/\sqrt{d_k})\,V$ by hand. It
 #   builds the full score matrix, of shape $[B, h, L_q, L_k]$, and returns the weights. The
-#   heatmaps of chapter 18 need them.
+#   heatmaps of chapter 21 need them.
 # - `need_weights=False` calls `torch.nn.functional.scaled_dot_product_attention`. PyTorch
 #   picks a kernel for the call. The GPU's fused kernels are FlashAttention {cite}`dao2022`
 #   {cite}`dao2024` and memory-efficient attention {cite}`rabe2021`. They go through the keys
 #   block by block, with a running maximum and a running sum for the softmax
-#   {cite}`milakov2018`. So they never store the $L_q \times L_k$ matrix (exercise 19.3 builds
+#   {cite}`milakov2018`. So they never store the $L_q \times L_k$ matrix (exercise 22.3 builds
 #   that loop). On the CPU, PyTorch calls its fused kernel "flash" too. A plain "math"
 #   fallback computes the whole matrix.
 #
@@ -590,7 +590,7 @@ del work, ref_out, w
 #
 # ## Exercises
 #
-# ### Exercise 19.1 (predict, then run): does the handwritten path fit at $L=8192$?
+# ### Exercise 22.1 (predict, then run): does the handwritten path fit at $L=8192$?
 #
 # In bfloat16, with the benchmark's $B=8$, $d_{model}=512$ and $h=8$: how many GiB is one score
 # matrix at $L=8192$? Section 2 counted the handwritten path's peak as three score matrices plus
@@ -599,7 +599,7 @@ del work, ref_out, w
 # `score_matrix_bytes` and `activation_bytes`.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-# Solution to exercise 19.1
+# Solution to exercise 22.1
 one = score_matrix_bytes(8, 8, 8192, torch.bfloat16)
 needed = 3 * one + 3 * activation_bytes(8, 8192, 512, torch.bfloat16)
 print(
@@ -609,14 +609,14 @@ print(
 assert one == 8 * 2**30 and needed > 24 * 2**30  # it does not fit, either way
 
 # %% [markdown]
-# ### Exercise 19.2 (predict, then run): the fastest an H200 could be
+# ### Exercise 22.2 (predict, then run): the fastest an H200 could be
 #
 # Take $L=16384$ in bfloat16 ($B=8$, $d_{model}=512$, $h=8$, causal). How many TFLOP is one such
 # call, by `attention_flops`? How many milliseconds would it take at the peak bfloat16 rate of an
 # H200 SXM (`GPU_SPECS["NVIDIA H200"]`)? Predict the order of magnitude, then compute.
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
-# Solution to exercise 19.2
+# Solution to exercise 22.2
 flops = attention_flops(8, 8, 16384, 512, causal=True)
 peak = GPU_SPECS["NVIDIA H200"]["bf16_tflops"] * 1e12
 print(
@@ -626,7 +626,7 @@ print(
 assert 2 < flops / 1e12 < 3 and 2 < flops / peak * 1e3 < 3
 
 # %% [markdown]
-# ### Exercise 19.3 (implement): attention one block of keys at a time
+# ### Exercise 22.3 (implement): attention one block of keys at a time
 #
 # Write `blocked_attention(Q, K, V, mask=None, block_size=64)` for `Q` $[B, h, L_q, d_k]$, `K`
 # $[B, h, L_k, d_k]$, `V` $[B, h, L_k, d_v]$ and our mask (`True` = blocked, last dimension
@@ -641,7 +641,7 @@ assert 2 < flops / 1e12 < 3 and 2 < flops / peak * 1e3 < 3
 # attention for several block sizes and masks, including scores too large for a plain `exp()`.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 19.3
+# Solution to exercise 22.3
 from helpers.exercises import check_blocked_attention
 
 

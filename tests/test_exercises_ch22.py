@@ -1,4 +1,4 @@
-"""Chapter 19's checker accepts the book's blocked (online-softmax) attention and rejects the
+"""Chapter 22's checker accepts the book's blocked (online-softmax) attention and rejects the
 likely mistakes, each with its own hint."""
 
 import math

@@ -1,7 +1,7 @@
-"""Chapter 20's measurement: the book's recipe trained to 99.5 % validation exact match with
+"""Chapter 23's measurement: the book's recipe trained to 99.5 % validation exact match with
 1 process x 1 thread, 1 process x 2 threads and 2 processes x 1 thread (DDP, gloo).
 
-    python -m tools.bench.ch20_ddp [--seeds 0,1,2,3,4]   # -> chapters/data/ch20_ddp_timing.json
+    python -m tools.bench.ch23_ddp [--seeds 0,1,2,3,4]   # -> chapters/data/ch23_ddp_timing.json
 
 Every run is a fresh process, timed from its start to its exit: Python and torch start-up,
 data, training, evaluations and the checkpoint all count. All three configurations run the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tools.common import DATA, ROOT, provenance, run_fresh, write_record
 
-OUT = DATA / "ch20_ddp_timing.json"
+OUT = DATA / "ch23_ddp_timing.json"
 CONFIGS = {  # name: (processes, threads per process)
     "1 process x 1 thread": (1, 1),
     "1 process x 2 threads": (1, 2),
@@ -64,7 +64,7 @@ def one_process(threads: int, seed: int, out: str) -> list[dict]:
 
 
 def train_ranks(procs: int, threads: int, seed: int, out: str) -> list[dict]:
-    """Train once in fresh processes (one_process, or chapter 20's script under torchrun), the
+    """Train once in fresh processes (one_process, or chapter 23's script under torchrun), the
     checkpoint into `out`; what each rank saw."""
     from helpers.training.distributed import torchrun_command
 

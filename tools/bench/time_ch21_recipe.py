@@ -1,15 +1,15 @@
-"""Wall-clock time to train chapter 18's SHARP_ATTENTION_RECIPE from scratch, on 1 and 2 threads.
+"""Wall-clock time to train chapter 21's SHARP_ATTENTION_RECIPE from scratch, on 1 and 2 threads.
 
 Usage:
-    nice -n 10 .venv/bin/python -m tools.bench.time_ch18_recipe [--repeats N] [--out PATH]
+    nice -n 10 .venv/bin/python -m tools.bench.time_ch21_recipe [--repeats N] [--out PATH]
 
-The sharp-attention Experiments page says how long chapter 18's recipe takes to train. The
+The sharp-attention Experiments page says how long chapter 21's recipe takes to train. The
 recipe itself says one thread (`threads=1`, inherited from BOOK_RECIPE), so that `make test`
 can run two notebooks at once; this tool also times it on two threads (the same recipe with
 `threads=2`: the same steps and data, sums in another order). Each run trains from scratch (no
 checkpoint cache) and is timed from the call to the trained model, evaluations included, by
 tools/bench/training.py's time_to_target (whose test-set score after the run is not timed).
-Writes chapters/data/ch18_training_time.json, which appendix/experiment_sharp_attention prints.
+Writes chapters/data/ch21_training_time.json, which appendix/experiment_sharp_attention prints.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tools.common import DATA, provenance, write_record
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=2, help="runs per thread count (default 2)")
-    ap.add_argument("--out", type=Path, default=DATA / "ch18_training_time.json")
+    ap.add_argument("--out", type=Path, default=DATA / "ch21_training_time.json")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")

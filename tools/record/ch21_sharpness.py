@@ -1,4 +1,4 @@
-"""Record how sharp the cross-attention of a reversal model gets as it trains (chapter 18).
+"""Record how sharp the cross-attention of a reversal model gets as it trains (chapter 21).
 
 Trains one TrainConfig exactly as helpers.training.train.train_reversal does (same model, data,
 batches,
@@ -15,10 +15,10 @@ loss since the last measurement. At the end it also records the trained model's 
 the test set (helpers.training.evaluation, 10,000 sequences, Wilson 95 % interval) and its
 cross-attention maps (every decoder layer, mean of heads) on the chapter's input 7 3 0 9 5 1 8,
 so that appendix/experiment_sharp_attention can show a run nobody retrains. Each run is
-appended to a JSON file (default chapters/data/ch18_sharpness.json) under a name; a run with
+appended to a JSON file (default chapters/data/ch21_sharpness.json) under a name; a run with
 the same name and seed replaces the old one. Run it niced and single-threaded:
 
-  nice -n 10 .venv/bin/python -m tools.record.ch18_sharpness NAME --base book \\
+  nice -n 10 .venv/bin/python -m tools.record.ch21_sharpness NAME --base book \\
       --set d_model=64 dff=256 num_heads=1 max_steps=1200 cooldown=1100 --every 100 --seed 0
 
 The log prints rough training seconds; the file stores none (the machine was shared, so
@@ -42,7 +42,7 @@ from helpers.training.recipes import BOOK_RECIPE, SEED_RECIPE, TrainConfig
 from helpers.training.train import teacher_forced_exact_match, train_reversal
 from tools.common import DATA, provenance, write_record
 
-DEFAULT_OUT = DATA / "ch18_sharpness.json"
+DEFAULT_OUT = DATA / "ch21_sharpness.json"
 PROBE_SEED, PROBE_SIZE = 7, 200  # the probe sequences the sharpness is measured on
 
 
@@ -85,7 +85,7 @@ def measure(model, probe, val) -> dict:
     }
 
 
-MAP_DIGITS = [7, 3, 0, 9, 5, 1, 8]  # the input of chapter 18's figures
+MAP_DIGITS = [7, 3, 0, 9, 5, 1, 8]  # the input of chapter 21's figures
 
 
 def final_record(model) -> dict:
@@ -133,8 +133,8 @@ def load(path: Path) -> dict:
         return json.loads(path.read_text())
     return {
         "description": (
-            "Cross-attention sharpness of reversal models during training (chapter 18). "
-            "Recorded by tools/record/ch18_sharpness.py; each run names its TrainConfig "
+            "Cross-attention sharpness of reversal models during training (chapter 21). "
+            "Recorded by tools/record/ch21_sharpness.py; each run names its TrainConfig "
             "(config) and seed. Per point and decoder layer, mean of heads, on 200 probe "
             "sequences (make_reversal_dataset(200, seed=7)) under teacher forcing: mirror = "
             "mean weight on the mirrored source position, eos_peak = share of sequences whose "

@@ -1,4 +1,4 @@
-"""The chapter 20 checkers accept the book's solutions and reject plausible wrong answers."""
+"""The chapter 23 checkers accept the book's solutions and reject plausible wrong answers."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 18 (cross-attention heatmaps).
+"""Checkers for the exercises of chapter 21 (cross-attention heatmaps).
 
 check_mirror_weight(fn)   fn(weights [n+1, n+1], n) -> the mean weight on the mirrored position;
 check_row_entropy(fn)     fn(weights [..., Ls]) -> the entropy of every row, in bits.
@@ -21,12 +21,12 @@ from ._common import call, expect_close, expect_shape, fail, passed
 __all__ = ["check_mirror_weight", "check_row_entropy"]
 
 
-# ------------------------------------------------------------------ exercise 18.2
+# ------------------------------------------------------------------ exercise 21.2
 
 
 def mirror_weight(weights: torch.Tensor, n: int) -> torch.Tensor:
     """The book's answer: the mean over the n + 1 rows of the weight on the mirrored column.
-    Used in chapter 18 (exercise 18.2)."""
+    Used in chapter 21 (exercise 21.2)."""
     cols = torch.as_tensor(mirrored_columns(n))
     return weights[torch.arange(n + 1), cols].mean()
 
@@ -78,7 +78,7 @@ def _sample_map(n: int, seed: int, sharp: float) -> torch.Tensor:
 
 
 def check_mirror_weight(fn) -> None:
-    """Exercise 18.2: fn(weights [n+1, n+1], n) returns the mean weight on the mirrored position.
+    """Exercise 21.2: fn(weights [n+1, n+1], n) returns the mean weight on the mirrored position.
 
     Checked on a one-hot anti-diagonal map (1.0), a uniform one (1 / (n+1)) and random maps of
     3, 5 and 7 digits; a wrong answer that matches a known mistake gets that mistake's hint.
@@ -124,17 +124,17 @@ def check_mirror_weight(fn) -> None:
     passed("check_mirror_weight", len(cases))
 
 
-# ------------------------------------------------------------------ exercise 18.3
+# ------------------------------------------------------------------ exercise 21.3
 
 
 def row_entropy_bits(weights: torch.Tensor) -> torch.Tensor:
     """The book's answer: -sum_j w_j log2 w_j over the last dimension, with 0 log 0 = 0.
-    Used in chapter 18 (exercise 18.3)."""
+    Used in chapter 21 (exercise 21.3)."""
     return -torch.special.xlogy(weights, weights).sum(dim=-1) / math.log(2)
 
 
 def check_row_entropy(fn) -> None:
-    """Exercise 18.3: fn(weights [..., Ls]) returns the entropy of every row in bits, [...].
+    """Exercise 21.3: fn(weights [..., Ls]) returns the entropy of every row in bits, [...].
 
     Checked on one-hot rows (0 bits, with exact zeros elsewhere), uniform rows (log2 Ls bits)
     and a random batch shaped like a cross-attention tensor [B, h, Lt, Ls].

@@ -1,4 +1,4 @@
-"""The checkers of chapter 18 accept the book's solutions and reject plausible wrong answers."""
+"""The checkers of chapter 21 accept the book's solutions and reject plausible wrong answers."""
 
 import math
 
