@@ -19,6 +19,7 @@
 # Every piece of our Transformer has a counterpart in Hugging Face `transformers` {cite}`wolf2020`.
 # We map our classes to **BART** {cite}`lewis2020` and **Marian** {cite}`junczysdowmunt2018`.
 # We check every name, and run their layers on our weights.
+# Then our trained model runs inside two other classes, M2M100 and Pegasus.
 # The picture is Figure 16.1: our encoder and output head beside BART's, name by name.
 # The chapter draws it again where it checks those names.
 #
@@ -978,6 +979,185 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 # | output bias | `out_proj.bias` | the buffer `final_logits_bias`; `lm_head` has no bias |
 
 # %% [markdown]
+# ## Our trained model inside `transformers`
+#
+# The map pays off when our weights run inside `transformers`. BART and Marian are Post-Norm.
+# **M2M100** and **Pegasus** have our wiring: Pre-Norm, a final LayerNorm per stack, and
+# sinusoidal positions added to tokens scaled by $\sqrt{d}$. Their tensors have BART's names.
+# `helpers.analysis.hf_port` builds each from a config and copies in the book's trained
+# reversal model (chapter 10). We compare logits where the decoder input is not PAD.
+
+# %% tags=["nbval-ignore-output"]
+from helpers import BOOK_RECIPE, greedy_decode, load_or_train
+from helpers.analysis import hf_port
+from transformers import M2M100ForConditionalGeneration, PegasusForConditionalGeneration
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()  # none from save_pretrained, from_pretrained
+book_model = load_or_train(BOOK_RECIPE, progress=False, verbose=False).model
+book_src, book_tgt = make_reversal_dataset(64, seed=7)
+book_tgt_in = book_tgt[:, :-1]
+print("transformers", transformers.__version__, "|", book_model.config)
+print("src:", tuple(book_src.shape), " tgt_in:", tuple(book_tgt_in.shape))
+
+
+def gap(hf):
+    """max |logits of hf - ours| on the decoder positions whose input is not PAD"""
+    return hf_port.max_logit_gap(hf, book_model, book_src, book_tgt_in)
+
+
+# %% [markdown]
+# First M2M100. With `M2M100Config`'s defaults (ReLU, one tied embedding matrix) the logits are
+# far from ours. With GELU and three separate matrices they are still far:
+
+# %% tags=["nbval-ignore-output"]
+naive = hf_port.to_m2m100(book_model, positions="hf", activation_function="relu",
+                          tie_word_embeddings=True)  # fmt: skip
+m2m_own_positions = hf_port.to_m2m100(book_model, positions="hf")
+naive_gap, own_positions_gap = gap(naive), gap(m2m_own_positions)
+print(f"M2M100, config defaults:       max |logit gap| = {naive_gap:.2f}")
+print(f"M2M100, GELU and untied:       max |logit gap| = {own_positions_gap:.2f}")
+assert naive_gap > 1 and own_positions_gap > 1
+
+# %% [markdown]
+# M2M100 computes its own position table, which differs from ours in three ways. Position $p$
+# reads row $p + 1 +$ `padding_idx`; PAD reads row `padding_idx`, which is zero. Its frequencies
+# divide by $d/2 - 1$, ours by $d/2$. And the sines fill the first half of each row, the cosines
+# the second. The cell rebuilds its rows from that formula:
+
+# %%
+m2m_positions = m2m_own_positions.model.encoder.embed_positions
+table = m2m_positions.weights  # [max_len + 2, d]
+half = book_model.config.d_model // 2
+start = m2m_positions.padding_idx + 1  # the row position 0 reads
+freqs = torch.exp(torch.arange(half) * -(math.log(10000) / (half - 1)))
+rows = (torch.arange(book_model.max_len) + start)[:, None] * freqs
+formula = torch.cat([torch.sin(rows), torch.cos(rows)], dim=1)
+ours_pe = book_model.encoder.embed.pe
+ours_in_halves = torch.cat([ours_pe[:, 0::2], ours_pe[:, 1::2]], dim=1)
+hf_rows = table[start : start + book_model.max_len]
+print(f"offset {m2m_positions.offset}: position 0 reads row {start}; PAD reads row "
+      f"{m2m_positions.padding_idx}, max |value| {table[PAD_ID].abs().max():.1f}")  # fmt: skip
+print(f"max |M2M100's rows - the formula| = {(hf_rows - formula).abs().max():.1e}")
+print(f"max |M2M100's rows - ours in halves| = {(hf_rows - ours_in_halves).abs().max():.2f}")
+torch.testing.assert_close(hf_rows, formula, atol=1e-6, rtol=0)
+assert not table[PAD_ID].any() and (hf_rows - ours_in_halves).abs().max() > 0.5
+
+# %% [markdown]
+# We write our table into the rows positions read. One difference is left, and it prevents an
+# exact port: M2M100 has no tensor for our `out_proj.bias`. Its logits are ours minus that bias,
+# to float32 rounding:
+
+# %% tags=["nbval-ignore-output"]
+m2m = hf_port.to_m2m100(book_model)  # our position table written into its rows
+real = book_tgt_in != PAD_ID
+bias = book_model.out_proj.bias.detach()
+with torch.no_grad():
+    ours_logits = book_model(book_src, book_tgt_in)
+    m2m_logits = hf_port.hf_logits(m2m, book_src, book_tgt_in)
+rest = (m2m_logits + bias - ours_logits)[real].abs().max().item()
+m2m_gap = gap(m2m)
+print(f"M2M100, our positions:         max |logit gap| = {m2m_gap:.3f}")
+print(
+    f"largest |out_proj.bias| entry: {bias.abs().max():.3f}; "
+    f"max |M2M100 + out_proj.bias - ours| = {rest:.1e}"
+)
+print("M2M100's lm_head.bias:", m2m.lm_head.bias, "| its buffers:",
+      [name for name, _ in m2m.named_buffers()])  # fmt: skip
+assert rest < 1e-5 and abs(m2m_gap - bias.abs().max().item()) < 1e-5 and m2m_gap > 0.01
+for name, default in [("ReLU", dict(activation_function="relu")),
+                      ("tied matrices", dict(tie_word_embeddings=True))]:  # fmt: skip
+    put_back = gap(hf_port.to_m2m100(book_model, **default))  # each config default alone
+    print(f"  with {name + ':':<15} max |logit gap| = {put_back:.2f}")
+    assert put_back > m2m_gap + 0.1
+
+# %% [markdown]
+# :::{dropdown} Going deeper: M2M100 forgets our positions when saved
+# M2M100 keeps its position table in a buffer registered with `persistent=False`.
+# `save_pretrained` leaves it out of the file, and `from_pretrained` rebuilds it with its own
+# formula. The port does not survive a round trip:
+# :::
+
+# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+import tempfile
+
+import safetensors.torch
+
+with tempfile.TemporaryDirectory() as folder:
+    m2m.save_pretrained(folder)
+    saved = set(safetensors.torch.load_file(Path(folder, "model.safetensors")))
+    m2m_back = M2M100ForConditionalGeneration.from_pretrained(folder).eval()
+print("position tables in the saved file:", [k for k in saved if "embed_positions" in k])
+back_gap = gap(m2m_back)
+print(f"after save and load: max |logit gap| = {back_gap:.2f}")
+assert not any("embed_positions" in k for k in saved) and back_gap > 1
+
+# %% [markdown]
+# Pegasus keeps the bias in its `final_logits_bias` buffer. Its position table is a frozen
+# `nn.Embedding`, read from row 0 for position 0, as ours. It holds our codes in halves, so it
+# takes our table too. Then the logits are ours, also after a save and a load:
+
+# %% tags=["nbval-ignore-output"]
+pegasus_own_positions = hf_port.to_pegasus(book_model, positions="hf")
+pegasus = hf_port.to_pegasus(book_model)  # our table in both stacks, out_proj.bias in the buffer
+own_table = pegasus_own_positions.model.encoder.embed_positions.weight
+with tempfile.TemporaryDirectory() as folder:
+    pegasus.save_pretrained(folder)
+    pegasus_back = PegasusForConditionalGeneration.from_pretrained(folder).eval()
+print(
+    f"Pegasus's own table: max |- ours in halves| = {(own_table - ours_in_halves).abs().max():.0e}"
+)
+gaps = {"its own positions": gap(pegasus_own_positions), "our positions": gap(pegasus),
+        "after save and load": gap(pegasus_back)}  # fmt: skip
+for name, value in gaps.items():
+    shown = f"{value:.2f}" if value > 0.01 else f"{value:.1e}"
+    print(f"Pegasus, {name + ':':<21} max |logit gap| = {shown}")
+torch.testing.assert_close(own_table, ours_in_halves, atol=1e-6, rtol=0)
+assert gaps["its own positions"] > 1
+assert gaps["our positions"] < 1e-5 and gaps["after save and load"] < 1e-5
+
+# %% [markdown]
+# `generate(do_sample=False, num_beams=1)` on Pegasus gives `greedy_decode`'s tokens. Every
+# greedy choice beats the runner-up by far more than the logits differ, so no step can flip:
+
+# %% tags=["nbval-ignore-output"]
+ours_tokens = greedy_decode(book_model, book_src)
+hf_tokens = hf_port.hf_greedy(pegasus, book_src, max_len=book_model.max_len)
+path_gap = hf_port.max_logit_gap(pegasus, book_model, book_src, ours_tokens[:, :-1])
+margin = hf_port.greedy_margin(book_model, book_src, ours_tokens)
+same_rows = int((hf_tokens == ours_tokens).all(1).sum())
+print(f"generate: {tuple(hf_tokens.shape)}, greedy_decode: {tuple(ours_tokens.shape)}; "
+      f"equal rows: {same_rows} of {len(ours_tokens)}")  # fmt: skip
+print(
+    f"smallest top-1 minus top-2 logit along the path {margin:.2f}; logit gap there {path_gap:.1e}"
+)
+assert margin > 2 * path_gap + 1e-4
+assert torch.equal(hf_tokens, ours_tokens)
+
+# %% [markdown]
+# :::{dropdown} Going deeper: PAD before EOS
+# A model that emits PAD before EOS, as an untrained one can, decodes differently in the two.
+# Our decoder masks that PAD as a key: its padding mask comes from the ids. `generate` passes
+# no `decoder_attention_mask`, so Pegasus attends to it. The cell puts a PAD into the decoder
+# inputs and compares the logits at the positions after it, without the mask and with it.
+# :::
+
+# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+holed = book_tgt_in.clone()
+holed[:, 2] = PAD_ID  # every target has at least 3 digits: positions 3, 4, ... follow the hole
+after = (holed != PAD_ID) & (torch.arange(holed.size(1)) > 2)
+with torch.no_grad():
+    ours_holed = book_model(book_src, holed)
+    unmasked = pegasus(input_ids=book_src, attention_mask=to_hf_attention_mask(book_src),
+                       decoder_input_ids=holed).logits  # fmt: skip
+masked = hf_port.hf_logits(pegasus, book_src, holed)  # decoder_attention_mask from the ids
+unmasked_gap = (unmasked - ours_holed)[after].abs().max().item()
+masked_gap = (masked - ours_holed)[after].abs().max().item()
+print(f"after a PAD: without decoder_attention_mask max |logit gap| = {unmasked_gap:.2f}; "
+      f"with it {masked_gap:.1e}")  # fmt: skip
+assert unmasked_gap > 0.1 and masked_gap < 1e-5
+
+# %% [markdown]
 # ## Summary
 #
 # - A map from every piece of `helpers` to its counterpart in `transformers` (BART, and Marian's
@@ -996,6 +1176,9 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 #   config starts with positions about 36 times louder than its tokens; `scale_embedding=True`
 #   changes that (exercise 16.1).
 # - `generate` with its cache gives the tokens of a plain argmax loop without one.
+# - Our trained model inside `transformers`. M2M100 holds all of it but `out_proj.bias`: its
+#   logits are ours minus that bias, and a save forgets our positions. Pegasus holds it exactly:
+#   the same logits, also after a save and a load, and `generate` gives `greedy_decode`'s tokens.
 # - The one thing to remember: check a source map against the installed code, because the names
 #   move from release to release.
 #
