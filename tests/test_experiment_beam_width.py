@@ -1,0 +1,110 @@
+"""The beam-width page quotes its record correctly (appendix/experiment_beam_width.py;
+chapters/data/beam_width.json, made by tools/record/beam_width.py)."""
+
+import dataclasses
+
+import pytest
+from twin_prose import prose
+
+from helpers.analysis.experiments import compare_arms, load_record
+from helpers.decoding.beam_search import DEFAULT_LENGTH_PENALTY
+from helpers.training.evaluation import TEST_SEED
+from helpers.training.recipes import BOOK_RECIPE, fixed_budget_recipe
+
+PAGE = prose("appendix/experiment_beam_width.py")
+CHAPTER = prose("chapters/20_beam_search.py")
+
+
+@pytest.fixture(scope="module")
+def record():
+    return load_record("beam_width")
+
+
+def points(d) -> str:
+    return f"{100 * d.mean:+.2f} points"
+
+
+def interval(d) -> str:
+    return f"95 % interval {100 * d.low:+.2f} to {100 * d.high:+.2f} points"
+
+
+def test_design_as_stated(record):
+    steps = record["steps"]
+    assert record["recipe"] == dataclasses.asdict(fixed_budget_recipe(BOOK_RECIPE, steps=steps))
+    assert f"fixed_budget_recipe(BOOK_RECIPE, steps={steps})" in PAGE
+    assert f"fixed_budget_recipe(BOOK_RECIPE, steps={steps})" in CHAPTER  # seed 0 is its model
+    assert f"trained for exactly {steps} steps" in PAGE
+    assert list(record["arms"]) == ["greedy", "beam 2", "beam 4", "beam 8"]
+    assert record["seeds"] == [0, 1, 2, 3, 4] and "**Seeds.** 0 to 4" in PAGE
+    for runs in record["arms"].values():
+        assert [r["seed"] for r in runs] == record["seeds"]
+        keys = {r["config_key"] for r in runs}
+        assert len(keys) == 5  # one model per seed ...
+    assert all(  # ... the same one in every arm
+        [r["config_key"] for r in runs] == [r["config_key"] for r in record["arms"]["greedy"]]
+        for runs in record["arms"].values()
+    )
+    assert record["length_penalty"] == DEFAULT_LENGTH_PENALTY
+    assert f"$\\alpha = {DEFAULT_LENGTH_PENALTY}$" in PAGE
+    n = record["test_set"]["n"]
+    assert record["test_set"]["seed"] == TEST_SEED and record["test_set"]["first"]
+    assert f"first {n:,} sequences of the test set (seed {TEST_SEED})" in PAGE
+    t = record["timing"]
+    assert (
+        f"first {t['sources']} test sources in one batch with seed {t['seed']}'s model, "
+        f"{t['repeats']} times"
+    ) in PAGE
+    assert record["numerics"]["pinned"] and record["threads"] == 1
+    assert "tools.record.beam_width" in record["command"] and "pin.py pinned" in record["command"]
+    assert "python -m tools.record.beam_width" in PAGE
+
+
+def test_beam_against_greedy_as_quoted(record):
+    c = {w: compare_arms(record, f"beam {w}", "greedy") for w in (2, 4, 8)}
+    assert "beam search of width 2 reverses more" in PAGE
+    assert (
+        f"{points(c[2].difference)} of exact match ({interval(c[2].difference)}, 5 seeds)" in PAGE
+    )
+    assert all(t.only_a > t.only_b for t in c[2].per_seed) and "Every seed favours the beam" in PAGE
+    p = c[2].pooled
+    assert (
+        f"Pooled, {p.only_a} sequences only the beam got right against {p.only_b} only greedy "
+        f"decoding got right (McNemar p = {p.p_value:.2g})"
+    ) in PAGE
+    assert f"Width 4 gives {points(c[4].difference)} ({interval(c[4].difference)})" in PAGE
+    assert f"width 8 {points(c[8].difference)} ({interval(c[8].difference)})" in PAGE
+    for w in (2, 4, 8):
+        assert c[w].verdict.startswith("A is better")
+    assert "Verdict for each width against greedy: the beam is better" in PAGE
+
+
+def test_widths_against_each_other_as_quoted(record):
+    four_two = compare_arms(record, "beam 4", "beam 2")
+    eight_four = compare_arms(record, "beam 8", "beam 4")
+    assert (
+        f"Width 4 minus width 2 is {points(four_two.difference)} ({interval(four_two.difference)})"
+        in PAGE
+    )
+    assert (
+        f"width 8 minus width 4 is {points(eight_four.difference)} "
+        f"({interval(eight_four.difference)})"
+    ) in PAGE
+    for c in (four_two, eight_four):
+        assert c.verdict == "not distinguishable with 5 seeds"
+    assert "not distinguishable with 5 seeds" in PAGE
+
+
+def test_cost_as_quoted(record):
+    arms = record["timing"]["arms"]
+    base = arms["greedy"]["seconds_per_token"]
+    ratios = [f"{arms[f'beam {w}']['seconds_per_token'] / base:.1f}" for w in (2, 4, 8)]
+    assert f"widths 2, 4 and 8 took {ratios[0]}, {ratios[1]} and {ratios[2]} times greedy" in PAGE
+    for t in arms.values():  # the cost is the median over the repeats, per token written
+        assert len(t["seconds"]) == record["timing"]["repeats"]
+        assert t["seconds_per_token"] * t["generated_tokens"] == pytest.approx(
+            sorted(t["seconds"])[len(t["seconds"]) // 2], abs=1e-4
+        )
+
+
+def test_chapter_links_the_page():
+    assert "experiment_beam_width.ipynb" in CHAPTER
