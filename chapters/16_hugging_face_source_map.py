@@ -19,7 +19,6 @@
 # Every piece of our Transformer has a counterpart in Hugging Face `transformers` {cite}`wolf2020`.
 # We map our classes to **BART** {cite}`lewis2020` and **Marian** {cite}`junczysdowmunt2018`.
 # We check every name, and run their layers on our weights.
-# Then our trained model runs inside two other classes, M2M100 and Pegasus.
 # The picture is Figure 16.1: our encoder and output head beside BART's, name by name.
 # The chapter draws it again where it checks those names.
 #
@@ -41,9 +40,8 @@
 # downloaded: every Hugging Face model in this chapter is built from a small config with random
 # weights.
 #
-# Then we go beyond names: we copy our weights into BART's attention and encoder layer and check
-# that they compute what the map says they compute, and we convert our masks into the ones
-# `transformers` builds, with its own mask functions.
+# Then we go beyond names. Our weights run in BART's attention and encoder layer, and our masks
+# are checked against the ones `transformers` builds. Last, our trained model runs in Pegasus.
 #
 # The version the whole chapter refers to is the one `requirements.txt` pins. The next cell checks
 # that the installed package is that one:
@@ -1259,3 +1257,24 @@ assert {bart_name(n): p.shape for n, p in ours_params.items()} == {
     n: p.shape for n, p in bart_params.items()
 }  # every BART name reached once, with our tensor's shape
 check_bart_decoder_names(bart_name)
+
+# %% [markdown]
+# ### Exercise 16.4 (implement): our positions in M2M100's table
+#
+# Write `m2m100_positions(pe, padding_idx)`. It takes our table `pe` of shape `[L, d]` and
+# returns the `[L + 2, d]` buffer M2M100 needs so that position $p$ gets `pe[p]`.
+# `check_m2m100_positions` tries `padding_idx` 0 (ours) and 1 (M2M100's default).
+
+# %% jupyter={"source_hidden": true} tags=["hide-input"]
+# Solution to exercise 16.4
+from helpers.exercises import check_m2m100_positions
+
+
+def m2m100_positions(pe, padding_idx):
+    table = torch.zeros(pe.size(0) + 2, pe.size(1))
+    table[padding_idx + 1 : padding_idx + 1 + pe.size(0)] = pe  # the PAD row stays zero
+    return table
+
+
+assert torch.equal(m2m100_positions(ours_pe, PAD_ID), m2m.model.encoder.embed_positions.weights)
+check_m2m100_positions(m2m100_positions)

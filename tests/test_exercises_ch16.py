@@ -1,8 +1,11 @@
-"""Chapter 16's checker accepts the book's name map and rejects the likely mistakes."""
+"""Chapter 16's checkers accept the book's answers (the name map, M2M100's position table) and
+reject the likely mistakes."""
 
 import pytest
+import torch
 
-from helpers.exercises import ExerciseError, check_bart_decoder_names
+from helpers import PAD_ID
+from helpers.exercises import ExerciseError, check_bart_decoder_names, check_m2m100_positions
 from helpers.exercises.ch16 import BART_DECODER_LAYER_NAMES
 
 
@@ -59,3 +62,43 @@ def test_two_names_onto_one_are_rejected():
 
     with pytest.raises(ExerciseError, match="as is bart_name\\('self_mha.W_q.weight'\\)"):
         check_bart_decoder_names(wrong)
+
+
+def book_positions(pe, padding_idx):
+    table = torch.zeros(pe.size(0) + 2, pe.size(1))
+    table[padding_idx + 1 : padding_idx + 1 + pe.size(0)] = pe
+    return table
+
+
+def test_the_books_positions_pass_and_equal_what_the_port_writes(capsys):
+    from helpers import Transformer
+    from helpers.analysis.hf_port import to_m2m100
+
+    check_m2m100_positions(book_positions)
+    assert "check_m2m100_positions: all 2 checks passed" in capsys.readouterr().out
+    model = Transformer(13, 13, 32, 4, 64, 1, 14)
+    port = to_m2m100(model).model.encoder.embed_positions.weights
+    assert torch.equal(book_positions(model.encoder.embed.pe, PAD_ID), port)
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (lambda pe, i: torch.cat([pe, torch.zeros(2, pe.size(1))]), "does not read row p"),
+        (lambda pe, i: torch.cat([torch.zeros(2, pe.size(1)), pe]), "only for M2M100's default"),
+        (
+            lambda pe, i: book_positions(torch.cat([pe[:, 0::2], pe[:, 1::2]], 1), i),
+            "keep our layout",
+        ),
+        (
+            lambda pe, i: book_positions(pe, i) + (torch.arange(pe.size(0) + 2) == i)[:, None],
+            "PAD positions read",
+        ),  # fmt: skip
+        (lambda pe, i: book_positions(pe, i)[:-2], "offset is 2"),
+        (lambda pe, i: book_positions(pe.flip(0), i), "must hold pe"),
+    ],
+    ids=["from_row_0", "from_row_2", "halves", "pad_row", "no_extra_rows", "reversed"],
+)
+def test_each_positions_mistake_is_named(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_m2m100_positions(wrong)

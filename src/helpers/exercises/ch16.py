@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import torch
+
+from helpers.core.embeddings import sinusoidal_position_encoding
 from helpers.core.layers import DecoderLayer
 
-from ._common import call, fail, passed
+from ._common import call, expect_shape, fail, passed
 
-__all__ = ["check_bart_decoder_names"]
+__all__ = ["check_bart_decoder_names", "check_m2m100_positions"]
 
 # Our DecoderLayer's modules -> BartDecoderLayer's (transformers 5.x), checked in the tests.
 # The LayerNorms are matched by the sub-layer they belong to, not by position: ours normalise
@@ -79,3 +82,54 @@ def check_bart_decoder_names(bart_name_fn) -> None:
             fail(what, hint=_hint(name, got))
         seen[got] = name
     passed("check_bart_decoder_names", len(names), "every parameter of a decoder layer")
+
+
+def _rows_hold(table: torch.Tensor, start: int, pe: torch.Tensor) -> bool:
+    rows = table[start : start + pe.size(0)]
+    return rows.shape == pe.shape and torch.allclose(rows, pe, atol=1e-6, rtol=0)
+
+
+def check_m2m100_positions(positions_fn) -> None:
+    """Exercise 16.4: positions_fn(pe, padding_idx) -> M2M100's position buffer holding ours.
+
+    Used in chapter 16. pe is our table [L, d]; the answer must be [L + 2, d] (M2M100 keeps
+    max_position_embeddings + offset rows, offset 2), with pe[p] in row p + padding_idx + 1 (the
+    row M2M100 reads for position p) and zeros in row padding_idx (what PAD positions read).
+    Tried with padding_idx 0 (ours) and 1 (M2M100Config's default)."""
+    length, d = 14, 32
+    pe = sinusoidal_position_encoding(length, d)
+    in_halves = torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=1)
+    for padding_idx in (0, 1):
+        where = f"pe of shape {tuple(pe.shape)}, padding_idx={padding_idx}"
+        table = call(positions_fn, pe.clone(), padding_idx, where=where)
+        expect_shape(
+            "the table", table, (length + 2, d), where,
+            hint="M2M100 keeps max_position_embeddings + offset rows, and its offset is 2",
+        )  # fmt: skip
+        start = padding_idx + 1
+        if not _rows_hold(table, start, pe):
+            if _rows_hold(table, 0, pe):
+                hint = (
+                    "position p does not read row p: M2M100 counts positions from "
+                    "padding_idx + 1 (create_position_ids_from_input_ids)"
+                )
+            elif _rows_hold(table, 2, pe):
+                hint = (
+                    "the offset 2 is padding_idx + 1 only for M2M100's default padding_idx=1; "
+                    "position 0 reads row padding_idx + 1"
+                )
+            elif _rows_hold(table, start, in_halves):
+                hint = (
+                    "keep our layout: our weights were trained on interleaved sin/cos; only "
+                    "M2M100's own table puts the sines in the first half"
+                )
+            else:
+                hint = "row p + padding_idx + 1 must hold pe[p], for every p"
+            fail(f"rows {start}..{start + length - 1} do not hold pe", where, hint)
+        if table[padding_idx].abs().max() > 0:
+            fail(
+                f"row {padding_idx} is not zero",
+                where,
+                hint="row padding_idx is what PAD positions read, and M2M100 keeps it zero",
+            )
+    passed("check_m2m100_positions", 2, "padding_idx 0 and 1")
