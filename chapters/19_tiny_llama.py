@@ -175,7 +175,7 @@ print(f"{'total':<14}{count_parameters(gpt):>9,}{count_parameters(model):>11,}")
 # Is the model nothing more than these parts? Run block 0 by hand on two windows of 32
 # characters, with the parts of `helpers.core.modern`. The attention step is computed twice:
 # with the key/value heads repeated by `repeat_kv`, and by PyTorch's SDPA with `enable_gqa=True`,
-# which shares them without copying.
+# which shares them itself.
 
 # %%
 x = fixed_windows(val_ids, 32, 2)[0]
@@ -206,8 +206,8 @@ with torch.no_grad():
 #
 # `helpers.train_gpt` is chapter 14's loop: random windows, AdamW, warm-up then cosine decay,
 # gradients clipped at norm 1. Here it runs 150 steps of 16 windows of 48 characters, seed 0.
-# That is enough for a model whose mistakes show. Section 4 needs one: an untrained model hides
-# them (exercise 19.1).
+# That is enough for a model whose mistakes show. Section 4 needs one: in an untrained model
+# they are far smaller (exercise 19.1).
 
 # %% tags=["nbval-ignore-output"]
 hist = train_gpt(
@@ -257,6 +257,29 @@ for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
               "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters",
               "hidden_act", "attention_bias", "tie_word_embeddings"):  # fmt: skip
     print(f"{field:<22} {getattr(config, field)}")
+
+# %% [markdown]
+# The head is untied, as in `LlamaConfig`'s default (`tie_word_embeddings=False`); the dropdown
+# ports a tied one.
+#
+# :::{dropdown} Going deeper: a tied head
+# `TinyLlama(..., tie_weights=True)` shares one matrix between the embedding and the output
+# head, like GPT-2. The port then sets `tie_word_embeddings=True`, and `LlamaForCausalLM` ties
+# its `lm_head` to `model.embed_tokens`. The cell checks that on a fresh model, and compares the
+# logits.
+# :::
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
+print("LlamaConfig().tie_word_embeddings:", transformers.LlamaConfig().tie_word_embeddings)
+torch.manual_seed(0)
+tied = TinyLlama(cfg, tie_weights=True).eval()
+hf_tied = to_hf_llama(tied)
+probe = fixed_windows(val_ids, 32, 2)[0]
+with torch.no_grad():
+    gap_tied = (hf_tied(probe).logits - tied(probe)).abs().max().item()
+print("lm_head is embed_tokens:", hf_tied.lm_head.weight is hf_tied.model.embed_tokens.weight)
+print(f"tied: max |logit difference| {gap_tied:.1e}")
+assert hf_tied.lm_head.weight is hf_tied.model.embed_tokens.weight and gap_tied < 1e-4
 
 # %% [markdown]
 # Each of our tensors has one home in the Hugging Face model. The map below is printed from the
@@ -362,7 +385,7 @@ print(f"rows permuted: max |logit difference| {gap_fixed:.1e} (logits up to {sca
 assert gap_fixed < 1e-4 and gap_by_hand == gap_fixed
 
 # %% [markdown]
-# What is left is float32 rounding: the two models add the same products in another order.
+# What is left is float32 rounding, below $10^{-4}$.
 #
 # :::{dropdown} Going deeper: the half layout needs no permutation
 # The permutation works inside our own model too. Give a `TinyLlama` with `rope_layout="half"`
@@ -417,9 +440,8 @@ assert gap_tiled > 1.0
 
 # %% [markdown]
 # **The epsilon of RMSNorm.** $\epsilon$ is added to the mean square before the square root. Ours
-# is $10^{-6}$, `LlamaConfig`'s default. Llama 2's checkpoints use $10^{-5}$. `torch.nn.RMSNorm`
-# has `eps=None` by default, which means float32's machine epsilon. Each one is a different
-# function:
+# is $10^{-6}$, `LlamaConfig`'s default. `torch.nn.RMSNorm` has `eps=None` by default, which means
+# float32's machine epsilon. We try that one, and $10^{-5}$:
 
 # %%
 print("LlamaConfig().rms_norm_eps:", transformers.LlamaConfig().rms_norm_eps)
@@ -437,7 +459,7 @@ assert gaps_eps[1e-5] > 1e-3 and 1e-2 > gaps_eps[torch.finfo().eps] > 1e-4 > gap
 # least, but still above $10^{-4}$. A loose bound such as $10^{-2}$ would let it pass.
 #
 # **Where generation stops.** `generate` ends a sequence when it produces `eos_token_id`.
-# `LlamaConfig` sets it to 2, the id of `</s>` in Llama's vocabulary. In ours, id 2 is a space:
+# `LlamaConfig` sets it to 2 by default. In our vocabulary, id 2 is a space:
 
 # %%
 default = transformers.LlamaConfig()
@@ -536,16 +558,17 @@ for row in theirs[:2]:
 
 # %% [markdown]
 # The four texts are identical, character for character. Chapter 14's loop, with or without its
-# KV cache, and `LlamaForCausalLM.generate` with its own cache, make the same choices.
+# KV cache, and `LlamaForCausalLM.generate` make the same choices.
 #
 # :::{dropdown} Going deeper: bfloat16, and where the norm computes
 # In bfloat16, `transformers`' `LlamaRMSNorm` casts its input to float32, normalises, casts back,
-# and only then multiplies by its weight. `torch.nn.RMSNorm` computes in the input's dtype. In
-# float32 the two are the same function. The cell below compares them on one bfloat16 input,
-# against the same norm in float64.
+# and only then multiplies by its weight: the cell below prints its `forward`. In float32 it is
+# the same function as `torch.nn.RMSNorm`. The cell compares the two on one bfloat16 input, and
+# each against the same norm in float64.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
+print(inspect.getsource(modeling_llama.LlamaRMSNorm.forward))
 norm_hf = modeling_llama.LlamaRMSNorm(64, eps=1e-6)
 norm_torch = nn.RMSNorm(64, eps=1e-6)
 with torch.no_grad():
@@ -582,8 +605,8 @@ assert gap16 > 1e-3  # more than float32 rounding: the two compute differently
 # - With the four matched, `generate(do_sample=False)` gives our greedy characters on four
 #   prompts. The smallest top-2 margin along the paths was larger than the logit difference, so
 #   rounding could not have flipped a choice.
-# - The one thing to remember: two implementations agree only when every convention does. A
-#   model that has learned something shows the differences that an untrained one hides.
+# - The one thing to remember: two implementations agree only when every convention does. Test
+#   the port on a trained model: untrained, the wrong layout moved the logits by less than 0.1.
 #
 # ## Exercises
 #
