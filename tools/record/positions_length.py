@@ -34,13 +34,15 @@ argmax). The layout is helpers.analysis.experiments' record layout, with one "ar
 test set ("arms" for 3-12 digits, "arms_long" for 13-20). No timings are stored in the
 results, only each run's training seconds for information.
 
---stop-after N ends every run after N steps (a dry run of the recorder).
+--stop-after N ends every run after N steps (a dry run of the recorder). --resume keeps the runs
+the record already holds (matched by config key) and trains only the missing ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -111,6 +113,7 @@ def main() -> int:
     ap.add_argument("--positions", nargs="+", default=list(POSITIONS), choices=POSITIONS)
     ap.add_argument("--stop-after", type=int, default=None, help="dry run: N steps per run")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--resume", action="store_true", help="keep the runs --out already holds")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -144,9 +147,22 @@ def main() -> int:
         "arms": {p: [] for p in args.positions},
         "arms_long": {p: [] for p in args.positions},
     }
+    done = {}
+    if args.resume and args.out.exists():  # runs of the same config, recorded before
+        old = json.loads(args.out.read_text())
+        if old["stop_after"] == args.stop_after:
+            done = {
+                r["config_key"]: (r, long)
+                for p in old["arms"]
+                for r, long in zip(old["arms"][p], old["arms_long"][p])
+            }
     for seed in args.seeds:
         for p in args.positions:
             cfg = blocks_recipe(base, positions=p, seq_len=SEQ_LEN, seed=seed)
+            if cfg.key() in done:
+                record["arms"][p].append(done[cfg.key()][0])
+                record["arms_long"][p].append(done[cfg.key()][1])
+                continue
             res = train_reversal(cfg, progress=False, stop_after=args.stop_after)
             h = res.history
             common = {
