@@ -18,9 +18,9 @@
 #
 # Chapter 14 built a character-level GPT from the 2017 block. This chapter rebuilds the same model
 # with today's block, the one Llama {cite}`touvron2023` made the default: RMSNorm, rotary
-# positions, a gated feed-forward, grouped-query attention and no biases. We train it for a few
-# seconds on the book's text. Then we copy its weights into `transformers`' `LlamaForCausalLM`
-# and show that the two compute the same function: the same logits, and the same greedy text.
+# positions, a gated feed-forward, grouped-query attention and no biases. We train it briefly on
+# the book's text. Then we copy its weights into `transformers`' `LlamaForCausalLM` and show that
+# the two compute the same function: the same logits, and the same greedy text.
 # The copy fails first, in four ways. Each one is a convention, and each one gets fixed.
 #
 # ![Chapter 14's block and today's block, side by side](figures/19_tiny_llama.png)
@@ -202,7 +202,7 @@ with torch.no_grad():
     torch.testing.assert_close(model(x), logits_by_hand)
 
 # %% [markdown]
-# ## 2. A few seconds of training
+# ## 2. A short training run
 #
 # `helpers.train_gpt` is chapter 14's loop: random windows, AdamW, warm-up then cosine decay,
 # gradients clipped at norm 1. Here it runs 150 steps of 16 windows of 48 characters, seed 0.
@@ -405,6 +405,8 @@ gap_half_hf = max_gap(to_hf_llama(half), ref=half)
 print(f"half-layout model vs interleaved model: {gap_half:.1e}")
 print(f"half-layout model copied without permutation vs LlamaForCausalLM: {gap_half_hf:.1e}")
 assert gap_half < 1e-4 and gap_half_hf < 1e-4
+print("TinyLlama's default rope_layout:", repr(llama.TinyLlamaConfig(tok.vocab_size).rope_layout))
+assert llama.TinyLlamaConfig(tok.vocab_size).rope_layout == "half"
 
 # %% [markdown]
 # ## 5. Three more conventions
@@ -627,7 +629,7 @@ with torch.no_grad():
 print(
     f"untrained, copied as is: max |logit difference| {gap_fresh:.1e} (logits up to {largest:.2f})"
 )
-# small weights (std 0.02) give small logits, and a small gap: visible on the logits, not in text
+# small weights (std 0.02) give small logits, and a small gap, still above float32 rounding
 assert 1e-4 < gap_fresh < 0.1 and largest < 1
 
 # %% [markdown]
