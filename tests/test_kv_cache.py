@@ -128,3 +128,43 @@ def test_bench_decoding_rows_and_final_line():
         dict(new_tokens=16, speedup=1.2, identical=False),
     ]
     assert bench.final_line(fake) == "speedup_at_256=6.7 identical=False"
+
+
+# ---------------------------------------------------------------- reorder (beam search)
+
+
+def test_reorder_takes_rows_by_index_growing_and_memory_caches():
+    from helpers.core.kv_cache import KVCache, MemoryKVCache
+
+    k = torch.arange(4 * 2 * 3 * 5, dtype=torch.float32).view(4, 2, 3, 5)
+    store = {"self_k": k.clone(), "self_v": -k, "cross_k": k + 0.5, "cross_v": k - 0.5}
+    index = torch.tensor([2, 2, 0, 3, 1, 1])  # repeats rows and changes their number
+    KVCache(store, "self_").reorder(index)
+    assert torch.equal(store["self_k"], k[index]) and torch.equal(store["self_v"], -k[index])
+    assert torch.equal(store["cross_k"], k + 0.5)  # the other attention's cache: untouched
+    MemoryKVCache(store, "cross_").reorder(index)
+    assert torch.equal(store["cross_k"], (k + 0.5)[index])
+    assert torch.equal(store["cross_v"], (k - 0.5)[index])
+    empty = {}
+    KVCache(empty).reorder(index)  # nothing cached: nothing to reorder
+    assert empty == {}
+
+
+def test_reorder_static_cache_in_place_then_new_buffers():
+    from helpers.decoding.static_cache import allocate_static_caches
+
+    torch.manual_seed(0)
+    model = Transformer(VOCAB_SIZE, VOCAB_SIZE, d_model=16, num_heads=2, dff=32, num_layers=2)
+    caches = allocate_static_caches(model, batch_size=3, max_len=6)
+    layer = caches[0]
+    layer["self_k"].copy_(torch.randn_like(layer["self_k"]))
+    layer["self_v"].copy_(torch.randn_like(layer["self_v"]))
+    before_k, before_v, buf = layer["self_k"].clone(), layer["self_v"].clone(), layer["self_k"]
+    index = torch.tensor([2, 0, 0])
+    layer.self_attn.reorder(index)
+    assert layer["self_k"] is buf  # same number of rows: the allocated buffer, rewritten
+    assert torch.equal(layer["self_k"], before_k[index])
+    assert torch.equal(layer["self_v"], before_v[index])
+    layer.self_attn.reorder(torch.tensor([1, 1, 2, 0, 0]))  # another number of rows
+    assert layer["self_k"].shape[0] == 5
+    assert torch.equal(layer["self_k"], before_k[index][torch.tensor([1, 1, 2, 0, 0])])

@@ -2,6 +2,7 @@
 
     K, V = cache.update(k, v, project)   # the keys and values this step attends to
     cache.reset()                        # empty, for the next batch
+    cache.reorder(index)                 # row i takes row index[i]: beam search (chapter 20)
 
 k, v are the attention's key and value inputs (the new positions, or for cross-attention the
 encoder's memory), and project is its own projection (MultiHeadAttention.project_kv): a cache
@@ -50,6 +51,14 @@ class KVCache:
     def reset(self) -> None:
         self.store.pop(self.k_name, None)
         self.store.pop(self.v_name, None)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Row i takes the keys and values of row index[i] (index_select on dim 0): beam search
+        (chapter 20), where every new beam continues its parent beam's past. index may repeat
+        rows and change their number (B sources -> B * k beams). An empty cache stays empty."""
+        for name in (self.k_name, self.v_name):
+            if name in self.store:
+                self.store[name] = self.store[name].index_select(0, index)
 
 
 class MemoryKVCache(KVCache):

@@ -11,8 +11,8 @@ The cache (the growing one of `helpers.DecoderLayer`, as in greedy_decode(use_ca
   their source with one index_select, and never touched again: a beam's parent is always a
   beam of the same source, so its cross-attention keys never change;
 - after every step, each layer's self-attention K and V are reordered by the parent index of
-  each new beam (index_select on the batch axis), because a beam may descend from another
-  beam's prefix.
+  each new beam (the caches' reorder: index_select on the batch axis), because a beam may
+  descend from another beam's prefix.
 
 Scoring. A hypothesis y (the tokens after <bos>, its <eos> included) has the log-probability
 log P(y | x), the sum of its tokens' log-probabilities, and the score
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
+from helpers.core.kv_cache import layer_caches
 from helpers.core.masks import make_padding_mask
 from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID
 from helpers.decoding.greedy import checked_max_len, restores_mode
@@ -183,13 +184,12 @@ def beam_search(
             )
         else:
             parent_rows = (first_row + parent).view(-1)
-        if use_cache:
+        if use_cache:  # the caches' own reorder (helpers.core.kv_cache): index_select on dim 0
             for cache in caches:
-                cache["self_k"] = cache["self_k"].index_select(0, parent_rows)
-                cache["self_v"] = cache["self_v"].index_select(0, parent_rows)
+                self_cache, cross_cache = layer_caches(cache)
+                self_cache.reorder(parent_rows)
                 if step == 0:  # projected once per source, now shared by its W beams
-                    cache["cross_k"] = cache["cross_k"].index_select(0, parent_rows)
-                    cache["cross_v"] = cache["cross_v"].index_select(0, parent_rows)
+                    cross_cache.reorder(parent_rows)
 
     scores = log_probs / gnmt_length_penalty(lengths, alpha)
     order = scores.argsort(dim=1, descending=True, stable=True)

@@ -7,7 +7,7 @@ at position t (write_kv), and attention reads the first t + 1 positions, a view 
 (no copy). The padding mask is a preallocated [B, 1, 1, L_max] buffer too, filled one column
 per step. The cross-attention K/V are projected from the memory once per source, at step 0.
 
-The caches follow the protocol of helpers.core.kv_cache (update, reset), so a step is the
+The caches follow the protocol of helpers.core.kv_cache (update, reset, reorder), so a step is the
 decoder's own forward pass, `model.decoder(..., caches=caches)`, as with the growing cache.
 They live as long as their owner keeps them: `StaticCaches.reset()` empties them for the next
 batch (a reused cache must not keep the previous source's cross-attention keys).
@@ -49,6 +49,19 @@ class StaticKVCache(KVCache):
         self.store[self.k_name].zero_()
         self.store[self.v_name].zero_()
         self._length = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Row i takes row index[i] of the buffers. With as many rows as before, in place: the
+        buffers stay the ones allocated; another number of rows needs new buffers. The padding
+        flags ('pad') are the mask's, not an attention's: a caller that reorders rows reorders
+        them too."""
+        for name in (self.k_name, self.v_name):
+            buf = self.store[name]
+            picked = buf.index_select(0, index)
+            if picked.shape == buf.shape:
+                buf.copy_(picked)
+            else:
+                self.store[name] = picked
 
 
 class StaticLayerCache(dict):
