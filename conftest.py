@@ -74,6 +74,7 @@ LONGEST_FIRST = [
     "chapters/23_distributed_data_parallel.ipynb",
     "chapters/12_when_correct_code_learns_slowly.ipynb",
     "chapters/13_kv_cache.ipynb",
+    "chapters/20_beam_search.ipynb",
     "chapters/18_todays_blocks.ipynb",
     "chapters/22_attention_benchmark.ipynb",
     "chapters/10_training.ipynb",
