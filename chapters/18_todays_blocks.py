@@ -626,7 +626,7 @@ print(
 # ## 6. All four together, trained
 #
 # The model loaded at the top was trained with the book's recipe, unchanged: the same data,
-# schedule and stopping rule. It was scored here on the 10,000 test sequences it never saw.
+# schedule and stopping rule. The cell scores it on the book's 10,000 test sequences.
 
 # %% tags=["nbval-ignore-output"]
 history = today.history
