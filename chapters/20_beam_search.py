@@ -569,7 +569,26 @@ assert (sums / gnmt_length_penalty(lens, 0.0)).argmax() == 0
 assert (sums / gnmt_length_penalty(lens, 0.6)).argmax() == 1
 
 # %% [markdown]
-# ### Exercise 20.2 (implement): reorder the cache by parent
+# ### Exercise 20.2 (predict, then run): one beam and the length penalty
+#
+# Section 6 ran width 1 with $\alpha = 0.6$ and got greedy decoding. Would $\alpha = 0$ or
+# $\alpha = 2$ change the tokens of a width-1 search? Predict, then run it on the 200 sources of
+# section 4.
+
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
+# Solution to exercise 20.2
+# One beam: all its candidates at a step have the same length, so they share one penalty, and
+# dividing by it keeps their order. The only other candidate is <pad> after <eos>, alone.
+for alpha in (0.0, 2.0):
+    tokens = beam_search(model, src200, 1, length_penalty=alpha).tokens
+    assert tokens.shape == greedy200.shape
+    n_rows = int((tokens != greedy200).any(1).sum())
+    print(f"alpha {alpha}: {n_rows} of 200 rows differ from greedy decoding")
+    assert n_rows == 0
+
+
+# %% [markdown]
+# ### Exercise 20.3 (implement): reorder the cache by parent
 #
 # Write `reorder_caches(caches, parent)`. `caches` holds one dict per decoder layer, with
 # `self_k`, `self_v`, `cross_k`, `cross_v` of `B * k` rows each. `parent` `[B, k]` holds, for
@@ -580,7 +599,7 @@ assert (sums / gnmt_length_penalty(lens, 0.6)).argmax() == 1
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
-# Solution to exercise 20.2
+# Solution to exercise 20.3
 def reorder_caches(caches, parent):
     B, k = parent.shape
     rows = (torch.arange(B)[:, None] * k + parent).view(-1)  # global rows of the parents
@@ -590,3 +609,4 @@ def reorder_caches(caches, parent):
 
 
 check_reorder_caches(reorder_caches)
+

@@ -1,4 +1,4 @@
-"""Plausible wrong answers to chapter 20's exercise 20.2 (reorder the self-attention cache by
+"""Plausible wrong answers to chapter 20's exercise 20.3 (reorder the self-attention cache by
 parent beam). Not collected by pytest (the name does not start with test_).
 
 EXERCISE_MISTAKES: name -> (reorder_caches, a fragment of the message the checker must give).

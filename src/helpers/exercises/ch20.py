@@ -2,7 +2,7 @@
 
 check_reorder_caches(fn)    fn(caches, parent [B, k]) -> None: reorders each decoder layer's
                             self-attention cache in place, so that beam w of source b takes the
-                            past of beam parent[b, w] of the same source (exercise 20.2).
+                            past of beam parent[b, w] of the same source (exercise 20.3).
 
 The checker runs in two parts. First on made-up caches of 3 sources and 4 beams whose every row
 holds other numbers, with a parent index that moves beams across: every cached row must be the
@@ -259,7 +259,7 @@ def _check_in_search(fn) -> int:
 
 
 def check_reorder_caches(fn) -> None:
-    """Exercise 20.2: fn(caches, parent) reorders every layer's self-attention cache in place by
+    """Exercise 20.3: fn(caches, parent) reorders every layer's self-attention cache in place by
     parent beam (row b * k + w takes row b * k + parent[b, w]), cross-attention untouched; on
     made-up caches, then inside a whole beam search against helpers.beam_search."""
     with one_thread_isolated():
