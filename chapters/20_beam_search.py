@@ -61,8 +61,8 @@ torch.set_num_threads(1)  # small tensors: one CPU thread is enough
 
 # %% [markdown]
 # Beam search matters when the model is unsure. The book's trained model reverses almost every
-# test sequence greedily, so we use a model that stopped early: the book's recipe for only
-# 150 steps, with no early stop. We score it on the first 1,000 sequences of the test set.
+# test sequence greedily (chapter 11), so we use a model that stopped early: the book's recipe
+# for only 150 steps, with no early stop. We score it on the first 1,000 sequences of the test set.
 
 # %%
 UNDER_TRAINED = fixed_budget_recipe(BOOK_RECIPE, steps=150)
@@ -79,9 +79,8 @@ print("target vocabulary V =", model.tgt_vocab)
 #
 # $$\log P(y \mid x) = \sum_t \log P(y_t \mid y_{<t}, x).$$
 #
-# We add logs instead of multiplying probabilities: a product of many numbers below 1
-# underflows, a sum does not. A toy with two steps and three tokens shows how greedy decoding
-# misses the best sequence. Token `a` is more likely at step 1. But after `a` the model is
+# We add logs instead of multiplying probabilities: the log of a product is the sum of the logs.
+# A toy with two steps and three tokens shows how greedy decoding misses the best sequence. Token `a` is more likely at step 1. But after `a` the model is
 # unsure, and after `b` it is not.
 
 # %%
@@ -132,9 +131,7 @@ for alpha in (0.0, 0.6, 1.0):
 
 # %% [markdown]
 # With $\alpha = 0$ the short hypothesis wins on its sum. With $\alpha = 0.6$ the long one's
-# larger penalty divides its log-probability more, and it wins. On the reversal task the right
-# length is fixed by the source, so the penalty only decides between a correct long output and
-# a wrong short one.
+# larger penalty divides its log-probability more, and it wins.
 #
 # ## 3. Beams in a batch: $B \cdot k$ rows
 #
@@ -313,9 +310,8 @@ assert seen["self queries"][0] == 8 and set(seen["self queries"][1:]) == {8 * 4}
 # ### The pitfall: a cache that does not follow the beams
 #
 # Forget the reordering after step 0, and row $b \cdot k + w$ keeps the past of *old* beam $w$.
-# The search raises no error. It decodes with the wrong prefixes, and the scores it reports
-# belong to no sequence it returns. We compare both versions with the library's
-# `helpers.beam_search` on 200 sources, $k = 4$.
+# The search raises no error. It decodes with the wrong prefixes. We compare both versions with
+# the library's `helpers.beam_search` on 200 sources, $k = 4$.
 
 # %% tags=["nbval-ignore-output"]
 src200 = src_test[:200]
@@ -529,10 +525,9 @@ plt.show()
 # every final beam (`beams`, `beam_scores`).
 #
 # :::{dropdown} Going deeper: what a beam costs
-# A step of width $k$ runs the decoder on $B \cdot k$ rows instead of $B$, and the cache holds
-# $k$ times as many self-attention rows. The cross-attention keys and values are shared by
-# value, not by memory: `index_select` copies them $k$ times. A search that wants to save that
-# memory keeps them at $B$ rows and lets each beam index its source's row instead.
+# A step of width $k$ runs the decoder on $B \cdot k$ rows instead of $B$ (the hook counts of
+# section 4), and the self-attention cache holds $k$ times as many rows. The Experiments page
+# measures what that costs per generated token.
 # :::
 #
 # ## Summary
@@ -540,7 +535,7 @@ plt.show()
 # - A sequence's score is the sum of its tokens' log-probabilities. Greedy decoding can miss the
 #   best sequence when a less likely first token leads to a much more likely rest.
 # - GNMT's length penalty divides the sum by $((5 + n)/6)^{\alpha}$. Without it ($\alpha = 0$)
-#   short hypotheses win.
+#   the sum favours short hypotheses.
 # - A batch of $B$ sources with $k$ beams each is $B \cdot k$ decoder rows. One `topk` over each
 #   source's $k \cdot V$ candidates gives the parent beams and the new tokens.
 # - The self-attention cache is reordered by parent with `index_select` after every step. The
