@@ -33,6 +33,9 @@ def test_design_as_stated(record):
     assert record["recipe"] == dataclasses.asdict(fixed_budget_recipe(BOOK_RECIPE, steps=steps))
     assert f"fixed_budget_recipe(BOOK_RECIPE, steps={steps})" in PAGE
     assert f"fixed_budget_recipe(BOOK_RECIPE, steps={steps})" in CHAPTER  # seed 0 is its model
+    seed0 = record["arms"]["greedy"][0]
+    assert seed0["seed"] == 0
+    assert seed0["config_key"] == fixed_budget_recipe(BOOK_RECIPE, steps=steps).key()
     assert f"trained for exactly {steps} steps" in PAGE
     assert list(record["arms"]) == ["greedy", "beam 2", "beam 4", "beam 8"]
     assert record["seeds"] == [0, 1, 2, 3, 4] and "**Seeds.** 0 to 4" in PAGE
