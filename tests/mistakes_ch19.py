@@ -51,6 +51,11 @@ def names_final_norm(name):
     return "model.final_layernorm.weight" if out == "model.norm.weight" else out
 
 
+def names_attention_module(name):
+    """The attention module named after the paper, not LlamaDecoderLayer's attribute."""
+    return hf_llama_name(name).replace(".self_attn.", ".attention.")
+
+
 NAME_MISTAKES = {
     "norms swapped": (names_norms_swapped, "norm1 normalises the input of attention"),
     "no model. prefix": (names_without_model_prefix, "under model."),
@@ -59,6 +64,7 @@ NAME_MISTAKES = {
     "BART's out_proj": (names_bart_out_proj, "o_proj in LlamaAttention"),
     "gate and up swapped": (names_gate_up_swapped, "gate_proj, up_proj and down_proj"),
     "final norm": (names_final_norm, "model.norm.weight"),
+    "attention module": (names_attention_module, "attention lives under self_attn"),
 }
 
 # ---------------------------------------------------------------- exercise 19.3: permutation
@@ -94,6 +100,18 @@ def permute_pairs_swapped(w, head_dim):
     return w.view(heads, head_dim, -1)[:, perm].reshape_as(w)
 
 
+def permute_first_head_only(w, head_dim):
+    """The per-head order, applied to the first head and forgotten for the others."""
+    return torch.cat([w[:head_dim][rope_permutation(head_dim)], w[head_dim:]])
+
+
+def permute_odd_first(w, head_dim):
+    """(1, 3, 5, ..., 0, 2, 4, ...): another order, not a known one."""
+    heads = w.size(0) // head_dim
+    perm = torch.cat([torch.arange(1, head_dim, 2), torch.arange(0, head_dim, 2)])
+    return w.view(heads, head_dim, -1)[:, perm].reshape_as(w)
+
+
 PERMUTATION_MISTAKES = {
     "unchanged": (permute_nothing, "still in the interleaved order"),
     "columns": (permute_columns, "not its columns"),
@@ -101,4 +119,6 @@ PERMUTATION_MISTAKES = {
     "all rows": (permute_all_rows, "inside each head"),
     "heads last": (permute_heads_last, "not \\(head_dim, heads, d_model\\)"),
     "pairs swapped": (permute_pairs_swapped, "differs from the book's permutation"),
+    "first head only": (permute_first_head_only, "only the first head's rows"),
+    "odd rows first": (permute_odd_first, "the even rows first, then the odd ones"),
 }

@@ -48,6 +48,11 @@ def _name_hint(name: str, got: str, want: str) -> str:
         i = name.split(".")[1]
         return f"keep the block index: blocks.{i} is model.layers.{i}"
     parts = name.split(".")
+    if name.startswith("blocks.") and len(got.split(".")) > 3:
+        # model.layers.{i}.<module>...: name the module when that is the part that differs
+        module = got.split(".")[3]
+        if module != want.split(".")[3] and parts[2] in ("attn", "ffn"):
+            return _NAME_HINTS[parts[2]]
     for key in _ORDER:
         if key in parts:
             return _NAME_HINTS[key]
@@ -96,6 +101,7 @@ def _known_mistakes(w: torch.Tensor, head_dim: int) -> dict:
         "inverse": lambda: w.view(heads, head_dim, -1)[:, perm.argsort()].reshape_as(w),
         "all rows": lambda: w[rope_permutation(w.size(0))],
         "heads last": lambda: w.view(head_dim, heads, -1)[perm].reshape_as(w),
+        "first head": lambda: torch.cat([w[:head_dim][perm], w[head_dim:]]),
     }
     out = {}
     for key, make in candidates.items():
@@ -115,6 +121,8 @@ _PERM_HINTS = {
     "once: view W as (heads, head_dim, d_model) first",
     "heads last": "head h owns rows h * head_dim ... h * head_dim + head_dim - 1: view W as "
     "(heads, head_dim, d_model), not (head_dim, heads, d_model)",
+    "first head": "only the first head's rows were reordered: every head of head_dim rows needs "
+    "the same reordering",
 }
 
 # (what, rows, d_model, head_dim): several heads first, so that per-head and whole-matrix
@@ -149,5 +157,10 @@ def check_rope_permutation(permute_fn) -> None:
         for key, wrong in _known_mistakes(w, hd).items():
             if wrong.shape == got.shape and torch.equal(got, wrong):
                 fail("the rows are not in the half layout's order", where, _PERM_HINTS[key])
-        fail("the result differs from the book's permutation of the rows", where)
+        fail(
+            "the result differs from the book's permutation of the rows",
+            where,
+            "in each head, new row j is old row perm[j], with perm = (0, 2, 4, ..., 1, 3, 5, "
+            "...): the even rows first, then the odd ones",
+        )
     passed("check_rope_permutation", len(_PERM_CASES), "W_q and W_k matrices of 1 to 4 heads")
