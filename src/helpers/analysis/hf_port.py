@@ -17,11 +17,12 @@ sinusoidal positions added to tokens scaled by sqrt(d)), and both name their ten
   that from_pretrained rebuilds with HF's formula. to_m2m100 overwrites it with ours, which a
   save/load round trip loses.
 
-Config fields set on purpose (each default would change the logits, tests/test_hf_port.py):
-activation_function "gelu" (M2M100's default is relu; transformers' "gelu" is the exact erf form,
-like nn.GELU()), tie_word_embeddings False (the default ties both embeddings and lm_head into one
-tensor), scale_embedding True (Pegasus's default is False), no dropout or layerdrop, and the
-book's special tokens (decoder_start BOS, eos EOS, pad PAD; Pegasus's forced_eos_token_id None).
+Config fields set on purpose. Three change the logits when put back to their default
+(tests/test_hf_port.py): activation_function "gelu" (M2M100's default is relu; transformers'
+"gelu" is the exact erf form, like nn.GELU()), tie_word_embeddings False (the default ties both
+embeddings and lm_head into one tensor), scale_embedding True (Pegasus's default is False).
+Training only: no dropout or layerdrop. For generate: the book's special tokens (decoder_start
+BOS, eos EOS, pad PAD; Pegasus's forced_eos_token_id None).
 
 max_logit_gap compares logits on the decoder positions whose input is not PAD: the only ones a
 loss or a decoder reads (M2M100 gives PAD query rows a zero position code; ours gives them pe[p]).
