@@ -206,8 +206,8 @@ with torch.no_grad():
 #
 # `helpers.train_gpt` is chapter 14's loop: random windows, AdamW, warm-up then cosine decay,
 # gradients clipped at norm 1. Here it runs 150 steps of 16 windows of 48 characters, seed 0.
-# That is enough for a model whose mistakes show. Section 4 needs one: in an untrained model
-# they are far smaller (exercise 19.1).
+# Why train at all? A wrong port shows clearly only on trained weights. On an untrained model it
+# moves the logits far less (exercise 19.1).
 
 # %% tags=["nbval-ignore-output"]
 hist = train_gpt(
@@ -217,7 +217,8 @@ hist = train_gpt(
 model.eval()
 ln_v = math.log(tok.vocab_size)
 print(f"150 steps in {hist['seconds']:.1f} s")
-print(f"held-out loss {hist['val_loss'][0]:.3f} at step 50, {hist['val_loss'][-1]:.3f} at step 150")
+print(f"held-out loss {hist['val_loss'][0]:.3f} at step {hist['eval_step'][0]}, "
+      f"{hist['val_loss'][-1]:.3f} at step {hist['eval_step'][-1]}")  # fmt: skip
 print(f"(a uniform guess: ln V = {ln_v:.3f})")
 assert hist["val_loss"][-1] < ln_v - 1.5
 
@@ -271,6 +272,7 @@ for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
 print("LlamaConfig().tie_word_embeddings:", transformers.LlamaConfig().tie_word_embeddings)
+print("GPT2Config().tie_word_embeddings: ", transformers.GPT2Config().tie_word_embeddings)
 torch.manual_seed(0)
 tied = TinyLlama(cfg, tie_weights=True).eval()
 hf_tied = to_hf_llama(tied)
@@ -416,7 +418,9 @@ assert llama.TinyLlamaConfig(tok.vocab_size).rope_layout == "half"
 # **Which query heads share a key/value head.** With 4 query heads and 2 key/value heads, key head
 # 0 could serve query heads 0 and 1 (`repeat_interleave`), or query heads 0 and 2
 # (`tensor.repeat`, tiling). Both are grouped-query attention, but they are different models.
-# Hugging Face's `repeat_kv` does the first:
+# Hugging Face's `repeat_kv` does the first. Yet the installed model does not call it here. It
+# computes attention with PyTorch's SDPA and passes `enable_gqa=True`: the cell watches its calls.
+# Section 1 showed that `enable_gqa` groups the heads as `repeat_interleave` does.
 
 # %%
 kv = torch.arange(2.0).view(1, 2, 1, 1)  # key/value heads 0 and 1
@@ -424,6 +428,20 @@ print("modeling_llama.repeat_kv:", modeling_llama.repeat_kv(kv, 2).flatten().tol
 print("repeat_interleave:       ", kv.repeat_interleave(2, dim=1).flatten().tolist())
 print("repeat (tiling):         ", kv.repeat(1, 2, 1, 1).flatten().tolist())
 assert torch.equal(modeling_llama.repeat_kv(kv, 2), kv.repeat_interleave(2, dim=1))
+
+sdpa_calls = []
+
+
+def watched_sdpa(q, k, v, *args, _sdpa=F.scaled_dot_product_attention, **kwargs):
+    sdpa_calls.append((q.size(1), k.size(1), kwargs.get("enable_gqa", False)))
+    return _sdpa(q, k, v, *args, **kwargs)
+
+
+with mock.patch.object(F, "scaled_dot_product_attention", watched_sdpa), torch.no_grad():
+    hf(xv)
+print("attn_implementation:", hf.config._attn_implementation)
+print("SDPA calls (query heads, key heads, enable_gqa):", sdpa_calls)
+assert sdpa_calls == [(4, 2, True)] * cfg.num_layers
 
 # %% [markdown]
 # Our model with tiling in place of `repeat_interleave`, against the Hugging Face copy:
@@ -442,12 +460,16 @@ assert gap_tiled > 1.0
 
 # %% [markdown]
 # **The epsilon of RMSNorm.** $\epsilon$ is added to the mean square before the square root. Ours
-# is $10^{-6}$, `LlamaConfig`'s default. `torch.nn.RMSNorm` has `eps=None` by default, which means
-# float32's machine epsilon. We try that one, and $10^{-5}$:
+# is $10^{-6}$, `LlamaConfig`'s default. `torch.nn.RMSNorm` has `eps=None` by default. That means
+# the machine epsilon of the input's type: float32's here. We try that one, and $10^{-5}$:
 
 # %%
 print("LlamaConfig().rms_norm_eps:", transformers.LlamaConfig().rms_norm_eps)
 print("nn.RMSNorm(64).eps:", nn.RMSNorm(64).eps, "-> finfo(float32).eps =", torch.finfo().eps)
+with torch.no_grad():
+    small = torch.linspace(-1e-3, 1e-3, 64)  # a mean square near the epsilons
+    assert torch.equal(nn.RMSNorm(64)(small), nn.RMSNorm(64, eps=torch.finfo().eps)(small))
+    assert not torch.equal(nn.RMSNorm(64)(small), nn.RMSNorm(64, eps=1e-6)(small))
 
 # %% tags=["nbval-ignore-output"]
 gaps_eps = {}
@@ -481,8 +503,8 @@ assert tok.itos[2] == " " and early.size(1) < full.size(1) == 70 and early[0, -1
 # The port sets `bos_token_id` and `eos_token_id` to `None`: our text has neither. It also keeps
 # PAD, id 0, out of the generated text, as chapter 14's `generate` does (see the dropdown).
 #
-# Figure 19.3 collects the measurements. Every wrong convention lands above $10^{-4}$; the right
-# port lands below it.
+# Figure 19.3 collects the logit measurements. Every wrong convention lands above $10^{-4}$; the
+# right port lands below it.
 
 # %% jupyter={"source_hidden": true} tags=["figure", "hide-input"]
 bars = [
@@ -508,8 +530,8 @@ plt.show()
 # :::{dropdown} Going deeper: PAD in generation
 # Chapter 14's `generate` never picks id 0: it is PAD, not a character. `generate` in
 # `transformers` knows nothing about that. The port tells it with
-# `generation_config.suppress_tokens = [0]`. A trained model rarely favours PAD. So the cell
-# below gives PAD twice the output-head row of the space, in a copy of the model. Then it
+# `generation_config.suppress_tokens = [0]`. To see it at work, the cell below makes PAD
+# tempting: in a copy of the model, PAD's output-head row becomes twice the space's. Then it
 # generates with and without the suppression.
 # :::
 
@@ -536,23 +558,38 @@ assert (free[:, 10:] == PAD_ID).any()
 #
 # Equal logits should give equal greedy text: `generate(do_sample=False)` against chapter 14's
 # `generate(temperature=0)`, 100 new characters for each of four prompts. One caution. Where the
-# two best characters are almost tied, float rounding alone could pick either one. So we measure,
-# along every generated path, the smallest gap between our best and second-best logit. If it is
-# larger than the largest logit difference between the two models, rounding cannot flip a
-# choice, and the texts must agree.
+# two best characters are almost tied, float rounding alone could pick either one. So we keep the
+# logits that each loop chose from: ours without and with the KV cache, and the ones `generate`
+# returns with `output_logits=True`. Along the paths, we measure the smallest gap between our
+# best and second-best logit (PAD left out, as chapter 14's loop leaves it out). To flip a
+# choice, rounding must lower the best logit and raise the second by that gap together. If the
+# gap is more than twice the largest difference between the three sets of logits, that cannot
+# happen, and the texts must agree.
 
 # %% tags=["nbval-ignore-output"]
 with torch.no_grad():
-    theirs = hf.generate(prompts, do_sample=False, max_new_tokens=100)
-    logits_ours = model(ours[:, :-1])[:, 9:]  # the scores that chose each new character
-    logits_theirs = hf(ours[:, :-1]).logits[:, 9:]
-top2 = logits_ours.topk(2, dim=-1).values
+    out = hf.generate(
+        prompts, do_sample=False, max_new_tokens=100, output_logits=True,
+        return_dict_in_generate=True,
+    )  # fmt: skip
+    theirs = out.sequences
+    logits_theirs = torch.stack(out.logits, dim=1)  # [4, 100, V]: what generate chose from
+    # what chapter 14's loop chose from: the text so far, each step
+    logits_ours = torch.stack([model(ours[:, :t])[:, -1] for t in range(10, 110)], dim=1)
+    caches = [{} for _ in model.blocks]  # the same with the KV cache: the prompt, then one token
+    logits_cached = torch.stack(
+        [model(ours[:, :10] if t == 10 else ours[:, t - 1 : t], caches)[:, -1]
+         for t in range(10, 110)], dim=1,
+    )  # fmt: skip
+scores = logits_ours.clone()
+scores[..., PAD_ID] = float("-inf")  # chapter 14's generate never picks PAD
+top2 = scores.topk(2, dim=-1).values
 margin = (top2[..., 0] - top2[..., 1]).min().item()
-gap_path = (logits_ours - logits_theirs).abs().max().item()
+gap_path = max((logits_ours - other).abs().max().item() for other in (logits_theirs, logits_cached))
 print(f"smallest top-1 minus top-2 logit along the paths: {margin:.1e}")
 print(f"largest logit difference along the paths:         {gap_path:.1e}")
+print("shapes:", tuple(ours.shape), tuple(theirs.shape), "logits", tuple(logits_theirs.shape))
 assert margin > 2 * gap_path
-print("shapes:", tuple(ours.shape), tuple(theirs.shape))
 assert torch.equal(theirs, ours)
 assert torch.equal(generate(model, prompts, 100, temperature=0, use_cache=True), ours)
 for row in theirs[:2]:
@@ -564,9 +601,10 @@ for row in theirs[:2]:
 #
 # :::{dropdown} Going deeper: bfloat16, and where the norm computes
 # In bfloat16, `transformers`' `LlamaRMSNorm` casts its input to float32, normalises, casts back,
-# and only then multiplies by its weight: the cell below prints its `forward`. In float32 it is
-# the same function as `torch.nn.RMSNorm`. The cell compares the two on one bfloat16 input, and
-# each against the same norm in float64.
+# and only then multiplies by its weight: the cell below prints its `forward`. `torch.nn.RMSNorm`
+# also normalises in float32, but it multiplies by the weight before it casts back. So it rounds
+# to bfloat16 once, not twice. In float32 the two are the same function. The cell checks each
+# description on one input, and compares both with the same norm in float64.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["nbval-ignore-output", "hide-cell"]
@@ -578,11 +616,16 @@ with torch.no_grad():
     norm_hf.weight.copy_(weight)
     norm_torch.weight.copy_(weight)
     xb = 3 * torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
-    exact = xb.double() * torch.rsqrt(xb.double().pow(2).mean(-1, keepdim=True) + 1e-6) * weight
     assert torch.equal(norm_hf(xb), norm_torch(xb))  # float32: the same
-    xb16 = xb.bfloat16()
+    xb16, w16 = xb.bfloat16(), weight.bfloat16()
     out_hf = norm_hf.bfloat16()(xb16)
     out_torch = norm_torch.bfloat16()(xb16)
+    x32 = xb16.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)  # in float32
+    assert torch.equal(out_hf, normed.bfloat16() * w16)  # cast back, then the weight
+    assert torch.equal(out_torch, (normed * w16.float()).bfloat16())  # the weight, then cast
+    x64 = xb16.double()
+    exact = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * w16.double()
 gap16 = (out_hf.float() - out_torch.float()).abs().max().item()
 print(f"bfloat16 input: max |LlamaRMSNorm - nn.RMSNorm| = {gap16:.1e}")
 print(f"error against float64: LlamaRMSNorm {(out_hf.double() - exact).abs().max():.1e}, "
@@ -605,8 +648,8 @@ assert gap16 > 1e-3  # more than float32 rounding: the two compute differently
 #   (`repeat_interleave`, not tiling); `rms_norm_eps` is $10^{-6}$, not $10^{-5}$ or float32's
 #   epsilon; `eos_token_id` is `None`, since `LlamaConfig`'s 2 is a space here.
 # - With the four matched, `generate(do_sample=False)` gives our greedy characters on four
-#   prompts. The smallest top-2 margin along the paths was larger than the logit difference, so
-#   rounding could not have flipped a choice.
+#   prompts. The smallest top-2 margin along the paths was more than twice the logit difference,
+#   so rounding could not have flipped a choice.
 # - The one thing to remember: two implementations agree only when every convention does. Test
 #   the port on a trained model: untrained, the wrong layout moved the logits by less than 0.1.
 #

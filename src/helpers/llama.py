@@ -36,7 +36,8 @@ match (measured in tests/test_llama.py, where each one put back fails):
   to PAD_ID, and suppresses PAD in generation, as helpers.gpt.next_token does.
 
 Float32 only: the norms are torch's nn.RMSNorm, bitwise equal to HF's LlamaRMSNorm in float32;
-in bfloat16 HF upcasts inside the norm and torch does not. transformers is imported only inside
+in bfloat16 both normalise in float32, but HF casts back before multiplying by the weight and
+torch after, so the two differ (chapter 19). transformers is imported only inside
 the port, so `import helpers.llama` does not need it.
 """
 
