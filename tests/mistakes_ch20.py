@@ -86,6 +86,22 @@ def shape_changed(caches, parent):
         cache["self_v"] = cache["self_v"].index_select(0, rows)
 
 
+def first_layer_only(caches, parent):
+    """Only the first decoder layer's dict reordered."""
+    B, k = parent.shape
+    rows = (torch.arange(B)[:, None] * k + parent).view(-1)
+    cache = caches[0]
+    cache["self_k"] = cache["self_k"].index_select(0, rows)
+    cache["self_v"] = cache["self_v"].index_select(0, rows)
+
+
+def new_list_not_returned(caches, parent):
+    """The name caches rebound to a new list inside the function: the caller's list unchanged."""
+    B, k = parent.shape
+    rows = (torch.arange(B)[:, None] * k + parent).view(-1)
+    caches = [{**c, "self_k": c["self_k"][rows], "self_v": c["self_v"][rows]} for c in caches]
+
+
 EXERCISE_MISTAKES = {
     "not_reordered": (not_reordered, "the caches are as they were"),
     "local_index": (local_index, "b * k + parent[b, w]"),
@@ -95,4 +111,5 @@ EXERCISE_MISTAKES = {
     "returns_new_dicts": (returns_new_dicts, "change the dicts in the list"),
     "cross_reordered_by_local_index": (cross_reordered_by_local_index, "cross-attention cache"),
     "shape_changed": (shape_changed, "has shape"),
+    "first_layer_only": (first_layer_only, "were not reordered"),
 }

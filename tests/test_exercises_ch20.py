@@ -38,6 +38,13 @@ def test_catalogue_messages_are_distinct():
     assert len(messages) == len(mistakes_ch20.EXERCISE_MISTAKES)
 
 
+def test_a_rebound_list_is_told_to_write_into_the_dicts():
+    """Rebinding the name caches to a new list leaves the caller's caches as they were; that
+    message (shared with doing nothing) says where to write."""
+    with pytest.raises(ExerciseError, match="Write into the dicts of the list you are given"):
+        check_reorder_caches(mistakes_ch20.new_list_not_returned)
+
+
 def test_the_search_part_catches_what_made_up_caches_miss():
     """An answer right on the made-up caches (3 sources x 4 beams) but wrong for other
     widths fails inside the search (width 3)."""

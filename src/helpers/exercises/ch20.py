@@ -89,7 +89,8 @@ def _variant(caches, parent, mistake: str) -> None:
 _MISTAKES = {
     "not reordered": "the caches are as they were: after every step, row b * k + w must take the "
     "past of its parent beam (index_select on dim 0), or the beams decode with other beams' "
-    "prefixes",
+    "prefixes. Write into the dicts of the list you are given (cache['self_k'] = ...): a new "
+    "list or new dicts are not what the decoder reads",
     "local index": "you used parent itself as the rows: parent[b, w] counts among source b's "
     "beams, so the row it means is b * k + parent[b, w]",
     "source-major rows": "you laid the rows out source by source the other way round: beam w of "
@@ -142,6 +143,17 @@ def _check_made_up(fn) -> int:
         _variant(wrong, _PARENT, mistake)
         if _same(caches, wrong):
             fail("the reordered caches are not the parents' rows", where, hint)
+    self_names = ("self_k", "self_v")
+    done = [all(torch.equal(g[n], w[n]) for n in self_names) for g, w in zip(caches, want)]
+    kept = [all(torch.equal(g[n], b[n]) for n in self_names) for g, b in zip(caches, before)]
+    if any(done) and not all(done) and all(d or k for d, k in zip(done, kept)):
+        fail(
+            f"layer(s) {[i for i, d in enumerate(done) if d]} hold the parents' rows, layer(s) "
+            f"{[i for i, d in enumerate(done) if not d]} were not reordered",
+            where,
+            "every decoder layer has its own dict in caches: reorder self_k and self_v in each "
+            "of them (for cache in caches: ...)",
+        )
     for name in ("cross_k", "cross_v"):
         if not all(torch.equal(c[name], w[name]) for c, w in zip(caches, want)):
             fail(
