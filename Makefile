@@ -1,7 +1,8 @@
 # A Transformer from Scratch in PyTorch: build, test and run the book.
 #
 #   make book      install what is needed (once), then build the HTML book
-#   make test      install what is needed (once), then run every check
+#   make test      install what is needed (once), then run every check but the slow unit tests
+#   make test-slow the unit tests marked slow or integration (.ci/run runs them after make test)
 #   make check     the fast inner loop: lint, pairing, unit tests not marked slow/integration
 #   make lab       open the chapters in JupyterLab
 #   make execute   re-execute notebooks in a fresh kernel (NB=chapters/03_x.py for one)
@@ -33,11 +34,12 @@ export PYTHONHASHSEED := 0
 .DEFAULT_GOAL := help
 .PHONY: help venv book test lint format test-unit test-pairing test-conventions test-notebooks \
         test-pytest test-book test-portable doctor lab execute clean distclean check-browser \
-        record-gpu check test-fast
+        record-gpu check test-fast test-slow
 
 help:
 	@echo "make book     build the book into _build/html/index.html (installs first if needed)"
-	@echo "make test     lint, unit tests, pairing, notebook conventions, nbval, book build with -W"
+	@echo "make test     lint, pairing, conventions, fast unit tests, nbval, book build with -W"
+	@echo "make test-slow  the unit tests marked slow or integration (.ci/run runs them too)"
 	@echo "make check    the fast inner loop: lint, pairing, unit tests not marked slow/integration"
 	@echo "make lint     ruff (lint + format check) and codespell; make format applies ruff"
 	@echo "make test-portable  the notebooks with the numerics pin broken: must pass anyway"
@@ -55,6 +57,11 @@ venv: $(SETUP)
 # requirements.txt installs `helpers` in editable mode; its build normally fetches
 # setuptools into an isolated environment. Where no package index has setuptools
 # (offline), the second attempt builds with the venv's own setuptools instead.
+# pip byte-compiles what it installs, on one core: about half of its CPU time (2026-12-03,
+# loaded 2-core machine: 172 s of CPU, 89 s with --no-compile). --no-compile is not used:
+# where PYTHONDONTWRITEBYTECODE is set (as on that machine) every process would compile its
+# imports again (torch, transformers, matplotlib, ipykernel, sphinx: 24 s of CPU instead of
+# 12), and make test starts a kernel per notebook.
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -r requirements.txt \
@@ -76,7 +83,8 @@ book: $(SETUP)
 PYTEST_ALLOW_EMPTY = rc=$$?; if [ $$rc -eq 5 ]; then echo "(no tests collected: nothing to check yet)"; rc=0; fi; exit $$rc
 
 test: lint test-pairing test-conventions test-pytest test-book
-	@echo "make test: all checks passed (lint, pairing, conventions, unit tests and notebook outputs, book)"
+	@echo "make test: all checks passed (lint, pairing, conventions, fast unit tests and notebook outputs, book)"
+	@echo "(the unit tests marked slow or integration: make test-slow)"
 
 # ruff (lint + format check, settings in pyproject.toml) over the package, tests, tools and
 # the chapter notebooks (their .py twins are generated from them); codespell over code and prose.
@@ -99,14 +107,19 @@ test-unit: $(SETUP)
 	else echo "no tests/ folder yet: no unit tests to run"; fi
 
 # The inner loop while editing (CONTRIBUTING.md): what `make test` checks first, less the
-# notebooks and the tests marked slow or integration (tests/conftest.py's MARKED table, the
-# markers registered in pytest.ini). `make test` still runs every test.
+# notebooks. Neither runs the tests marked slow or integration (tests/conftest.py's MARKED
+# table, the markers registered in pytest.ini): `make test-slow` runs those, and .ci/run runs
+# it after `make test`.
 FAST_TESTS := -m "not slow and not integration"
+SLOW_TESTS := -m "slow or integration"
 check: lint test-pairing test-fast
-	@echo "make check: lint, pairing and the fast unit tests passed (make test runs everything)"
+	@echo "make check: lint, pairing and the fast unit tests passed (make test runs the notebooks too)"
 
 test-fast: $(SETUP)
 	$(BIN)/python -m pytest tests/ -q $(FAST_TESTS) -n 2
+
+test-slow: $(SETUP)
+	$(BIN)/python -m pytest tests/ -q $(SLOW_TESTS) -n 2
 
 test-pairing: $(SETUP)
 	$(BIN)/python -m tools.check.pairing
@@ -126,12 +139,14 @@ test-notebooks: $(SETUP)
 	$(BIN)/python -m pytest --nbval chapters/ appendix/ -q $(XDIST); \
 	$(PYTEST_ALLOW_EMPTY)
 
-# What `make test` runs: the unit tests and the notebooks in one pytest session on the same
-# two workers, longest files first (conftest.py's LONGEST_FIRST), so that neither core idles
-# while the other finishes a long chapter (measured on a fresh clone of the pinned book, cold
-# checkpoint cache, 2-core AMD EPYC: the session 431 s).
+# What `make test` runs: the fast unit tests and the notebooks in one pytest session on the
+# same two workers, longest files first (conftest.py's LONGEST_FIRST), so that neither core
+# idles while the other finishes a long chapter (measured on a fresh clone of the pinned book,
+# cold checkpoint cache, 2-core AMD EPYC: the session 431 s). The tests marked slow or
+# integration are left to `make test-slow`: 75 tests, 202 s of CPU time when measured alone
+# (2026-12-03, loaded 2-core machine), so about 100 s less wall time on two idle cores.
 test-pytest: $(SETUP)
-	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST)
+	$(BIN)/python -m pytest tests/ --nbval chapters/ appendix/ -q $(XDIST) $(FAST_TESTS)
 
 # The notebooks with the pin deliberately broken (src/helpers/repro/pin.py BROKEN_PIN: ATen's
 # scalar kernels, so every seeded random tensor differs in its last bits, and MKL's default

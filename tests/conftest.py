@@ -1,9 +1,9 @@
 """Unit tests use tiny models: one thread is faster than two (no cross-thread sync) and
 keeps timings sane when the machine is busy.
 
-The markers `slow` and `integration` (registered in pytest.ini) let `make check` run the
-fast unit tests alone; `make test` runs every test. They are given here, in one table, not
-in each file: see MARKED below."""
+The markers `slow` and `integration` (registered in pytest.ini) let `make check` and `make
+test` run the fast unit tests alone; `make test-slow` runs the marked ones. They are given
+here, in one table, not in each file: see MARKED below."""
 
 import dataclasses
 from pathlib import Path
@@ -17,11 +17,12 @@ torch.set_num_threads(1)
 
 TESTS = Path(__file__).resolve().parent
 
-# The tests that `make check` leaves out. A name is a test function (every parametrisation of
-# it) or a fixture: every test that uses that fixture gets the marker, so a new test that
-# takes one of these fixtures is marked too. "*" stands for any file. Measured with
-# `pytest tests/ --durations=40` on the 2-core machine while other work ran (2026-12-03):
-# each entry took over ~3 s there, most of it in a fixture's set-up where one is named.
+# The tests that `make check` and `make test` leave out (`make test-slow` runs them). A name is
+# a test function (every parametrisation of it) or a fixture: every test that uses that
+# fixture gets the marker, so a new test that takes one of these fixtures is marked too. "*"
+# stands for any file. Measured with `pytest tests/ --durations=40` on the 2-core machine
+# while other work ran (2026-12-03): each entry took over ~3 s there, most of it in a
+# fixture's set-up where one is named.
 # tests/test_project_files.py checks that every name here still exists in its file.
 MARKED = {
     # Starts another process: torchrun, a fresh Python, the GPU recorder's dry run.
