@@ -104,3 +104,12 @@ def gqa_softmax_over_queries(q, k, v, causal=False):
 
 def gqa_no_repeat(q, k, v, causal=False):  # broadcasting fails unless h_kv is 1 or h
     return _attend(q, k, v, causal)
+
+
+def gqa_masks_the_diagonal(q, k, v, causal=False):  # triu(0): query 0 sees no key at all
+    k, v = _interleave(q, k, v)
+    scores = q @ k.transpose(-2, -1) * q.size(-1) ** -0.5
+    if causal:
+        blocked = torch.ones(q.size(2), k.size(2), dtype=torch.bool).triu(0)
+        scores = scores.masked_fill(blocked, float("-inf"))
+    return scores.softmax(dim=-1) @ v

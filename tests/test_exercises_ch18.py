@@ -61,6 +61,7 @@ GQA_CATALOGUE = [
     (m.gqa_ignores_causal, "sees keys 0..i only"),
     (m.gqa_softmax_over_queries, "over the keys"),
     (m.gqa_no_repeat, "RuntimeError"),
+    (m.gqa_masks_the_diagonal, "every key is masked gives NaN"),
 ]
 
 
