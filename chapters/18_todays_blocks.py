@@ -140,11 +140,18 @@ for name, m in (("nn.RMSNorm", torch_norm), ("rms_norm", lib_norm), ("LlamaRMSNo
     print(f"{name:>12} vs by hand: max |difference| {shown(diff)}")
     torch.testing.assert_close(m(x), y)
 print(f"lib_norm: {lib_norm}")
+hf_default_eps = modeling_llama.LlamaRMSNorm(d).variance_epsilon
+print(
+    f"Hugging Face's defaults: LlamaRMSNorm eps {hf_default_eps:g}, "
+    f"LlamaConfig().rms_norm_eps {transformers.LlamaConfig().rms_norm_eps:g}"
+)
+assert lib_norm.eps == hf_default_eps == transformers.LlamaConfig().rms_norm_eps == 1e-6
 
 # %% [markdown]
-# What does the mean do? LayerNorm is RMSNorm applied to the centred vector $x - \bar{x}$, with
-# the same $\epsilon$ and no bias. So LayerNorm cannot see a shift of all $d$ coordinates by
-# the same number; RMSNorm can. And RMSNorm has half of LayerNorm's parameters.
+# What does the mean do? With its bias at zero, its starting value, LayerNorm is RMSNorm applied
+# to the centred vector $x - \bar{x}$, with the same $\epsilon$. So LayerNorm cannot see a shift of
+# all $d$ coordinates by the same number; RMSNorm can. And RMSNorm has half of LayerNorm's
+# parameters.
 
 # %%
 layer_norm = nn.LayerNorm(d, eps=1e-5)
@@ -187,6 +194,10 @@ for scale in (1.0, 1e-3):
         rel = ((default_norm(v) - hf_eps_norm(v)).norm() / hf_eps_norm(v).norm()).item()
     print(f"inputs of RMS about {scale:g}: default eps vs 1e-6, relative gap {shown(rel, 1e-5)}")
     assert (rel < 1e-5) if scale == 1.0 else (rel > 0.1)
+with torch.no_grad():  # on the small inputs: the default is the formula with finfo's eps
+    machine = rms_norm_by_hand(v, torch.ones(d), eps=torch.finfo(torch.float32).eps)
+    torch.testing.assert_close(default_norm(v), machine)
+print("nn.RMSNorm(d) equals the formula with eps = torch.finfo(float32).eps")
 
 # %% [markdown]
 # ## 2. Rotary positions (RoPE)
@@ -348,8 +359,10 @@ with torch.no_grad():
     logits = model(src_b, tgt_b[:, :-1])
     naive_gap = (naive_twin(src_b, tgt_b[:, :-1]) - logits).abs().max().item()
 naive_score = exact_match_with_interval(naive_twin, src_test, tgt_test)
+print(f"the trained model's rope_layout: {model.config.rope_layout!r}; the twin's: 'interleaved'")
 print(f"weights copied as they are: max |logit difference| {naive_gap:.1f} on 1,000 test sequences")
 print(f"the twin's test exact match: {naive_score}")
+assert model.config.rope_layout == "half" and naive_twin.config.rope_layout == "interleaved"
 assert naive_gap > 1.0 and naive_score.exact_match < 0.05
 
 # %% [markdown]
@@ -397,7 +410,7 @@ assert fixed_gap < 1e-4
 #
 # ## 3. SwiGLU
 #
-# The book's feed-forward network is $W_2\,\operatorname{GELU}(W_1 x)$. SwiGLU
+# The book's feed-forward network is $W_2\,\operatorname{GELU}(W_1 x + b_1) + b_2$. SwiGLU
 # {cite}`shazeer2020` adds a third matrix, a *gate*. One projection goes through SiLU,
 # $z\,\sigma(z)$, and multiplies the other elementwise:
 #
@@ -515,8 +528,8 @@ assert (tiled - sdpa).abs().max() > 0.1
 # %% [markdown]
 # Why share? The KV cache of chapter 13 stores each key/value head at every decoded position. With
 # `num_kv_heads` the library's caches hold only the key/value heads. The cell builds the book's
-# model with 4, 2 and 1 key/value heads and decodes 1,000 validation sequences with chapter 13's
-# preallocated cache. It then counts the bytes the cache holds.
+# model, untrained, with 4, 2 and 1 key/value heads. It decodes 1,000 validation sequences with
+# chapter 13's preallocated cache, then counts the bytes the cache holds.
 
 # %%
 src_val, _ = make_reversal_dataset(1000, seed=BOOK_RECIPE.val_seed)
@@ -560,7 +573,7 @@ ax.barh(names, self_kib, label="self-attention keys and values")
 ax.barh(names, cross_kib, left=self_kib, label="cross-attention keys and values")
 ax.invert_yaxis()
 ax.set(xlabel="KiB for 1,000 sequences of 14 positions")
-ax.legend(fontsize=8, loc="lower right")
+ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
 fig.suptitle("Figure 18.2  The decoder's KV cache with 4, 2 and 1 key/value heads", fontsize=10)
 plt.tight_layout()
 plt.show()
@@ -568,13 +581,15 @@ plt.show()
 # %% [markdown]
 # The self-attention half shrinks with the key/value heads: 4 to 2 halves it, 4 to 1 quarters it.
 # The cross-attention half stays whole: the option leaves cross-attention with all its heads. A
-# decoder-only model has no cross-attention, so only the first half.
+# decoder-only model such as Llama has no cross-attention, so there the whole cache shrinks.
 #
 # :::{dropdown} Going deeper: RoPE and grouped heads inside the KV cache
 # With RoPE the cache stores each key already rotated, at its own position. A new query is
 # rotated at the position it sits at, the `start_pos` the decoder passes on. The cell decodes
 # 100 test sources to 14 tokens with the trained model. It then feeds the same tokens to the
 # decoder one at a time, with a cache, and compares the logits with those of one full pass.
+# Last, it recomputes layer 0's keys, rotates them at their positions, and compares them with the
+# keys the cache holds.
 # :::
 
 # %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell"]
@@ -607,6 +622,19 @@ print(
 )
 torch.testing.assert_close(one_at_a_time, full_pass, atol=1e-4, rtol=1e-4)
 
+layer0 = model.decoder.layers[0]
+with torch.no_grad():
+    a0 = layer0.ln1(model.decoder.embed(tokens[:, :-1]))  # what layer 0's self-attention sees
+    keys = layer0.self_mha.split_heads(layer0.self_mha.W_k(a0))  # [100, 2, 13, 8], unrotated
+turned = apply_rope(keys, rope_angles(torch.arange(keys.size(2)), d_k))
+cached = kv_caches[0]["self_k"]
+print(
+    f"layer 0's cached keys vs its keys rotated at their positions: max |difference| "
+    f"{shown((cached - turned).abs().max().item())}"
+)
+torch.testing.assert_close(cached, turned)
+assert (cached - keys).abs().max() > 0.1  # and they are not the unrotated keys
+
 # %% [markdown]
 # ## 5. One option each
 #
@@ -633,8 +661,8 @@ for name, options in variants.items():
     counts[name] = count_parameters(m)
     with torch.no_grad():
         shape = tuple(m(src_s, tgt_s).shape)
-    shown = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "(defaults)"
-    print(f"{name:>16}: {counts[name]:6,d} parameters, logits {shape}   {shown}")
+    chosen = ", ".join(f"{k}={v!r}" for k, v in options.items()) or "(defaults)"
+    print(f"{name:>16}: {counts[name]:6,d} parameters, logits {shape}   {chosen}")
 
 n_norms = cfg.num_layers * (2 + 3) + 2  # 2 per encoder layer, 3 per decoder layer, 2 final
 n_ffn = n_self = 2 * cfg.num_layers  # one per layer of each stack
@@ -732,9 +760,11 @@ assert abs(s_5_2 - s_105_102) < 1e-9 and abs(s_5_2 - s_2_5) > 1e-3
 #
 # ### Exercise 18.2 (implement): RoPE in Hugging Face's layout
 #
-# Write `rope_halves(x, start_pos=0)` for `x` of shape `[B, h, L, d_k]`. It rotates the pairs
-# $(i, i + d_k/2)$ of the position $p = $ `start_pos` $+ \ell$ of row $\ell$ by $p\,\theta_i$,
-# $\theta_i = 10000^{-2i/d_k}$, as Hugging Face's Llama does. Check it with
+# Write `rope_halves(x, start_pos=0)` for `x` of shape `[B, h, L, d_k]`, as Hugging Face's Llama
+# does. Row $\ell$ sits at position $p = $ `start_pos` $+ \ell$. There each pair
+# $(x_i, x_{i + d_k/2})$ turns by the angle $p\,\theta_i$, $\theta_i = 10000^{-2i/d_k}$, to
+# $(x_i \cos - x_{i + d_k/2} \sin,\; x_{i + d_k/2} \cos + x_i \sin)$: that is
+# `x * cos + rotate_half(x) * sin`. Check it with
 # `check_rope(rope_halves)`. It names the slip it recognises: the interleaved layout, a turn the
 # wrong way, frequencies over the wrong exponent, or positions that ignore `start_pos`.
 
@@ -760,8 +790,10 @@ check_rope(rope_halves)
 # Write `gqa_attention(q, k, v, causal=False)` with `q` of shape `[B, h, Lq, d_k]` and `k`, `v`
 # of shape `[B, h_kv, Lk, d_k]`, where `h_kv` divides `h`. Query head $i$ uses key/value head
 # $\lfloor i / (h / h_{kv}) \rfloor$. With `causal=True`, query $i$ sees keys $0..i$ (here
-# $L_q = L_k$). Do not call `enable_gqa`. `check_gqa_attention(gqa_attention)` compares it with
-# `F.scaled_dot_product_attention(..., enable_gqa=True)` on grouped, multi-query and full heads.
+# $L_q = L_k$). It returns $\operatorname{softmax}(q k^\top / \sqrt{d_k})\, v$ per query head, of
+# shape `[B, h, Lq, d_k]`. Do not call `enable_gqa`. `check_gqa_attention(gqa_attention)`
+# compares it with `F.scaled_dot_product_attention(..., enable_gqa=True)` on grouped,
+# multi-query and full heads.
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 18.3
