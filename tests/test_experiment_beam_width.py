@@ -97,16 +97,23 @@ def test_widths_against_each_other_as_quoted(record):
     assert "not distinguishable with 5 seeds" in PAGE
 
 
-def test_cost_as_quoted(record):
-    arms = record["timing"]["arms"]
-    base = arms["greedy"]["seconds_per_token"]
-    ratios = [f"{arms[f'beam {w}']['seconds_per_token'] / base:.1f}" for w in (2, 4, 8)]
-    assert f"widths 2, 4 and 8 took {ratios[0]}, {ratios[1]} and {ratios[2]} times greedy" in PAGE
-    for t in arms.values():  # the cost is the median over the repeats, per token written
-        assert len(t["seconds"]) == record["timing"]["repeats"]
-        assert t["seconds_per_token"] * t["generated_tokens"] == pytest.approx(
-            sorted(t["seconds"])[len(t["seconds"]) // 2], abs=1e-4
+def test_timings_only_as_information(record):
+    """The timings were taken on a loaded machine (two copies of the recorder at once): the page
+    quotes their spread and draws no conclusion about cost from them."""
+    t = record["timing"]
+    arms = t["arms"]
+    for a in arms.values():  # the time per token is the median over the runs, per token written
+        assert len(a["seconds"]) == t["repeats"]
+        assert a["seconds_per_token"] * a["generated_tokens"] == pytest.approx(
+            sorted(a["seconds"])[len(a["seconds"]) // 2], abs=1e-4
         )
+    spread = max(max(a["seconds"]) / min(a["seconds"]) for a in arms.values())
+    gap = arms["beam 2"]["median_seconds"] / arms["greedy"]["median_seconds"]
+    assert spread > gap  # what the page says: the noise is larger than that gap
+    assert f"spread over up to {spread:.1f} times their fastest" in PAGE
+    assert f"more than the {gap:.1f} times between greedy decoding's median and width 2's" in PAGE
+    assert "**Cost.** Not measured." in PAGE and "information only" in PAGE
+    assert "times greedy" not in PAGE and "cost per token" not in CHAPTER
 
 
 def test_chapter_links_the_page():
