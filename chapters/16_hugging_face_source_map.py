@@ -981,7 +981,8 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 #
 # The map pays off when our weights run inside `transformers`. BART and Marian are Post-Norm.
 # **M2M100** and **Pegasus** have our wiring: Pre-Norm, a final LayerNorm per stack, and
-# sinusoidal positions added to tokens scaled by $\sqrt{d}$. Their tensors have BART's names.
+# sinusoidal positions added to tokens scaled by $\sqrt{d}$ (with `scale_embedding=True`). Their
+# tensors have BART's names.
 # `helpers.analysis.hf_port` builds each from a config and copies in the book's trained
 # reversal model (chapter 10). We compare logits where the decoder input is not PAD.
 
@@ -1019,32 +1020,45 @@ assert naive_gap > 1 and own_positions_gap > 1
 
 # %% [markdown]
 # M2M100's own position table differs from ours in three ways. Position $p$ reads row
-# $p + 1 +$ `padding_idx`; PAD reads row `padding_idx`, which is zero. Its frequencies divide by
-# $d/2 - 1$, ours by $d/2$. And the sines fill the first half of each row, the cosines the
-# second. The cell rebuilds its rows:
+# $p + 1 +$ `padding_idx`; PAD reads row `padding_idx`, which is zero. Its frequency $i$ is
+# $10000^{-i/(d/2 - 1)}$, ours $10000^{-i/(d/2)}$. And the sines fill the first half of each row,
+# the cosines the second. The cell checks each:
 
 # %%
 m2m_positions = m2m_own_positions.model.encoder.embed_positions
 table = m2m_positions.weights  # [max_len + 2, d]
-half = book_model.config.d_model // 2
-start = m2m_positions.padding_idx + 1  # the row position 0 reads
-freqs = torch.exp(torch.arange(half) * -(math.log(10000) / (half - 1)))
-rows = (torch.arange(book_model.max_len) + start)[:, None] * freqs
-formula = torch.cat([torch.sin(rows), torch.cos(rows)], dim=1)
+half, pad_row = book_model.config.d_model // 2, m2m_positions.padding_idx
+start = pad_row + 1  # the row position 0 reads
+
+
+def sin_cos_halves(angle_rows, denominator):  # row r: sin(r w_i) | cos(r w_i), w_i = 1e4^(-i/den)
+    angles = angle_rows[:, None] * torch.exp(torch.arange(half) * -(math.log(10000) / denominator))
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
+
+
+positions = torch.arange(book_model.max_len)
 ours_pe = book_model.encoder.embed.pe
 ours_in_halves = torch.cat([ours_pe[:, 0::2], ours_pe[:, 1::2]], dim=1)
+torch.testing.assert_close(ours_in_halves, sin_cos_halves(positions, half), atol=1e-6, rtol=0)
 hf_rows = table[start : start + book_model.max_len]
+read = m2m_positions(book_src)  # what M2M100 adds to our source tokens: [B, Ls, d]
+expected_read = torch.where(
+    (book_src != PAD_ID)[..., None], hf_rows[: book_src.size(1)], table[pad_row]
+)
 print(f"offset {m2m_positions.offset}: position 0 reads row {start}; PAD reads row "
-      f"{m2m_positions.padding_idx}, max |value| {table[PAD_ID].abs().max():.1f}")  # fmt: skip
-print(f"max |M2M100's rows - the formula| = {(hf_rows - formula).abs().max():.1e}")
+      f"{pad_row}, max |value| {table[pad_row].abs().max():.1f}")  # fmt: skip
+print(f"M2M100 reads those rows for our source batch {tuple(read.shape)}: "
+      f"{torch.equal(read, expected_read)}")  # fmt: skip
+print(f"max |M2M100's rows - the formula| = "
+      f"{(hf_rows - sin_cos_halves(positions + start, half - 1)).abs().max():.1e}")  # fmt: skip
 print(f"max |M2M100's rows - ours in halves| = {(hf_rows - ours_in_halves).abs().max():.2f}")
-torch.testing.assert_close(hf_rows, formula, atol=1e-6, rtol=0)
-assert not table[PAD_ID].any() and (hf_rows - ours_in_halves).abs().max() > 0.5
+torch.testing.assert_close(hf_rows, sin_cos_halves(positions + start, half - 1), atol=1e-6, rtol=0)
+assert torch.equal(read, expected_read) and not table[pad_row].any()
+assert (hf_rows - ours_in_halves).abs().max() > 0.5
 
 # %% [markdown]
-# With our table in those rows, one difference is left, and it prevents an exact port: M2M100
-# has no tensor for our `out_proj.bias`. Its logits are ours minus that bias, to float32
-# rounding:
+# With our table in those rows, one difference is left: M2M100 has no tensor for our
+# `out_proj.bias`. Its logits are ours minus that bias, to float32 rounding:
 
 # %% tags=["nbval-ignore-output"]
 m2m = hf_port.to_m2m100(book_model)  # our position table written into its rows
@@ -1068,6 +1082,30 @@ for name, default in [("ReLU", dict(activation_function="relu")),
     put_back = gap(hf_port.to_m2m100(book_model, **default))  # each config default alone
     print(f"  with {name + ':':<15} max |logit gap| = {put_back:.2f}")
     assert put_back > m2m_gap + 0.1
+
+# %% [markdown]
+# :::{dropdown} Going deeper: the bias folded into the last LayerNorm
+# For this model the bias can move into a tensor M2M100 has. The decoder's last LayerNorm ends
+# by adding its bias $\beta$. Then `lm_head` multiplies by $W$, of shape $[V, d]$. So the logits
+# contain $W\beta$. Adding $\delta$ to $\beta$ adds $W\delta$ to every logit vector. We need
+# $W\delta = b$, our `out_proj.bias`. Here $W$ has 13 rows and 32 columns, and rank 13, so such
+# a $\delta$ exists. A real vocabulary has far more tokens than dimensions; there $W\delta$ can
+# reach only a $d$-dimensional part of all bias vectors, and most biases lie outside it. The cell
+# solves for $\delta$ by least squares and adds it to `model.decoder.layer_norm.bias`.
+# :::
+
+# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+W, b = book_model.out_proj.weight.detach(), book_model.out_proj.bias.detach()
+delta = torch.linalg.lstsq(W.double(), b.double()[:, None]).solution[:, 0].float()
+folded = hf_port.to_m2m100(book_model)
+with torch.no_grad():
+    folded.model.decoder.layer_norm.bias += delta
+rank, folded_gap = torch.linalg.matrix_rank(W.double()).item(), gap(folded)
+print(f"lm_head weight {list(W.shape)}, rank {rank}; max |W delta - b| = "
+      f"{(W @ delta - b).abs().max():.1e}")  # fmt: skip
+print(f"M2M100, bias folded into its last LayerNorm: max |logit gap| = {folded_gap:.1e} "
+      f"(before: {m2m_gap:.3f})")  # fmt: skip
+assert rank == W.size(0) and folded_gap < 1e-4  # float32 rounding: tests/test_hf_port.py's BOUND
 
 # %% [markdown]
 # :::{dropdown} Going deeper: M2M100 forgets our positions when saved
@@ -1264,8 +1302,9 @@ check_bart_decoder_names(bart_name)
 # ### Exercise 16.4 (implement): our positions in M2M100's table
 #
 # Write `m2m100_positions(pe, padding_idx)`. It takes our table `pe` of shape `[L, d]` and
-# returns the `[L + 2, d]` buffer M2M100 needs so that position $p$ gets `pe[p]`.
-# `check_m2m100_positions` tries `padding_idx` 0 (ours) and 1 (M2M100's default).
+# returns the `[L + 2, d]` buffer M2M100 needs so that position $p$ gets `pe[p]` and PAD gets
+# zeros. Keep `pe`'s dtype. `check_m2m100_positions` tries `padding_idx` 0 (ours) and 1
+# (M2M100's default).
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
 # Solution to exercise 16.4

@@ -96,8 +96,9 @@ def test_the_books_positions_pass_and_equal_what_the_port_writes(capsys):
         ),  # fmt: skip
         (lambda pe, i: book_positions(pe, i)[:-2], "offset is 2"),
         (lambda pe, i: book_positions(pe.flip(0), i), "must hold pe"),
+        (lambda pe, i: book_positions(pe, i).double(), "dtype=pe.dtype"),
     ],
-    ids=["from_row_0", "from_row_2", "halves", "pad_row", "no_extra_rows", "reversed"],
+    ids=["from_row_0", "from_row_2", "halves", "pad_row", "no_extra_rows", "reversed", "float64"],
 )
 def test_each_positions_mistake_is_named(wrong, message):
     with pytest.raises(ExerciseError, match=message):

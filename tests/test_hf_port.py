@@ -116,6 +116,19 @@ def test_m2m100_misses_exactly_the_output_bias(model, batch):
     assert not hasattr(hf, "final_logits_bias") and hf.lm_head.bias is None
 
 
+def test_m2m100_takes_the_bias_folded_into_its_last_layer_norm(model, batch):
+    # V = 13 rows, d = 32 columns: W delta = b has a solution, and the LayerNorm's bias beta
+    # reaches the logits as W beta
+    src, tgt_in = batch
+    hf = to_m2m100(model)
+    W, b = model.out_proj.weight.detach(), model.out_proj.bias.detach()
+    assert torch.linalg.matrix_rank(W.double()).item() == W.size(0)
+    delta = torch.linalg.lstsq(W.double(), b.double()[:, None]).solution[:, 0].float()
+    with torch.no_grad():
+        hf.model.decoder.layer_norm.bias += delta
+    assert max_logit_gap(hf, model, src, tgt_in) <= BOUND
+
+
 def test_m2m100_positions_are_shifted_and_lost_on_save(model, batch, tmp_path):
     src, tgt_in = batch
     hf = to_m2m100(model)

@@ -9,13 +9,17 @@ sinusoidal positions added to tokens scaled by sqrt(d)), and both name their ten
   with our table (HF's own holds the same codes with sines and cosines in two halves).
   Our out_proj.bias goes into its final_logits_bias buffer. The same logits; the table and the
   bias survive save_pretrained / from_pretrained.
-- M2M100ForConditionalGeneration cannot. Its lm_head has no bias and it has no
-  final_logits_bias, so the logits miss out_proj.bias: that is all that remains once its
-  positions hold ours. Its positions also differ from ours: position p reads row
-  p + padding_idx + 1 (PAD reads the zero row padding_idx), the frequencies are
-  exp(-i ln(1e4) / (d/2 - 1)) in sin | cos halves, and the table is a non-persistent buffer
-  that from_pretrained rebuilds with HF's formula. to_m2m100 overwrites it with ours, which a
-  save/load round trip loses.
+- M2M100ForConditionalGeneration has no tensor for out_proj.bias. Its lm_head has no bias and
+  it has no final_logits_bias, so the logits miss out_proj.bias: that is all that remains once
+  its positions hold ours. (With fewer tokens than dimensions, V <= d and lm_head.weight W of
+  rank V, as the book's model, the bias folds into model.decoder.layer_norm.bias: add delta
+  with W delta = out_proj.bias. A real vocabulary, V > d, does not allow that in general.)
+  Its positions also differ from ours: position p reads row p + padding_idx + 1, counting only
+  the non-PAD tokens before it (create_position_ids_from_input_ids; PAD reads the zero row
+  padding_idx), the frequencies are exp(-i ln(1e4) / (d/2 - 1)) in sin | cos halves, and the
+  table is a non-persistent buffer that from_pretrained rebuilds with HF's formula. to_m2m100
+  overwrites it with ours, which a save/load round trip loses, and so does a forward pass on a
+  sequence longer than the table (M2M100 then regenerates it with its formula).
 
 Config fields set on purpose. Three change the logits when put back to their default
 (tests/test_hf_port.py): activation_function "gelu" (M2M100's default is relu; transformers'

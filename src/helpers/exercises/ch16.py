@@ -7,7 +7,7 @@ import torch
 from helpers.core.embeddings import sinusoidal_position_encoding
 from helpers.core.layers import DecoderLayer
 
-from ._common import call, expect_shape, fail, passed
+from ._common import call, expect_dtype, expect_shape, fail, passed
 
 __all__ = ["check_bart_decoder_names", "check_m2m100_positions"]
 
@@ -94,7 +94,8 @@ def check_m2m100_positions(positions_fn) -> None:
 
     Used in chapter 16. pe is our table [L, d]; the answer must be [L + 2, d] (M2M100 keeps
     max_position_embeddings + offset rows, offset 2), with pe[p] in row p + padding_idx + 1 (the
-    row M2M100 reads for position p) and zeros in row padding_idx (what PAD positions read).
+    row M2M100 reads for position p) and zeros in row padding_idx (what PAD positions read),
+    in pe's dtype.
     Tried with padding_idx 0 (ours) and 1 (M2M100Config's default)."""
     length, d = 14, 32
     pe = sinusoidal_position_encoding(length, d)
@@ -105,6 +106,10 @@ def check_m2m100_positions(positions_fn) -> None:
         expect_shape(
             "the table", table, (length + 2, d), where,
             hint="M2M100 keeps max_position_embeddings + offset rows, and its offset is 2",
+        )  # fmt: skip
+        expect_dtype(
+            "the table", table, pe.dtype, where,
+            hint="M2M100's buffer and our pe are float32: build the table with dtype=pe.dtype",
         )  # fmt: skip
         start = padding_idx + 1
         if not _rows_hold(table, start, pe):
