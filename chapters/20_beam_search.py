@@ -609,9 +609,11 @@ for alpha in (0.0, 2.0):
 # Write `reorder_caches(caches, parent)`. `caches` holds one dict per decoder layer, with
 # `self_k`, `self_v`, `cross_k`, `cross_v` of `B * k` rows each. `parent` `[B, k]` holds, for
 # every new beam, the index of its parent among its own source's $k$ beams. Reorder every
-# layer's self-attention keys and values in place, so that row $b \cdot k + w$ holds the past
-# of row $b \cdot k + $ `parent[b, w]`. `check_reorder_caches(reorder_caches)` runs a beam
-# search with your function and compares every step with the library's.
+# layer's self-attention keys and values, so that row $b \cdot k + w$ holds the past of row
+# $b \cdot k + $ `parent[b, w]`. Write the new tensors into each layer's dict
+# (`cache["self_k"] = ...`) and return nothing. Leave `cross_k` and `cross_v` as they are.
+# `check_reorder_caches(reorder_caches)` tries your function on made-up caches, then runs a beam
+# search with it and compares the result with the library's.
 
 
 # %% jupyter={"source_hidden": true} tags=["hide-input"]
