@@ -78,6 +78,8 @@ def test_beam_against_greedy_as_quoted(record):
     assert f"width 8 {points(c[8].difference)} ({interval(c[8].difference)})" in PAGE
     for w in (2, 4, 8):
         assert c[w].verdict.startswith("A is better")
+        assert c[w].difference.low > 0  # the seed-level interval alone excludes zero
+    assert "The seed-level intervals alone already exclude zero" in PAGE
     assert "Verdict for each width against greedy: the beam is better" in PAGE
 
 
