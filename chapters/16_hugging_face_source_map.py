@@ -611,8 +611,8 @@ assert n_tensors == 3
 # after each sublayer (Post-Norm, shown above), normalises its input (`layernorm_embedding`), and
 # has no final LayerNorm. A LayerNorm is not the identity for any weights: it gives the same
 # output for $x$ and $2x$, up to its small $\epsilon$. So no copy of weights makes a BART compute
-# our model, or ours compute BART's. The names map one to one; the functions do not. Moving weights between the two needs a
-# model with the same wiring. The next cell shows the LayerNorm's blind spot.
+# our model, or ours compute BART's. The names map one to one; the functions do not. Moving
+# weights between the two needs a model with the same wiring. The next cell shows the LayerNorm's blind spot.
 
 # %% tags=["nbval-ignore-output"]
 ln_embedding = bart_lm.model.encoder.layernorm_embedding
@@ -1131,7 +1131,7 @@ assert not any("embed_positions" in k for k in saved) and back_gap > 1
 # %% [markdown]
 # Pegasus keeps the bias in its `final_logits_bias` buffer. Its position table is a frozen
 # `nn.Embedding`, read from row 0 for position 0, as ours. It holds our codes in halves, so it
-# takes our table too. Then the logits are ours, also after a save and a load:
+# takes our table too. Then the logits are ours, also after a save and load:
 
 # %% tags=["nbval-ignore-output"]
 pegasus_own_positions = hf_port.to_pegasus(book_model, positions="hf")
@@ -1154,12 +1154,13 @@ assert gaps["our positions"] < 1e-5 and gaps["after save and load"] < 1e-5
 
 # %% [markdown]
 # `generate(do_sample=False, num_beams=1)` on Pegasus gives `greedy_decode`'s tokens. Every
-# greedy choice beats the runner-up by far more than the logits differ, so no step can flip:
+# greedy choice beats the runner-up by far more than generate's logits differ from ours, so no
+# step can flip:
 
 # %% tags=["nbval-ignore-output"]
 ours_tokens = greedy_decode(book_model, book_src)
-hf_tokens = hf_port.hf_greedy(pegasus, book_src, max_len=book_model.max_len)
-path_gap = hf_port.max_logit_gap(pegasus, book_model, book_src, ours_tokens[:, :-1])
+hf_tokens, step_logits = hf_port.hf_greedy(pegasus, book_src, book_model.max_len, with_logits=True)
+path_gap = hf_port.step_logit_gap(book_model, book_src, ours_tokens, step_logits)  # with its cache
 margin = hf_port.greedy_margin(book_model, book_src, ours_tokens)
 same_rows = int((hf_tokens == ours_tokens).all(1).sum())
 print(f"generate: {tuple(hf_tokens.shape)}, greedy_decode: {tuple(ours_tokens.shape)}; "
@@ -1172,10 +1173,10 @@ assert torch.equal(hf_tokens, ours_tokens)
 
 # %% [markdown]
 # :::{dropdown} Going deeper: PAD before EOS
-# A model that emits PAD before EOS decodes differently in the two. Our decoder masks that PAD
-# as a key: its padding mask comes from the ids. `generate` builds no such mask, so Pegasus
-# attends to the PAD. The cell hands `generate` decoder inputs with a PAD inside. It compares
-# the next step's logits with ours, and with Pegasus given the mask.
+# A model that emits PAD before EOS goes on from other logits in the two. Our decoder masks
+# that PAD as a key: its padding mask comes from the ids. `generate` builds no such mask, so
+# Pegasus attends to the PAD. The cell hands `generate` decoder inputs with a PAD inside. It
+# compares the next step's logits with ours, and with Pegasus given the mask.
 # :::
 
 # %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}

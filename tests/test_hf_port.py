@@ -15,6 +15,7 @@ from helpers.analysis.hf_port import (
     hf_logits,
     hf_name,
     max_logit_gap,
+    step_logit_gap,
     to_m2m100,
     to_pegasus,
     unwritten,
@@ -168,8 +169,10 @@ def test_generate_is_greedy_decode_on_a_trained_model(partly_trained_model):
     eos_seen = (ours == EOS_ID).long().cumsum(1) > 0
     assert not ((ours == PAD_ID) & ~eos_seen).any()  # the premise: no PAD before EOS
     hf = to_pegasus(model)
-    gap = max_logit_gap(hf, model, src, ours[:, :-1])
-    # logits within gap of ours at every step of the path, and every choice wins by more
-    # than twice that: the same argmax at every step
+    tokens, step_logits = hf_greedy(hf, src, model.max_len, with_logits=True)
+    gap = step_logit_gap(model, src, ours, step_logits)
+    # generate's logits within gap of ours at every step of the path, and every choice wins by
+    # more than twice that: the same argmax at every step
     assert greedy_margin(model, src, ours) > 2 * gap + BOUND
-    assert torch.equal(hf_greedy(hf, src, model.max_len), ours)
+    assert gap <= BOUND and max_logit_gap(hf, model, src, ours[:, :-1]) <= BOUND
+    assert torch.equal(tokens, ours) and torch.equal(hf_greedy(hf, src, model.max_len), ours)

@@ -246,10 +246,13 @@ def max_logit_gap(hf, model, src: torch.Tensor, tgt_in: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def hf_greedy(hf, src: torch.Tensor, max_len: int) -> torch.Tensor:
+def hf_greedy(hf, src: torch.Tensor, max_len: int, with_logits: bool = False):
     """hf.generate, greedy (do_sample=False, num_beams=1), up to max_len tokens with the start
-    token, as helpers.greedy_decode(model, src, max_len) returns them."""
-    return hf.generate(
+    token, as helpers.greedy_decode(model, src, max_len) returns them.
+
+    with_logits=True returns (tokens, logits [B, steps, V]): the raw logits each step chose from,
+    as generate computed them (with its cache; no decoder_attention_mask)."""
+    out = hf.generate(
         input_ids=src,
         attention_mask=(src != PAD_ID).long(),
         do_sample=False,
@@ -258,7 +261,10 @@ def hf_greedy(hf, src: torch.Tensor, max_len: int) -> torch.Tensor:
         decoder_start_token_id=BOS_ID,
         eos_token_id=EOS_ID,
         pad_token_id=PAD_ID,
+        output_logits=with_logits,
+        return_dict_in_generate=with_logits,
     )
+    return (out.sequences, torch.stack(out.logits, dim=1)) if with_logits else out
 
 
 @torch.no_grad()
@@ -272,6 +278,19 @@ def greedy_margin(model, src: torch.Tensor, tokens: torch.Tensor) -> float:
     logits = model(src, tokens[:, :-1])
     top2 = logits.topk(2, dim=-1).values
     margin = top2[..., 0] - top2[..., 1]
-    decided = tokens[:, :-1] != PAD_ID  # a step whose input is a real token chose the next one
-    decided &= tokens[:, :-1] != EOS_ID
-    return margin[decided].min().item()
+    return margin[_decided(tokens[:, :-1])].min().item()
+
+
+def _decided(inputs: torch.Tensor) -> torch.Tensor:
+    """The steps of a greedy path that chose a token: input a real token, not PAD or EOS."""
+    return (inputs != PAD_ID) & (inputs != EOS_ID)
+
+
+@torch.no_grad()
+def step_logit_gap(model, src: torch.Tensor, tokens: torch.Tensor, step_logits) -> float:
+    """max |step_logits - model's logits| over the steps of the path tokens that greedy_margin
+    counts. step_logits: hf_greedy(..., with_logits=True)'s [B, steps, V], the logits generate
+    chose from; tokens: the path ([BOS, ...], at least steps + 1 long)."""
+    model.eval()
+    inputs = tokens[:, : step_logits.size(1)]
+    return (step_logits - model(src, inputs))[_decided(inputs)].abs().max().item()
