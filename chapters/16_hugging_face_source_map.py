@@ -37,14 +37,13 @@
 # releases old. So the map is **checked, not claimed**.
 # The book pins one release of `transformers` in `requirements.txt`. The cells below import every
 # name in the table from the installed package and check that it is there. Nothing is
-# downloaded: every Hugging Face model in this chapter is built from a small config with random
-# weights.
+# downloaded: every Hugging Face model here is built from a small config, with random weights or
+# ours.
 #
-# Then we go beyond names. Our weights run in BART's attention and encoder layer, and our masks
-# are checked against the ones `transformers` builds.
+# Then we go beyond names. Our weights run in BART's layers, our masks are checked against its
+# own, and our trained model runs inside Pegasus.
 #
-# The version the whole chapter refers to is the one `requirements.txt` pins. The next cell checks
-# that the installed package is that one:
+# The next cell checks that the installed release is the pinned one:
 
 # %%
 import importlib
@@ -1006,8 +1005,8 @@ def gap(hf):
 
 
 # %% [markdown]
-# First M2M100, with `M2M100Config`'s defaults (ReLU, one tied embedding matrix), then with GELU
-# and three separate matrices. Both are far from ours:
+# First M2M100, with `M2M100Config`'s defaults (ReLU, one tied embedding matrix), then GELU and
+# three separate matrices. Both are far from ours:
 
 # %% tags=["nbval-ignore-output"]
 naive = hf_port.to_m2m100(book_model, positions="hf", activation_function="relu",
@@ -1215,9 +1214,10 @@ assert generate_gap > 0.1 and masked_gap < 1e-5
 #   config starts with positions about 36 times louder than its tokens; `scale_embedding=True`
 #   changes that (exercise 16.1).
 # - `generate` with its cache gives the tokens of a plain argmax loop without one.
-# - Our trained model inside `transformers`. M2M100 holds all of it but `out_proj.bias`: its
-#   logits are ours minus that bias, and a save forgets our positions. Pegasus holds it exactly:
-#   the same logits, also after a save and a load, and `generate` gives `greedy_decode`'s tokens.
+# - Our trained model inside `transformers`. M2M100 has no tensor for `out_proj.bias`: its
+#   logits are ours minus that bias. With 13 tokens and 32 dimensions, the bias folds into its
+#   last LayerNorm. A save forgets our positions. Pegasus holds it exactly: the same logits,
+#   also after a save and load, and `generate` gives `greedy_decode`'s tokens.
 # - The one thing to remember: check a source map against the installed code, because the names
 #   move from release to release.
 #
