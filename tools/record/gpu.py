@@ -396,7 +396,7 @@ def part_unit_tests(args, deadline: float, save) -> dict:
             "addopts=",  # pytest.ini adds nbval's options, and nbval is not installed there
             f"--junitxml={junit}",
         ]
-        if args.quick:  # the dry run checks the plumbing (make test runs the rest on the CPU)
+        if args.quick:  # the dry run checks the plumbing (make test-slow runs the rest on the CPU)
             cmd[-1:-1] = ["-k", "kv_cache or carries"]
         timeout = max(5.0, deadline - time.monotonic())
         t = time.perf_counter()
