@@ -25,7 +25,7 @@
 # ![Our encoder's names beside BART's, with how each pair relates](figures/16_hugging_face_source_map.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 45 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 1.4 min more); later runs load it.
+# **Run time:** about 25 s. The first time, it also trains the book's reversal model (`BOOK_RECIPE`) and caches it on disk (about 30 s more); later runs load it.
 
 # %% [markdown]
 # Knowing where each piece lives turns `transformers` from a black box into code you can read.
@@ -1093,7 +1093,7 @@ for name, default in [("ReLU", dict(activation_function="relu")),
 # solves for $\delta$ by least squares and adds it to `model.decoder.layer_norm.bias`.
 # :::
 
-# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
 W, b = book_model.out_proj.weight.detach(), book_model.out_proj.bias.detach()
 delta = torch.linalg.lstsq(W.double(), b.double()[:, None]).solution[:, 0].float()
 folded = hf_port.to_m2m100(book_model)
@@ -1113,7 +1113,7 @@ assert rank == W.size(0) and folded_gap < 1e-4  # float32 rounding: tests/test_h
 # formula. The port does not survive a round trip:
 # :::
 
-# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
 import tempfile
 
 import safetensors.torch
@@ -1178,7 +1178,7 @@ assert torch.equal(hf_tokens, ours_tokens)
 # compares the next step's logits with ours, and with Pegasus given the mask.
 # :::
 
-# %% tags=["hide-cell", "nbval-ignore-output"] jupyter={"outputs_hidden": true, "source_hidden": true}
+# %% jupyter={"outputs_hidden": true, "source_hidden": true} tags=["hide-cell", "nbval-ignore-output"]
 holed = book_tgt_in[:, :4].clone()
 holed[:, 2] = PAD_ID  # BOS, a digit, PAD, a digit: every target has at least 3 digits
 with torch.no_grad():

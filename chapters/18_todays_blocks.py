@@ -27,7 +27,7 @@
 # ![Attention scores against the offset m - n, with RoPE and with added sinusoids](figures/18_todays_blocks.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 55 s. The first time, it also trains one model of its own and caches it on disk (about 2.5 min more); later runs load it.
+# **Run time:** about 20 s. The first time, it also trains the book's model with today's four blocks (`blocks_recipe(...)`) and caches it on disk (about 45 s more); later runs load it.
 
 # %%
 import dataclasses

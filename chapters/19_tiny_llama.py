@@ -26,7 +26,7 @@
 # ![Chapter 14's block and today's block, side by side](figures/19_tiny_llama.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 1.3 min.
+# **Run time:** about 20 s.
 
 # %% [markdown]
 # Figure 19.1 lines up the two blocks. Every part on the right comes from chapter 18's

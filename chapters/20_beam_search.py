@@ -26,7 +26,7 @@
 # ![The beams of one source, step by step](figures/20_beam_search.png)
 
 # %% [markdown] tags=["run-time"]
-# **Run time:** about 45 s. The first time, it also trains one model of its own and caches it on disk (about 1.3 min more); later runs load it.
+# **Run time:** about 10 s. The first time, it also trains a model on a short budget (`fixed_budget_recipe(steps=150)`) and caches it on disk (about 15 s more); later runs load it.
 
 # %%
 import itertools

@@ -40,6 +40,8 @@ RECIPE_NAMES = {
     "SEED_RECIPE": "the reference recipe's model (`SEED_RECIPE`)",
     "fixed_budget_recipe()": "chapter 12's well-initialised model (`fixed_budget_recipe()`)",
     "default_init_recipe()": "chapter 12's badly initialised model (`default_init_recipe()`)",
+    "TODAYS_BLOCKS": "the book's model with today's four blocks (`blocks_recipe(...)`)",
+    "fixed_budget_recipe(steps=150)": "a model on a short budget (`fixed_budget_recipe(steps=150)`)",
 }
 
 
@@ -54,6 +56,11 @@ def known_recipes() -> dict[str, dict]:
         "SEED_RECIPE": recipes.SEED_RECIPE,
         "fixed_budget_recipe()": recipes.fixed_budget_recipe(),
         "default_init_recipe()": recipes.default_init_recipe(),
+        # chapter 18's model with all four of today's blocks, and chapter 20's short run
+        "TODAYS_BLOCKS": recipes.blocks_recipe(
+            recipes.BOOK_RECIPE, norm="rms", ffn="swiglu", positions="rope", num_kv_heads=2
+        ),
+        "fixed_budget_recipe(steps=150)": recipes.fixed_budget_recipe(steps=150),
     }
     return {name: dataclasses.asdict(cfg) for name, cfg in cfgs.items()}
 
