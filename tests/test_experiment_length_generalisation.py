@@ -16,7 +16,16 @@ import pytest
 from twin_prose import prose as twin_prose
 
 from helpers import TEST_SEED, TEST_SIZE, make_reversal_dataset
-from helpers.analysis.experiments import arm_bits, compare_arms, load_record, mean_interval
+from helpers.analysis.experiments import (
+    arm_bits,
+    common_seeds,
+    compare_arms,
+    load_record,
+    mcnemar_exact,
+    mean_interval,
+    p_text,
+    seeds_in_words,
+)
 from helpers.core.vocab import PAD_ID
 from helpers.training.recipes import BOOK_RECIPE, blocks_recipe, fixed_budget_recipe
 
@@ -25,25 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_length_generalisation.py"
 ARMS = ("sinusoidal", "learned", "rope", "alibi")
 RECIPE = dataclasses.replace(fixed_budget_recipe(BOOK_RECIPE), eval_every=300)
-
-
-WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
-
-
-def common_seeds(record, keys=("arms",)):
-    """The seeds every arm finished; the record is cut to them, as the page cuts it."""
-    arms = record[keys[0]]
-    seeds = sorted(set.intersection(*({r["seed"] for r in runs} for runs in arms.values())))
-    for key in keys:
-        record[key] = {
-            a: [r for r in runs if r["seed"] in seeds] for a, runs in record[key].items()
-        }
-    return seeds
-
-
-def seeds_words(seeds) -> str:
-    assert seeds == list(range(len(seeds))) and len(seeds) >= 2, seeds
-    return f"0 to {seeds[-1]}, {WORDS[len(seeds)]} per arm"
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +45,6 @@ def record():
 
 def long_view(record):
     return {"test_set": record["long_test_set"], "arms": record["arms_long"]}
-
-
-def p_text(p: float) -> str:
-    """A p-value as the page prints it (an exact test's p can underflow to 0.0)."""
-    return f"p = {p:.2g}" if p > 0 else "p < 1e-300"
 
 
 def pct(ci) -> str:
@@ -117,10 +102,15 @@ def test_record_is_the_design_the_page_describes(record):
                 assert sum(c["n"] for c in run["by_length"].values()) == view["test_set"]["n"]
                 assert sum(c["correct"] for c in run["by_length"].values()) == run["test_correct"]
     text = prose(PAGE)
-    seeds = seeds_words(record["seeds_done"])
+    seeds = seeds_in_words(record["seeds_done"])
     for words in (seeds, "3 to 12 digits, seed 2027", "13 to 20 digits, seed 2028"):
         assert words in text, words
     assert "exactly 300 steps" in text and "`seq_len=22`" in text
+    # "about 1,000 sequences of each length from 3 to 12, and about 1,250 of each from 13 to 20"
+    for key, about in (("arms", 1000), ("arms_long", 1250)):
+        n = [c["n"] for c in record[key]["sinusoidal"][0]["by_length"].values()]
+        assert 0.9 * about <= min(n) and max(n) <= 1.1 * about, (key, n)
+    assert "about 1,000 sequences of each length from 3 to 12, and about 1,250" in text
 
 
 def test_page_command_is_the_records(record):
@@ -169,3 +159,35 @@ def test_count_statements_follow_the_record(record):
     mean = {a: np.mean([r["test_correct"] for r in runs]) for a, runs in record["arms"].items()}
     assert mean["alibi"] == min(mean.values())
     assert "ALiBi is still below the other arms on 3 to 12 digits" in text
+
+
+def test_small_and_pooled_statements_follow_the_record(record):
+    text = prose(PAGE)
+    # the learned table's lead on 3 to 12 digits is small
+    cmp = compare_arms(record, "learned", "sinusoidal")
+    assert f"{100 * cmp.difference.low:+.2f}" == "+0.00"
+    n = record["test_set"]["n"]
+    for arm in ("learned", "sinusoidal"):
+        assert np.mean([r["test_correct"] / n for r in record["arms"][arm]]) > 0.998, arm
+    quoted = "both arms score above 99.8 %, and the interval starts at +0.00 %"
+    assert quoted in bullet(text, "learned"), quoted
+    # two seeds of the sinusoidal arm, pair by pair, on each test set
+    seeds = record["seeds_done"]
+    pairs = [(s, t) for s in seeds for t in seeds if s < t]
+    below = []
+    for view in (record, long_view(record)):
+        bits = arm_bits(view, "sinusoidal")
+        below.append(sum(mcnemar_exact(bits[s], bits[t]).p_value < 0.05 for s, t in pairs))
+    quoted = (
+        f"differ from each other at p < 0.05 in {below[0]} of {len(pairs)} pairs on 3 to 12 "
+        f"digits and in {below[1]} of {len(pairs)} on 13 to 20"
+    )
+    assert quoted in text, quoted
+    # the example: a small pooled p, no conclusion
+    rope = compare_arms(record, "rope", "sinusoidal")
+    assert rope.pooled.p_value < 0.05 and rope.verdict.startswith("not distinguishable")
+    quoted = (
+        f"RoPE's {rope.pooled.only_a} against {rope.pooled.only_b} on 3 to 12 digits is not "
+        f"distinguishable with {len(seeds)} seeds"
+    )
+    assert quoted in text, quoted

@@ -18,10 +18,13 @@ from twin_prose import prose as twin_prose
 from helpers import TEST_SEED, TEST_SIZE
 from helpers.analysis.experiments import (
     arm_bits,
+    common_seeds,
     compare_arms,
     load_record,
     mcnemar_exact,
     mean_interval,
+    p_text,
+    seeds_in_words,
 )
 from helpers.training.recipes import BOOK_RECIPE, blocks_recipe
 
@@ -39,25 +42,6 @@ OPTIONS = {
 }
 
 
-WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
-
-
-def common_seeds(record, keys=("arms",)):
-    """The seeds every arm finished; the record is cut to them, as the page cuts it."""
-    arms = record[keys[0]]
-    seeds = sorted(set.intersection(*({r["seed"] for r in runs} for runs in arms.values())))
-    for key in keys:
-        record[key] = {
-            a: [r for r in runs if r["seed"] in seeds] for a, runs in record[key].items()
-        }
-    return seeds
-
-
-def seeds_words(seeds) -> str:
-    assert seeds == list(range(len(seeds))) and len(seeds) >= 2, seeds
-    return f"0 to {seeds[-1]}, {WORDS[len(seeds)]} per arm"
-
-
 @pytest.fixture(scope="module")
 def record():
     record = load_record("todays_blocks")
@@ -67,11 +51,6 @@ def record():
 
 def runs(record, arm):
     return {r["seed"]: r for r in record["arms"][arm]}
-
-
-def p_text(p: float) -> str:
-    """A p-value as the page prints it (an exact test's p can underflow to 0.0)."""
-    return f"p = {p:.2g}" if p > 0 else "p < 1e-300"
 
 
 def pct(ci) -> str:
@@ -124,9 +103,32 @@ def test_record_is_the_design_the_page_describes(record):
             assert run["steps"] <= BOOK_RECIPE.max_steps
             assert run["reached_target"] == (run["val_exact_match"][-1] >= 0.995)
     text = prose(PAGE)
-    seeds = seeds_words(record["seeds_done"])
-    for words in (seeds, "10,000 sequences, seed 2027", "at most 500 steps"):
+    seeds = seeds_in_words(record["seeds_done"])
+    r = record["recipe"]
+    for words in (
+        seeds,
+        "10,000 sequences, seed 2027",
+        f"at most {r['max_steps']} steps",
+        f"The training data (seed {r['data_seed']})",
+        f"the validation set ({r['val_size']:,} sequences, seed {r['val_seed']})",
+        f"Validation is checked every {r['eval_every']} steps, once "
+        f"{round(100 * r['eval_gate'])} % of a training batch is exactly right",
+        f"first check that reaches {100 * r['target_exact_match']:.1f} % exact match",
+    ):
         assert words in text, words
+
+
+def test_common_seeds_cuts_an_unfinished_seed():
+    """A sweep stopped midway: seed 1 finished for one arm only; it is left out, in place."""
+    rec = {
+        "arms": {"a": [{"seed": 0}, {"seed": 1}], "b": [{"seed": 0}]},
+        "arms_long": {"a": [{"seed": 0}, {"seed": 1}], "b": [{"seed": 0}]},
+    }
+    assert common_seeds(rec, ("arms", "arms_long")) == [0]
+    assert rec["arms"]["a"] == rec["arms_long"]["a"] == [{"seed": 0}]
+    assert seeds_in_words([0, 1, 2, 3, 4]) == "0 to 4, five per arm"
+    with pytest.raises(ValueError):
+        seeds_in_words([1, 2, 3])
 
 
 def test_page_command_is_the_records(record):
@@ -178,4 +180,10 @@ def test_seed_against_seed_statement(record):
     pairs = [(s, t) for s in seeds for t in seeds if s < t]
     below = sum(mcnemar_exact(bits[s], bits[t]).p_value < 0.05 for s, t in pairs)
     quoted = f"{below} of its {len(pairs)} pairs of seeds differ at p < 0.05"
+    assert quoted in prose(PAGE), quoted
+    # within one seed, a change against the baseline
+    within = [
+        m.p_value < 0.05 for arm in ARMS[1:] for m in compare_arms(record, arm, "baseline").per_seed
+    ]
+    quoted = f"separates a change from the baseline in {sum(within)} of the {len(within)} pairs"
     assert quoted in prose(PAGE), quoted

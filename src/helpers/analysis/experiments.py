@@ -119,6 +119,35 @@ def mcnemar_exact(a_correct, b_correct) -> McNemar:
     return McNemar(only_a, only_b, min(1.0, 2 * tail))
 
 
+def common_seeds(record: dict, keys: tuple[str, ...] = ("arms",)) -> list[int]:
+    """The seeds every arm of record[keys[0]] finished, sorted. Cuts record[key], for every key
+    in keys (per-test-set copies of "arms"), to those seeds, in place: a recorder that runs seed
+    by seed and is stopped midway leaves a seed only some arms finished."""
+    arms = record[keys[0]]
+    seeds = sorted(set.intersection(*({r["seed"] for r in runs} for runs in arms.values())))
+    for key in keys:
+        record[key] = {
+            a: [r for r in runs if r["seed"] in seeds] for a, runs in record[key].items()
+        }
+    return seeds
+
+
+def p_text(p: float) -> str:
+    """A p-value as the pages print it; an exact test's p can underflow to 0.0."""
+    return f"p = {p:.2g}" if p > 0 else "p < 1e-300"
+
+
+_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def seeds_in_words(seeds) -> str:
+    """How a page's design names seeds 0..n-1: '0 to 4, five per arm'."""
+    seeds = list(seeds)
+    if seeds != list(range(len(seeds))) or not 2 <= len(seeds) <= max(_WORDS):
+        raise ValueError(f"expected seeds 0 to n-1 with 2 <= n <= {max(_WORDS)}, got {seeds}")
+    return f"0 to {seeds[-1]}, {_WORDS[len(seeds)]} per arm"
+
+
 def arm_bits(record: dict, arm: str) -> dict[int, np.ndarray]:
     """{seed: bool vector over the test set} for one arm of a record."""
     n = record["test_set"]["n"]
