@@ -271,6 +271,6 @@ plt.show()
 #   digits and in 9 of 10 on 13 to 20. A pooled McNemar p far below 0.05 is no conclusion
 #   alone: RoPE's 81 against 146 on 3 to 12 digits is not distinguishable with 5 seeds.
 #
-# The budget is one: 300 steps. At that budget ALiBi is still below the other arms on 3 to 12
-# digits, so its long-input score is measured on a less trained model. The record does not
-# say what longer training would change.
+# There is one budget, 300 steps. At that budget ALiBi is still below the other arms on 3 to 12
+# digits: its long-input score comes from a model that has not yet learned the short lengths as
+# well as the others. The record does not say what longer training would change.

@@ -102,7 +102,9 @@ print(
 # ```
 #
 # It writes `chapters/data/todays_blocks.json` after every run. `--resume` kept the runs an
-# earlier start of the same command had finished, matched by their configuration.
+# earlier start of the same command had finished, matched by their configuration. Run on the
+# record as committed, it would keep every run and train none: leave `--resume` out to train
+# them all again.
 #
 # ## Provenance
 

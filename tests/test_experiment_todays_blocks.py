@@ -134,6 +134,8 @@ def test_common_seeds_cuts_an_unfinished_seed():
 def test_page_command_is_the_records(record):
     assert "tools.record.todays_blocks" in record["command"]
     assert record["command"] in prose(PAGE).replace(" \\ ", " "), record["command"]
+    # the recorder's --resume keeps every run a record already holds (matched by config key)
+    assert ("--resume" in record["command"]) == ("leave `--resume` out" in prose(PAGE))
 
 
 def test_conclusion_follows_the_record(record):
