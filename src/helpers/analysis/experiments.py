@@ -160,7 +160,9 @@ class Comparison:
 
     seeds: tuple[int, ...]
     difference: MeanInterval  # per-seed exact match of A minus B
-    pooled: McNemar  # every (seed, sequence) pair
+    # every (seed, sequence) pair; optimistic: it treats them as independent, but the pairs of
+    # one seed share one pair of training runs. The verdict needs the seed interval too.
+    pooled: McNemar
     per_seed: tuple[McNemar, ...]
 
     @property
