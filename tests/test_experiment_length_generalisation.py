@@ -20,10 +20,12 @@ from helpers.analysis.experiments import (
     arm_bits,
     common_seeds,
     compare_arms,
+    in_words,
     load_record,
     mcnemar_exact,
     mean_interval,
     p_text,
+    percent_interval,
     seeds_in_words,
 )
 from helpers.core.vocab import PAD_ID
@@ -47,29 +49,7 @@ def long_view(record):
     return {"test_set": record["long_test_set"], "arms": record["arms_long"]}
 
 
-def pct(ci) -> str:
-    return f"{100 * ci.mean:+.2f} % (95 % interval {100 * ci.low:+.2f} % to {100 * ci.high:+.2f} %)"
-
-
-def claim(verdict: str, n: int) -> str:
-    if n < 5:
-        return f"no conclusion with {n} seeds"
-    if verdict.startswith("A is better"):
-        return "above the sinusoidal table"
-    if verdict.startswith("B is better"):
-        return "below the sinusoidal table"
-    assert verdict == f"not distinguishable with {n} seeds", verdict
-    return verdict
-
-
-def interval_claim(ci) -> str:
-    if ci.n < 5:
-        return f"no conclusion with {ci.n} seeds"
-    if ci.low > 0:
-        return "above the sinusoidal table"
-    if ci.high < 0:
-        return "below the sinusoidal table"
-    return "not distinguishable with 5 seeds"
+SIDES = ("above the sinusoidal table", "below the sinusoidal table")
 
 
 def bullet(text: str, arm: str) -> str:
@@ -130,12 +110,14 @@ def test_conclusion_follows_the_record(record):
             cmp = compare_arms(view, arm, "sinusoidal")
             p = cmp.pooled
             quoted = (
-                f"On {name}: exact match {pct(cmp.difference)}, McNemar {p.only_a} against "
-                f"{p.only_b} sequences, {p_text(p.p_value)}: {claim(cmp.verdict, len(cmp.seeds))}"
+                f"On {name}: exact match {percent_interval(cmp.difference)}, McNemar {p.only_a} "
+                f"against {p.only_b} sequences, {p_text(p.p_value)}: {cmp.in_words(*SIDES)}"
             )
             assert quoted in says, (arm, quoted)
         d = mean_interval([lead[arm][s] - lead["sinusoidal"][s] for s in sorted(lead[arm])])
-        quoted = f"Leading digits right on 13 to 20 digits: {pct(d)}: {interval_claim(d)}"
+        quoted = (
+            f"Leading digits right on 13 to 20 digits: {percent_interval(d)}: {in_words(d, *SIDES)}"
+        )
         assert quoted in says, (arm, quoted)
 
 

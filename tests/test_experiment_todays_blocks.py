@@ -20,10 +20,12 @@ from helpers.analysis.experiments import (
     arm_bits,
     common_seeds,
     compare_arms,
+    in_words,
     load_record,
     mcnemar_exact,
     mean_interval,
     p_text,
+    percent_interval,
     seeds_in_words,
 )
 from helpers.training.recipes import BOOK_RECIPE, blocks_recipe
@@ -53,29 +55,8 @@ def runs(record, arm):
     return {r["seed"]: r for r in record["arms"][arm]}
 
 
-def pct(ci) -> str:
-    return f"{100 * ci.mean:+.2f} % (95 % interval {100 * ci.low:+.2f} % to {100 * ci.high:+.2f} %)"
-
-
-def steps_claim(ci) -> str:
-    if ci.n < 5:
-        return f"no conclusion with {ci.n} seeds"
-    if ci.high < 0:
-        return "fewer steps than the baseline"
-    if ci.low > 0:
-        return "more steps than the baseline"
-    return "not distinguishable with 5 seeds"
-
-
-def match_claim(verdict: str, n: int) -> str:
-    if n < 5:
-        return f"no conclusion with {n} seeds"
-    if verdict.startswith("A is better"):
-        return "above the baseline"
-    if verdict.startswith("B is better"):
-        return "below the baseline"
-    assert verdict == f"not distinguishable with {n} seeds", verdict
-    return verdict
+STEPS = ("more steps than the baseline", "fewer steps than the baseline")
+MATCH = ("above the baseline", "below the baseline")
 
 
 def bullet(text: str, arm: str) -> str:
@@ -118,7 +99,7 @@ def test_record_is_the_design_the_page_describes(record):
         assert words in text, words
 
 
-def test_common_seeds_cuts_an_unfinished_seed():
+def test_shared_helpers():
     """A sweep stopped midway: seed 1 finished for one arm only; it is left out, in place."""
     rec = {
         "arms": {"a": [{"seed": 0}, {"seed": 1}], "b": [{"seed": 0}]},
@@ -129,6 +110,19 @@ def test_common_seeds_cuts_an_unfinished_seed():
     assert seeds_in_words([0, 1, 2, 3, 4]) == "0 to 4, five per arm"
     with pytest.raises(ValueError):
         seeds_in_words([1, 2, 3])
+    ci = mean_interval([0.01, 0.02, 0.03, 0.02, 0.02])
+    assert percent_interval(ci) == "+2.00 % (95 % interval +1.12 % to +2.88 %)"
+    assert in_words(ci, "up", "down") == "up"
+    assert (
+        in_words(mean_interval([-x for x in [0.01, 0.02, 0.03, 0.02, 0.02]]), "up", "down")
+        == "down"
+    )
+    assert in_words(ci, "up", "down", agrees=False) == "not distinguishable with 5 seeds"
+    assert (
+        in_words(mean_interval([-1, 1, 0, 2, -2]), "up", "down")
+        == "not distinguishable with 5 seeds"
+    )
+    assert in_words(mean_interval([1, 2, 3]), "up", "down") == "no conclusion with 3 seeds"
 
 
 def test_page_command_is_the_records(record):
@@ -151,12 +145,13 @@ def test_conclusion_follows_the_record(record):
         assert f"{params:,} parameters, {delta:+,}" in says, (arm, says)
         st = mean_interval([mine[s]["steps"] - base[s]["steps"] for s in sorted(base)])
         quoted = f"{st.mean:+.0f} (95 % interval {st.low:+.0f} to {st.high:+.0f})"
-        assert f"Steps to the target: {quoted}, {steps_claim(st)}" in says, (arm, quoted)
+        assert f"Steps to the target: {quoted}, {in_words(st, *STEPS)}" in says, (arm, quoted)
         cmp = compare_arms(record, arm, "baseline")
         p = cmp.pooled
-        assert f"Test exact match: {pct(cmp.difference)}" in says, (arm, pct(cmp.difference))
+        quoted = f"Test exact match: {percent_interval(cmp.difference)}"
+        assert quoted in says, (arm, quoted)
         assert f"{p.only_a} against {p.only_b} sequences, {p_text(p.p_value)}" in says, arm
-        assert match_claim(cmp.verdict, len(cmp.seeds)) in says, (arm, cmp.verdict)
+        assert cmp.in_words(*MATCH) in says, (arm, cmp.verdict)
 
 
 def test_summary_follows_the_record(record):

@@ -86,6 +86,26 @@ def mean_interval(values) -> MeanInterval:
     return MeanInterval(float(x.mean()), float(x.mean() - half), float(x.mean() + half), x.size)
 
 
+def percent_interval(ci: MeanInterval) -> str:
+    """A difference of shares as a page's conclusion quotes it: '+0.16 % (95 % interval +0.00 %
+    to +0.32 %)' (percentage points)."""
+    return f"{100 * ci.mean:+.2f} % (95 % interval {100 * ci.low:+.2f} % to {100 * ci.high:+.2f} %)"
+
+
+def in_words(ci: MeanInterval, above: str, below: str, agrees: bool = True) -> str:
+    """The conclusion a seed-level interval of a difference allows, in a page's words: `above`
+    when the interval lies above 0, `below` when below 0, else "not distinguishable with n
+    seeds"; "no conclusion" under 5 seeds. agrees: whether a second test also rejects "no
+    difference" (Comparison.in_words passes pooled McNemar p < 0.05)."""
+    if ci.n < 5:
+        return f"no conclusion with {ci.n} seeds"
+    if ci.low > 0 and agrees:
+        return above
+    if ci.high < 0 and agrees:
+        return below
+    return f"not distinguishable with {ci.n} seeds"
+
+
 @dataclass(frozen=True)
 class McNemar:
     """McNemar's exact test on paired right/wrong outcomes of two arms on the same sequences.
@@ -181,6 +201,11 @@ class Comparison:
                 f"interval {-d.high:.2%} to {-d.low:.2%})"
             )
         return f"not distinguishable with {len(self.seeds)} seeds"
+
+    def in_words(self, above: str, below: str) -> str:
+        """The verdict in a page's words: `above` where the verdict says A is better, `below`
+        where B is (see the module's `in_words`)."""
+        return in_words(self.difference, above, below, self.pooled.p_value < 0.05)
 
 
 def compare_arms(record: dict, arm_a: str, arm_b: str) -> Comparison:
