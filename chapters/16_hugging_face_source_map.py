@@ -986,9 +986,10 @@ assert cross_len == src_ids.size(1) and edc.is_updated == {0: True}  # the sourc
 # reversal model (chapter 10). We compare logits where the decoder input is not PAD.
 
 # %% tags=["nbval-ignore-output"]
+from transformers import M2M100ForConditionalGeneration, PegasusForConditionalGeneration
+
 from helpers import BOOK_RECIPE, greedy_decode, load_or_train
 from helpers.analysis import hf_port
-from transformers import M2M100ForConditionalGeneration, PegasusForConditionalGeneration
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()  # none from save_pretrained, from_pretrained

@@ -41,7 +41,9 @@ RECIPE_NAMES = {
     "fixed_budget_recipe()": "chapter 12's well-initialised model (`fixed_budget_recipe()`)",
     "default_init_recipe()": "chapter 12's badly initialised model (`default_init_recipe()`)",
     "TODAYS_BLOCKS": "the book's model with today's four blocks (`blocks_recipe(...)`)",
-    "fixed_budget_recipe(steps=150)": "a model on a short budget (`fixed_budget_recipe(steps=150)`)",
+    "fixed_budget_recipe(steps=150)": (
+        "a model on a short budget (`fixed_budget_recipe(steps=150)`)"
+    ),
 }
 
 
