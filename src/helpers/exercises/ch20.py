@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 
 from helpers.core.data import make_reversal_dataset
-from helpers.core.masks import make_padding_mask
 from helpers.core.model import Transformer
-from helpers.core.vocab import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE
-from helpers.decoding.beam_search import beam_search, gnmt_length_penalty
+from helpers.core.vocab import VOCAB_SIZE
+from helpers.decoding.beam_search import beam_search, search
 
 from ._common import call, expect_tensor, fail, one_thread_isolated, passed
 
@@ -181,68 +180,6 @@ def _model(seed: int) -> Transformer:
     return model.eval()
 
 
-@torch.no_grad()
-def _search_with(model, src, k: int, alpha: float, reorder) -> tuple[torch.Tensor, torch.Tensor]:
-    """helpers.beam_search's loop, with `reorder(caches, parent)` after every step but the
-    first. -> (beams [B, k, L], scores [B, k]) in the search's final order (best first)."""
-    B, V, max_len = src.size(0), model.tgt_vocab, model.max_len
-    neg_inf = float("-inf")
-    memory, src_mask = model.encode(src)
-    seqs = torch.full((B, k, 1), BOS_ID)
-    log_probs = torch.full((B, k), neg_inf)
-    log_probs[:, 0] = 0.0
-    lengths = torch.zeros(B, k, dtype=torch.long)
-    finished = torch.ones(B, k, dtype=torch.bool)
-    finished[:, 0] = False
-    stay = torch.full((V,), neg_inf)
-    stay[PAD_ID] = 0.0
-    caches = [{} for _ in model.decoder.layers]
-    mem, mem_mask = memory, src_mask
-    for step in range(max_len - 1):
-        if finished.all():
-            break
-        rows = seqs[:, 0] if step == 0 else seqs.reshape(B * k, -1)
-        h, _ = model.decoder(
-            rows[:, -1:],
-            mem,
-            make_padding_mask(rows),
-            mem_mask,
-            need_weights=False,
-            caches=caches,
-            start_pos=step,
-        )
-        logp = model.out_proj(h[:, -1]).log_softmax(-1).view(B, -1, V).expand(B, k, V)
-        logp = torch.where(finished[..., None], stay, logp)
-        cand = log_probs[..., None] + logp
-        cand_len = lengths + (~finished).long()
-        rank = cand / gnmt_length_penalty(cand_len, alpha)[..., None]
-        top_rank, top = rank.view(B, k * V).topk(k, dim=1)
-        parent, token = top // V, top % V
-        empty = top_rank == neg_inf
-        was_finished = finished.gather(1, parent)
-        log_probs = cand.view(B, k * V).gather(1, top).masked_fill(empty, neg_inf)
-        lengths = cand_len.gather(1, parent)
-        token = token.masked_fill(was_finished | empty, PAD_ID)
-        finished = was_finished | empty | (token == EOS_ID)
-        prefix = seqs.gather(1, parent[..., None].expand(-1, -1, seqs.size(2)))
-        seqs = torch.cat([prefix, token[..., None]], dim=2)
-        if step == 0:  # B rows -> B * k rows, as the library does
-            first = torch.arange(B).repeat_interleave(k)
-            mem, mem_mask = memory.index_select(0, first), src_mask.index_select(0, first)
-            for cache in caches:
-                for name in ("self_k", "self_v", "cross_k", "cross_v"):
-                    cache[name] = cache[name].index_select(0, first)
-        else:
-            reorder(caches, parent.clone())
-    scores = log_probs / gnmt_length_penalty(lengths, alpha)
-    order = scores.argsort(dim=1, descending=True, stable=True)
-    seqs = seqs.gather(1, order[..., None].expand(-1, -1, seqs.size(2)))
-    seqs[..., 1:] = seqs[..., 1:].masked_fill(
-        (scores.gather(1, order) == neg_inf)[..., None], PAD_ID
-    )
-    return seqs, scores.gather(1, order)
-
-
 def _check_in_search(fn) -> int:
     checks = 0
     for seed in (0, 1):
@@ -254,11 +191,8 @@ def _check_in_search(fn) -> int:
         def reorder(caches, parent, where=where):
             call(fn, caches, parent, where=where)
 
-        beams, scores = _search_with(model, src, 3, 0.6, reorder)
-        L = min(beams.size(2), want.beams.size(2))
-        same = torch.equal(beams[..., :L], want.beams[..., :L]) and torch.equal(
-            scores, want.beam_scores
-        )
+        got = search(model, src, 3, model.max_len, 0.6, use_cache=True, reorder_self=reorder)
+        same = torch.equal(got.beams, want.beams) and torch.equal(got.beam_scores, want.beam_scores)
         if not same:
             fail(
                 "with your reordering the search ends with other beams than helpers.beam_search",
