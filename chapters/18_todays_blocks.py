@@ -133,7 +133,7 @@ hf_norm = modeling_llama.LlamaRMSNorm(d, eps=1e-6)
 for m in (torch_norm, lib_norm, hf_norm):
     with torch.no_grad():
         m.weight.copy_(weight)
-print("torch", torch.__version__, "| transformers", transformers.__version__)
+print("torch", torch.__version__.split("+")[0], "| transformers", transformers.__version__)
 for name, m in (("nn.RMSNorm", torch_norm), ("rms_norm", lib_norm), ("LlamaRMSNorm", hf_norm)):
     with torch.no_grad():
         diff = (m(x) - y).abs().max().item()
