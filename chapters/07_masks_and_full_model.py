@@ -855,8 +855,8 @@ print(
 # | dropout | 0.1, on each sub-layer's output and on the embeddings | the same, and on the attention weights; the training recipe sets 0 |
 # | sizes | $d = 512$, $h = 8$, $d_{ff} = 2048$, $N = 6$ | $d = 128$, $h = 4$, $d_{ff} = 512$, $N = 2$ here; the training recipe uses $d = 32$, $d_{ff} = 128$ |
 #
-# The paper's learning-rate schedule, label smoothing and beam search have their own chapters
-# (10, 11 and [20](20_beam_search.ipynb)).
+# The paper's learning-rate schedule and label smoothing are in chapter 10; beam search has its
+# own chapter, [20](20_beam_search.ipynb).
 
 # %%
 enc_layer = ref.encoder.layers[0]  # ref is in eval mode: no dropout
