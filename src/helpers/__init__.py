@@ -61,9 +61,6 @@ from helpers.training.checkpoints import trained_default_init_model, trained_fix
 
 # 13. The KV cache (the growing cache is in DecoderLayer; a preallocated one here)
 from helpers.decoding.static_cache import StaticCaches, allocate_static_caches, greedy_decode_static
-from helpers.decoding.beam_search import (
-    beam_search,
-)  # exercise 11.3's search, batched, on this cache
 
 # 14. A decoder-only mini GPT
 from .gpt import (
@@ -89,6 +86,9 @@ from helpers.analysis.torch_reference import (
 
 # 17. Pitfalls and debugging
 from .debugging import Finding, ModelReport, check_model, compare_with_band
+
+# 20. Beam search on the KV cache (exercise 11.3's search, batched, on chapter 13's cache)
+from helpers.decoding.beam_search import beam_search
 
 # 21. Cross-attention heatmaps
 from helpers.analysis.visualize import (
