@@ -106,6 +106,30 @@ def test_the_summary_prints_each_verdict_and_the_exit_status(capsys):
     assert summary({}, 1) == 1  # no check ran: not a pass
 
 
+def test_a_redirect_page_is_read_where_it_lands(tmp_path):
+    """Jupyter Book's index.html is a meta refresh: its load event fires before the intro
+    loads, so the check waits for the target page instead of reading the document between."""
+
+    class Page:
+        def __init__(self):
+            self.waited = []
+
+        def wait_for(self, expression, timeout):
+            self.waited.append(expression)
+
+    redirect = tmp_path / "index.html"
+    redirect.write_text('<meta http-equiv="Refresh" content="0; url=chapters/intro.html" />\n')
+    plain = tmp_path / "plain.html"
+    plain.write_text("<html><body><p>fine</p></body></html>")
+    page = Page()
+    book_pages.follow_redirect(page, plain)
+    assert page.waited == []
+    book_pages.follow_redirect(page, redirect)
+    assert page.waited == [
+        "location.href.endsWith('chapters/intro.html') && document.readyState === 'complete'"
+    ]
+
+
 @pytest.mark.skipif(
     not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no chromium"
 )

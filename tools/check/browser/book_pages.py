@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tools.check.browser.book import EXPLORER_PAGE, HARMLESS, book_pages
@@ -35,6 +36,7 @@ def check_book(browser: Chromium, html: Path, via: str = "http") -> list[str]:
             page.events.clear()
             try:
                 page.navigate(prefix + rel)
+                follow_redirect(page, path)
                 info = page.evaluate(PAGE("report"), timeout=60)
                 sols = page.evaluate(PAGE("solutions"))
                 explorer = (
@@ -80,6 +82,22 @@ def check_book(browser: Chromium, html: Path, via: str = "http") -> list[str]:
         f"at load; a solution clicked open on {toggled} pages"
     )
     return failures
+
+
+REFRESH = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+
+def follow_redirect(page, path: Path, timeout: float = 30) -> None:
+    """A redirect page (Jupyter Book's index.html is one meta refresh to the intro) fires its
+    load event before the browser moves on; the check must read the page it lands on, once that
+    one has loaded, not the document in between."""
+    found = REFRESH.search(path.read_text(encoding="utf-8")[:2000])
+    if found is None:
+        return
+    target = found.group(1).split("#")[0]
+    page.wait_for(
+        f"location.href.endsWith({target!r}) && document.readyState === 'complete'", timeout
+    )
 
 
 def content_problems(info: dict, external: list[str], errors: list[str], via: str) -> list[str]:
