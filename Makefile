@@ -57,14 +57,17 @@ venv: $(SETUP)
 # requirements.txt installs `helpers` in editable mode; its build normally fetches
 # setuptools into an isolated environment. Where no package index has setuptools
 # (offline), the second attempt builds with the venv's own setuptools instead.
-# pip byte-compiles what it installs, on one core: about half of its CPU time (2026-12-03,
-# loaded 2-core machine: 172 s of CPU, 89 s with --no-compile). --no-compile is not used:
-# where PYTHONDONTWRITEBYTECODE is set (as on that machine) every process would compile its
-# imports again (torch, transformers, matplotlib, ipykernel, sphinx: 24 s of CPU instead of
-# 12), and make test starts a kernel per notebook.
+# pip installs and byte-compiles on one core (about 110 s of wall time on the 2-core machine);
+# uv does the same in parallel, from the same sources and at the same versions (26 s), so it
+# goes first: tools/build/install_requirements.py hands it pip's configuration. If uv cannot
+# be had or fails, pip installs as before. The byte-compiling is kept: where
+# PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile its imports again
+# (24 s of CPU instead of 12 for torch, transformers, matplotlib, ipykernel and sphinx), and
+# make test starts a kernel per notebook.
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -r requirements.txt \
+	$(BIN)/python -m tools.build.install_requirements \
+	  || $(BIN)/python -m pip install -r requirements.txt \
 	  || $(BIN)/python -m pip install --no-build-isolation -r requirements.txt
 	@touch $@
 	@echo "installed: $(VENV) is ready"
