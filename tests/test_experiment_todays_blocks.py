@@ -33,12 +33,13 @@ from helpers.training.recipes import BOOK_RECIPE, blocks_recipe
 prose = functools.partial(twin_prose, markdown_only=True)  # markdown cells only
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "appendix" / "experiment_todays_blocks.py"
-ARMS = ("baseline", "rms", "swiglu", "gqa", "rope", "today")
+ARMS = ("baseline", "rms", "swiglu", "gqa", "mqa", "rope", "today")
 OPTIONS = {
     "baseline": {},
     "rms": {"norm": "rms"},
     "swiglu": {"ffn": "swiglu"},
     "gqa": {"num_kv_heads": 2},
+    "mqa": {"num_kv_heads": 1},
     "rope": {"positions": "rope"},
     "today": {"norm": "rms", "ffn": "swiglu", "positions": "rope", "num_kv_heads": 2},
 }
@@ -160,8 +161,11 @@ def test_summary_follows_the_record(record):
     seeds = record["seeds_done"]
     today = runs(record, "today")
     assert all(today[s]["steps"] > base[s]["steps"] for s in seeds)
-    assert "All four changes together needed more steps than the baseline on every seed" in text
-    for arm in ("rms", "swiglu", "gqa", "rope"):
+    assert (
+        "The four changes of `today`, together, needed more steps than the baseline on every seed"
+        in text
+    )
+    for arm in ("rms", "swiglu", "gqa", "mqa", "rope"):
         mine = runs(record, arm)
         ci = mean_interval([mine[s]["steps"] - base[s]["steps"] for s in seeds])
         assert ci.low < 0 < ci.high, arm

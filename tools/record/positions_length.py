@@ -185,6 +185,7 @@ def main() -> int:
                 f" (leading digits {long['leading_fraction']:.3f}), {res.seconds:.0f} s",
                 flush=True,
             )
+    write_record(args.out, record)  # also the runs kept after the last one trained
     out = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
     print("wrote", out)
     return 0

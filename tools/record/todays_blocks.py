@@ -146,6 +146,7 @@ def main() -> int:
                 f" {run['train_seconds']} s",
                 flush=True,
             )
+    write_record(args.out, record)  # also the runs kept after the last one trained
     out = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
     print("wrote", out)
     return 0
