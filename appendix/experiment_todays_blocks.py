@@ -31,8 +31,10 @@
 #     sinusoidal positions, 4 heads each with its own keys and values;
 #   - `rms`: RMSNorm instead of LayerNorm;
 #   - `swiglu`: a SwiGLU feed-forward layer, its hidden width 2/3 of the GELU layer's;
-#   - `gqa`: grouped-query attention, 2 key/value heads shared by the 4 query heads;
-#   - `mqa`: multi-query attention, 1 key/value head shared by all 4 query heads;
+#   - `gqa`: grouped-query attention, 2 key/value heads shared by the 4 query heads, in
+#     self-attention (cross-attention keeps its 4 key/value heads, as in chapter 18);
+#   - `mqa`: multi-query attention, 1 key/value head shared by all 4 query heads, in
+#     self-attention;
 #   - `rope`: RoPE in self-attention instead of the added sinusoidal table;
 #   - `today`: RMSNorm, SwiGLU, grouped-query attention (2 key/value heads) and RoPE together.
 # - **Equal across arms.** The book's recipe, `BOOK_RECIPE`: the same optimiser and schedule,
@@ -62,6 +64,8 @@ from helpers.analysis.experiments import (
     mean_interval,
     p_text,
 )
+from helpers.training.recipes import BOOK_RECIPE, blocks_recipe
+from helpers.training.train import build_model
 
 record = load_record("todays_blocks")
 ARMS = list(record["arms"])
@@ -99,11 +103,13 @@ print(
 #     --resume
 # ```
 #
-# It writes `chapters/data/todays_blocks.json` after every run. `--resume` keeps the runs the
-# record already holds, matched by their configuration, and trains the others. The six other
-# arms were recorded first, by the same command with `--arms baseline rms swiglu gqa rope
-# today`; this run added the five runs of `mqa`. Run on the record as committed, it would keep
-# every run and train none: leave `--resume` out to train them all again.
+# It writes `chapters/data/todays_blocks.json` after every run it trains, and once more at the
+# end. `--resume` keeps the runs the record already holds, matched by their configuration, and
+# trains the others. The six other arms were recorded first, by the same command with `--arms
+# baseline rms swiglu gqa rope today`. Run again as shown, it trained the five runs of `mqa`
+# and kept the thirty others as they were. The date below is that of its last run. Run on the
+# record as committed, it would keep every run and train none: leave `--resume` out to train
+# them all again.
 #
 # ## Provenance
 
@@ -116,14 +122,21 @@ for key, value in record["numerics"].items():
 # %% [markdown]
 # ## Results
 #
-# Each arm's parameter count, then each run: the step where it stopped, and its test exact
-# match with the 95 % Wilson interval.
+# Each arm's parameter count, and how wide its keys are in self-attention and in
+# cross-attention (the rows of $W_k$: key/value heads times 8). Then each run: the step where
+# it stopped, and its test exact match with the 95 % Wilson interval.
 
 # %%
 params = {arm: {r["parameters"] for r in record["arms"][arm]} for arm in ARMS}
 for arm in ARMS:
     (count,) = params[arm]
-    print(f"{arm:>8}: {count:,} parameters ({count - min(params['baseline']):+,})")
+    model = build_model(blocks_recipe(BOOK_RECIPE, **record["arm_options"][arm]))
+    assert sum(p.numel() for p in model.parameters()) == count
+    width = {n.split(".")[-3]: p.size(0) for n, p in model.named_parameters() if "W_k.weight" in n}
+    print(
+        f"{arm:>8}: {count:,} parameters ({count - min(params['baseline']):+,}); keys "
+        f"{width['self_mha']} wide in self-attention, {width['cross_mha']} in cross-attention"
+    )
 print()
 print(f"{'arm':>8} | seed | steps | test exact match (95 % Wilson)")
 for arm in ARMS:
@@ -191,6 +204,13 @@ for arm, cmp in comparisons.items():
 below_within = sum(per_seed_below.values())
 n_within = len(ARMS[1:]) * len(seeds)
 print(f"one seed, one change against the baseline: {below_within} of {n_within} at p < 0.05")
+more = {
+    arm: sum(runs[arm, s]["steps"] > runs["baseline", s]["steps"] for s in seeds)
+    for arm in ARMS[1:]
+}
+print(f"seeds where the change took more steps: {more}")
+sign_p = 2 * 0.5 ** len(seeds)
+print(f"{len(seeds)} of {len(seeds)} seeds one way, if each were a coin toss: p = {sign_p:.4f}")
 print()
 for arm, cmp in comparisons.items():
     print(f"{arm:>8}: {cmp.verdict}")
@@ -259,10 +279,14 @@ plt.show()
 #   +65), more steps than the baseline. Test exact match: +0.06 % (95 % interval -0.33 % to
 #   +0.46 %), McNemar 224 against 192 sequences, p = 0.13: not distinguishable with 5 seeds.
 #
-# The four changes of `today`, together, needed more steps than the baseline on every seed. The
-# record does not say which change causes it: one at a time, none is distinguishable from the
-# baseline in steps. The test exact match compares models stopped at about the same validation score, the
-# first check at 99.5 % or more. On it, no change is distinguishable from the baseline with 5
+# The four changes of `today`, together, needed more steps than the baseline on every seed.
+# If each seed were a coin toss, five out of five one way would come with p = 0.0625 (a sign
+# test). And its interval is one of six step intervals on this page, each at 95 %. So it is a
+# lead for a study with more seeds, not a settled cost. The record does not say which change
+# causes it: one at a time, none is distinguishable from the baseline in steps.
+#
+# The test exact match compares models stopped at about the same validation score, the first
+# check at 99.5 % or more. On it, no change is distinguishable from the baseline with 5
 # seeds. Within one seed, McNemar's test separates a change from the baseline in 21 of the 30
 # pairs of runs. It also separates the baseline from itself: 8 of its 10 pairs of seeds differ
 # at p < 0.05. A difference within one seed says little about the change. The record covers one

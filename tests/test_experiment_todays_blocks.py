@@ -60,6 +60,14 @@ STEPS = ("more steps than the baseline", "fewer steps than the baseline")
 MATCH = ("above the baseline", "below the baseline")
 
 
+WORDS = {1: "one", 5: "five", 6: "six", 7: "seven", 30: "thirty"}
+
+
+def step_interval(record, arm):
+    mine, base = runs(record, arm), runs(record, "baseline")
+    return mean_interval([mine[s]["steps"] - base[s]["steps"] for s in record["seeds_done"]])
+
+
 def bullet(text: str, arm: str) -> str:
     """The conclusion's bullet about one arm: from its bold name to the next bold name."""
     m = re.search(rf"- \*\*`{arm}`\*\*(.*?)(?= - \*\*`|$)", text)
@@ -131,13 +139,38 @@ def test_page_command_is_the_records(record):
     assert record["command"] in prose(PAGE).replace(" \\ ", " "), record["command"]
     # the recorder's --resume keeps every run a record already holds (matched by config key)
     assert ("--resume" in record["command"]) == ("leave `--resume` out" in prose(PAGE))
+    # the mqa arm was added to the six others' runs: their counts, as the page words them
+    n_mqa = len(record["arms"]["mqa"])
+    n_others = sum(len(r) for arm, r in record["arms"].items() if arm != "mqa")
+    quoted = f"trained the {WORDS[n_mqa]} runs of `mqa` and kept the {WORDS[n_others]} others"
+    assert quoted in prose(PAGE), quoted
+    others = " ".join(arm for arm in ARMS if arm != "mqa")
+    assert f"--arms {others}`" in prose(PAGE)
+
+
+def test_grouped_heads_are_self_attention_only(record):
+    """The page's design: gqa and mqa share key/value heads in self-attention only."""
+    from helpers.training.train import build_model
+
+    d_k = BOOK_RECIPE.d_model // BOOK_RECIPE.num_heads
+    for arm, kv_heads in (("baseline", 4), ("gqa", 2), ("mqa", 1), ("today", 2)):
+        model = build_model(blocks_recipe(BOOK_RECIPE, **OPTIONS[arm]))
+        for name, w in model.named_parameters():
+            if name.endswith("W_k.weight"):
+                heads = BOOK_RECIPE.num_heads if ".cross_mha." in name else kv_heads
+                assert w.size(0) == heads * d_k, (arm, name)
+        (params,) = {r["parameters"] for r in record["arms"][arm]}
+        assert sum(p.numel() for p in model.parameters()) == params, arm
+    text = prose(PAGE)
+    assert f"self-attention (cross-attention keeps its {BOOK_RECIPE.num_heads} key/value" in text
+    assert f"key/value heads times {d_k}" in text
 
 
 def test_conclusion_follows_the_record(record):
     text = prose(PAGE)
     base = runs(record, "baseline")
     all_reached = all(r["reached_target"] for arm in ARMS for r in record["arms"][arm])
-    assert all_reached == ("Every run reached the target" in text)
+    assert all_reached == (f"Every run reached the target within {BOOK_RECIPE.max_steps}" in text)
     for arm in ARMS[1:]:
         mine = runs(record, arm)
         says = bullet(text, arm)
@@ -173,11 +206,27 @@ def test_summary_follows_the_record(record):
     verdicts = {compare_arms(record, arm, "baseline").verdict for arm in ARMS[1:]}
     assert verdicts == {f"not distinguishable with {len(seeds)} seeds"}
     assert f"no change is distinguishable from the baseline with {len(seeds)} seeds" in text
+    # today's step difference: every seed one way, a sign test, one interval of six
+    sign_p = 2 * 0.5 ** len(seeds)
+    quoted = f"{WORDS[len(seeds)]} out of {WORDS[len(seeds)]} one way would come with p = {sign_p}"
+    assert quoted in text, quoted
+    more = {a: sum(runs(record, a)[s]["steps"] > base[s]["steps"] for s in seeds) for a in ARMS[1:]}
+    assert [a for a in ARMS[1:] if more[a] in (0, len(seeds))] == ["today"]
+    stepped = [a for a in ARMS[1:] if in_words(step_interval(record, a), *STEPS) in STEPS]
+    assert stepped == ["today"]
+    quoted = f"one of {WORDS[len(ARMS) - 1]} step intervals on this page, each at 95 %"
+    assert quoted in text, quoted
+    assert "a lead for a study with more seeds, not a settled cost" in text
 
 
 def test_seed_against_seed_statement(record):
     bits = arm_bits(record, "baseline")
     seeds = record["seeds_done"]
+    n = record["test_set"]["n"]
+    quoted = (
+        f"McNemar's test pools {n * len(seeds):,} sequence pairs, but the {n:,} pairs of one seed"
+    )
+    assert quoted in prose(PAGE), quoted
     pairs = [(s, t) for s in seeds for t in seeds if s < t]
     below = sum(mcnemar_exact(bits[s], bits[t]).p_value < 0.05 for s, t in pairs)
     quoted = f"{below} of its {len(pairs)} pairs of seeds differ at p < 0.05"
