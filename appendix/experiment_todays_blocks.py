@@ -30,7 +30,7 @@
 #   - `baseline`: the 2017 block as the book builds it: LayerNorm, a GELU feed-forward layer,
 #     sinusoidal positions, 4 heads each with its own keys and values;
 #   - `rms`: RMSNorm instead of LayerNorm;
-#   - `swiglu`: a SwiGLU feed-forward layer, its hidden width 2/3 of the GELU layer's;
+#   - `swiglu`: a SwiGLU feed-forward layer, its hidden width about 2/3 of the GELU layer's;
 #   - `gqa`: grouped-query attention, 2 key/value heads shared by the 4 query heads, in
 #     self-attention (cross-attention keeps its 4 key/value heads, as in chapter 18);
 #   - `mqa`: multi-query attention, 1 key/value head shared by all 4 query heads, in
