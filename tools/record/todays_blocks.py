@@ -129,6 +129,8 @@ def main() -> int:
         done = {r["config_key"]: r for runs in old["arms"].values() for r in runs}
         if old["stop_after"] != args.stop_after:
             done = {}
+        elif "load_average_after" in old:  # kept until a run is trained here
+            record["load_average_after"] = old["load_average_after"]
     for seed in args.seeds:
         for arm in args.arms:
             cfg = blocks_recipe(BOOK_RECIPE, seed=seed, **ARMS[arm])
