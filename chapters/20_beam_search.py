@@ -547,8 +547,9 @@ plt.show()
 # :::{dropdown} Going deeper: what a beam costs
 # A step of width $k$ runs the decoder on $B \cdot k$ rows instead of $B$ (the hook counts of
 # section 4), and the self-attention cache holds $k$ times as many rows. The encoder still runs
-# once, on the $B$ sources. What that costs in seconds depends on the machine. The Experiments
-# page's timings were taken on a loaded machine and are shown there as information only.
+# once, on the $B$ sources. What that costs in seconds depends on the machine. The
+# [beam width page](../appendix/experiment_beam_width.ipynb) times each width against greedy
+# decoding on one machine.
 # :::
 #
 # ## Summary

@@ -14,10 +14,14 @@ keeps, per arm and seed, the exact-match count and which sequences came out righ
 (correct_bits, helpers.analysis.experiments.pack_bits), so that the Experiments page pairs the
 arms sequence by sequence with McNemar's test (helpers.analysis.experiments.compare_arms).
 
-It also times each width on seed 0's model (the first --time-n test sources, one batch, the
-median of --repeats runs), as seconds per generated token: the run's wall-clock time divided by
-the tokens of the best hypotheses (after <bos>, up to and including <eos>). The timings are
-information about this machine only; nothing is decided on them.
+It also times each width on seed 0's model (the first --time-n test sources, in batches of
+500): in
+each of --repeats rounds, every arm once, one after the other, so that a change in the machine's
+speed during the timing reaches every arm alike. Per arm: each run's wall-clock seconds, their
+median, and the median per generated token (the tokens of the best hypotheses, after <bos> up
+to and including <eos>); per round, each arm's time over greedy decoding's in the same round.
+The load average before and after the timing is recorded: run it on an idle machine. The
+timings describe this machine, on one thread.
 Writes chapters/data/beam_width.json.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import platform
 import statistics
 import time
@@ -69,20 +74,31 @@ def generated_tokens(out: torch.Tensor) -> int:
     return int(n.sum())
 
 
-def time_arm(model, src: torch.Tensor, arm: str, repeats: int) -> dict:
-    seconds = []
+def time_arms(model, src: torch.Tensor, repeats: int) -> dict:
+    """Every arm once per round, `repeats` rounds, after one untimed warm-up round."""
+    for arm in ARMS:
+        decode(model, src, arm)
+    seconds = {arm: [] for arm in ARMS}
+    tokens = {}
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = decode(model, src, arm)
-        seconds.append(time.perf_counter() - start)
-    tokens = generated_tokens(out)
-    median = statistics.median(seconds)
-    return {
-        "seconds": [round(s, 4) for s in seconds],
-        "median_seconds": round(median, 4),
-        "generated_tokens": tokens,
-        "seconds_per_token": median / tokens,
-    }
+        for arm in ARMS:
+            start = time.perf_counter()
+            out = decode(model, src, arm)
+            seconds[arm].append(time.perf_counter() - start)
+            tokens[arm] = generated_tokens(out)
+    timed = {}
+    for arm in ARMS:
+        median = statistics.median(seconds[arm])
+        timed[arm] = {
+            "seconds": [round(s, 4) for s in seconds[arm]],
+            "median_seconds": round(median, 4),
+            "generated_tokens": tokens[arm],
+            "seconds_per_token": median / tokens[arm],
+            "over_greedy_by_round": [
+                round(a / g, 3) for a, g in zip(seconds[arm], seconds["greedy"], strict=True)
+            ],
+        }
+    return timed
 
 
 def main() -> None:
@@ -90,8 +106,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--n", type=int, default=2000)
-    ap.add_argument("--time-n", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--time-n", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
 
@@ -118,7 +134,9 @@ def main() -> None:
             line.append(f"{arm} {right.float().mean():.4f}")
         print(f"seed {seed}: " + ", ".join(line), flush=True)
         if seed == args.seeds[0]:
-            timing = {arm: time_arm(model, src[: args.time_n], arm, args.repeats) for arm in ARMS}
+            load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
+            timing = time_arms(model, src[: args.time_n], args.repeats)
+            load_after = " ".join(f"{v:.2f}" for v in os.getloadavg())
             for arm, t in timing.items():
                 print(f"  {arm}: {1e3 * t['seconds_per_token']:.3f} ms per token", flush=True)
     record = {
@@ -138,6 +156,9 @@ def main() -> None:
             "seed": args.seeds[0],
             "sources": args.time_n,
             "repeats": args.repeats,
+            "order": "rounds: every arm once per round, after one untimed warm-up round",
+            "load_average_before": load_before,
+            "load_average_after": load_after,
             "arms": timing,
         },
     }
