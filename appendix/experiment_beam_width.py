@@ -27,8 +27,9 @@
 # - **Models.** The book's recipe trained for exactly 150 steps, with no early stop
 #   (`fixed_budget_recipe(BOOK_RECIPE, steps=150)`). A seed sets the initial weights and the
 #   batch order. Seed 0 is the model chapter 20 loads.
-# - **Arms.** Greedy decoding (`greedy_decode`), and `beam_search` of width 2, 4 and 8 with the
-#   length penalty $\alpha = 0.6$. All four arms decode with the same model of each seed.
+# - **Arms.** Greedy decoding (`greedy_decode` with `use_cache=True`), and `beam_search` of
+#   width 2, 4 and 8 with the length penalty $\alpha = 0.6$. All four arms run on the KV cache
+#   and decode with the same model of each seed.
 # - **Seeds.** 0 to 4. Arm and seed make a run; the four runs of one seed are paired.
 # - **Scored on.** The first 2,000 sequences of the test set (seed 2027), the same for every
 #   run. A sequence is right when every token up to `<eos>` is. The record keeps which

@@ -2,6 +2,7 @@
 chapters/data/beam_width.json, made by tools/record/beam_width.py)."""
 
 import dataclasses
+import inspect
 
 import pytest
 from twin_prose import prose
@@ -10,6 +11,7 @@ from helpers.analysis.experiments import compare_arms, load_record
 from helpers.decoding.beam_search import DEFAULT_LENGTH_PENALTY
 from helpers.training.evaluation import TEST_SEED
 from helpers.training.recipes import BOOK_RECIPE, fixed_budget_recipe
+from tools.record import beam_width as recorder
 
 PAGE = prose("appendix/experiment_beam_width.py")
 CHAPTER = prose("chapters/20_beam_search.py")
@@ -47,6 +49,17 @@ def test_design_as_stated(record):
         [r["config_key"] for r in runs] == [r["config_key"] for r in record["arms"]["greedy"]]
         for runs in record["arms"].values()
     )
+    # both arms run on the KV cache: greedy_decode's default (use_cache=False) is far slower
+    decode = inspect.getsource(recorder.decode)
+    assert (
+        "greedy_decode(model, s, use_cache=True)" in decode
+        and "use_cache"
+        not in (
+            decode.split("beam_search(", 1)[1].split(")", 1)[0]  # beam_search's default: True
+        )
+    )
+    assert inspect.signature(recorder.beam_search).parameters["use_cache"].default is True
+    assert "`greedy_decode` with `use_cache=True`" in PAGE and "All four arms run on the KV" in PAGE
     assert record["length_penalty"] == DEFAULT_LENGTH_PENALTY
     assert f"$\\alpha = {DEFAULT_LENGTH_PENALTY}$" in PAGE
     n = record["test_set"]["n"]
