@@ -138,6 +138,17 @@ def test_cost_follows_the_record(record):
         quoted.append(f"{median:.2f} times")
         quoted.append(f"{low:.2f} to {high:.2f}")
     assert "In every round each width cost less than $k$ times greedy decoding" in PAGE
+    # the lowest ratios all come from the round of greedy's slowest run, as the page says
+    rounds = range(t["repeats"])
+    slow = max(rounds, key=lambda i: arms["greedy"]["seconds"][i])
+    for width in (2, 4, 8):
+        by_round = arms[f"beam {width}"]["over_greedy_by_round"]
+        assert min(rounds, key=lambda i: by_round[i]) == slow
+    assert (
+        f"Each width's lowest ratio comes from round {slow + 1}, the round where greedy "
+        "decoding ran slowest"
+    ) in PAGE
+    assert "so a slow drift in the machine's speed reaches all arms alike" in PAGE
     for words in quoted:
         assert words in PAGE, words
     tokens = (
