@@ -37,13 +37,13 @@
 #   exact test, and seed by seed with a paired $t$ interval.
 # - **Cost.** Each arm decoded the first 1,000 test sources, in batches of 500, with seed 0's
 #   model, in 7 rounds after one untimed warm-up round. A round runs every arm once, one after
-#   the other, so a slow drift in the machine's speed reaches all arms alike. A slowdown
-#   shorter than a round does not: it moves that round's ratios. The time per
-#   generated token is an arm's median time divided by the tokens its best hypotheses wrote
-#   (after `<bos>`, up to `<eos>`). Each round also gives each arm's time over greedy
-#   decoding's in the same round: 7 ratios per arm. One thread, with the load average
-#   recorded before and after. The times describe the machine named under Provenance, no
-#   other.
+#   the other. Each round gives each arm's time over greedy decoding's in the same round: 7
+#   ratios per arm, summed up by their median. A slow drift in the machine's speed reaches all
+#   arms of a round alike and cancels in the ratio. A slowdown shorter than a round does not:
+#   it moves that round's ratios. The time per generated token is an arm's median time divided
+#   by the tokens its best hypotheses wrote (after `<bos>`, up to and including `<eos>`). One
+#   thread, with the load average recorded before and after. The times describe the machine
+#   named under Provenance, no other.
 #
 # ## Command
 #
@@ -194,16 +194,18 @@ plt.show()
 # - **Wider against narrower.** Width 4 minus width 2 is +0.08 points (95 % interval -0.08 to
 #   +0.24 points), and width 8 minus width 4 is +0.01 points (95 % interval -0.02 to +0.04
 #   points): not distinguishable with 5 seeds.
-# - **Cost, on this machine.** To decode the same 1,000 sources on one thread, width 2 took
-#   1.61 times as long as greedy decoding (1.37 to 1.64 over 7 rounds), width 4 2.84 times
-#   (2.36 to 2.91) and width 8 5.20 times (4.42 to 5.46). Each width's lowest ratio comes from
-#   round 4, the round where greedy decoding ran slowest: a short slowdown of the machine, not a
-#   cheaper beam. The best hypotheses wrote about as
-#   many tokens as greedy decoding (8,450 against 8,452). In every round each width cost less
-#   than $k$ times greedy decoding, though it runs the decoder on $k$ times as many rows
-#   (chapter 20).
-#   So on these models width 2 buys its +0.96 points for about 1.6 times the decoding time,
+# - **Cost, on this machine.** To decode the same 1,000 sources on one thread with seed 0's
+#   model, width 2 took a median 1.61 times as long as greedy decoding over the 7 rounds (1.37
+#   to 1.64), width 4 2.84 times (2.36 to 2.91) and width 8 5.20 times (4.42 to 5.46). Each
+#   width's lowest ratio comes from round 4, the round where greedy decoding ran slowest: a
+#   short slowdown of the machine, not a cheaper beam. The best hypotheses of every width wrote
+#   about as many tokens as greedy decoding (8,450 against 8,452). In every round each width
+#   cost less than $k$ times greedy decoding, though it runs the decoder on $k$ times as many
+#   rows (chapter 20). In every round each width also cost more than the next narrower one.
+#   So on this machine width 2 buys its +0.96 points for about 1.6 times the decoding time,
 #   and widths 4 and 8 cost more again for a gain not distinguishable from the narrower beam's.
+#   The times come from one model on one machine: they rank the widths there, and say roughly
+#   by how much, not what a beam costs elsewhere.
 #
 # The record covers one recipe at one short budget. The book's fully trained model reverses
 # almost every test sequence greedily; the record says nothing about it, nor about other

@@ -130,14 +130,31 @@ def test_cost_follows_the_record(record):
     assert float(t["load_average_after"].split()[0]) < 1
     n = t["sources"]
     assert f"To decode the same {n:,} sources on one thread" in PAGE
-    quoted = []
+    quoted = {}
     for width in (2, 4, 8):
         r = sorted(arms[f"beam {width}"]["over_greedy_by_round"])
         median, low, high = r[len(r) // 2], r[0], r[-1]
         assert high < width  # "each width cost less than k times greedy decoding"
-        quoted.append(f"{median:.2f} times")
-        quoted.append(f"{low:.2f} to {high:.2f}")
+        quoted[width] = f"{median:.2f} times", f"({low:.2f} to {high:.2f})", median
     assert "In every round each width cost less than $k$ times greedy decoding" in PAGE
+    assert f"with seed {t['seed']}'s model, width 2 took a median {quoted[2][0]} as long" in PAGE
+    assert f"greedy decoding over the {t['repeats']} rounds {quoted[2][1]}" in PAGE
+    assert (
+        f"width 4 {quoted[4][0]} {quoted[4][1]} and width 8 {quoted[8][0]} {quoted[8][1]}" in PAGE
+    )
+    assert f"about {quoted[2][2]:.1f} times the decoding time" in PAGE
+    # "in every round each width also cost more than the next narrower one" (greedy, 2, 4, 8)
+    for narrow, wide in (("greedy", "beam 2"), ("beam 2", "beam 4"), ("beam 4", "beam 8")):
+        assert all(
+            w > n for n, w in zip(arms[narrow]["seconds"], arms[wide]["seconds"], strict=True)
+        )
+    assert "In every round each width also cost more than the next narrower one" in PAGE
+    # "the best hypotheses of every width wrote about as many tokens as greedy decoding"
+    for width in (2, 4, 8):
+        assert arms[f"beam {width}"]["generated_tokens"] == pytest.approx(
+            arms["greedy"]["generated_tokens"], rel=0.01
+        )
+    assert "The best hypotheses of every width wrote about as many tokens" in PAGE
     # the lowest ratios all come from the round of greedy's slowest run, as the page says
     rounds = range(t["repeats"])
     slow = max(rounds, key=lambda i: arms["greedy"]["seconds"][i])
@@ -148,9 +165,7 @@ def test_cost_follows_the_record(record):
         f"Each width's lowest ratio comes from round {slow + 1}, the round where greedy "
         "decoding ran slowest"
     ) in PAGE
-    assert "so a slow drift in the machine's speed reaches all arms alike" in PAGE
-    for words in quoted:
-        assert words in PAGE, words
+    assert "A slow drift in the machine's speed reaches all arms of a round alike" in PAGE
     tokens = (
         f"{arms['beam 2']['generated_tokens']:,} against {arms['greedy']['generated_tokens']:,}"
     )
