@@ -1,8 +1,10 @@
 """Record greedy decoding against beam widths 2, 4 and 8 on deliberately under-trained models.
 
-Usage (from the repository root; about 5 runs of 150 training steps plus the searches, some
-5 CPU-minutes on one thread):
-    nice -n 10 .venv/bin/python -m tools.record.beam_width
+Usage (from the repository root, pinned as the record's command says; about 5 runs of 150
+training steps plus the searches, some 5 CPU-minutes on one thread, and 8 rounds of timing,
+about 20 s):
+    env $(.venv/bin/python src/helpers/repro/pin.py pinned) nice -n 10 \
+        .venv/bin/python -m tools.record.beam_width
 
 Each seed's model is the book's recipe trained for exactly --steps steps with no early stop
 (helpers.fixed_budget_recipe(BOOK_RECIPE, steps=...), TrainConfig.seed = the seed: initial
@@ -15,11 +17,12 @@ keeps, per arm and seed, the exact-match count and which sequences came out righ
 arms sequence by sequence with McNemar's test (helpers.analysis.experiments.compare_arms).
 
 It also times each width on seed 0's model (the first --time-n test sources, in batches of
-500): in
-each of --repeats rounds, every arm once, one after the other, so that a change in the machine's
-speed during the timing reaches every arm alike. Per arm: each run's wall-clock seconds, their
-median, and the median per generated token (the tokens of the best hypotheses, after <bos> up
-to and including <eos>); per round, each arm's time over greedy decoding's in the same round.
+500, greedy_decode and beam_search both on the KV cache): one untimed warm-up round, then in
+each of --repeats rounds every arm once, one after the other, so that a slow drift of the
+machine's speed reaches every arm of a round alike (a slowdown shorter than a round does not).
+Per arm: each run's wall-clock seconds, their median, and the median per generated token (the
+tokens of the best hypotheses, after <bos> up to and including <eos>); per round, each arm's
+time over greedy decoding's in the same round.
 The load average before and after the timing is recorded: run it on an idle machine. The
 timings describe this machine, on one thread.
 Writes chapters/data/beam_width.json.
