@@ -20,7 +20,8 @@
 #
 # Chapter 20 builds beam search and runs it on one under-trained model. Does a beam of width 2,
 # 4 or 8 reverse more test sequences exactly than greedy decoding, on models that stopped
-# early? And what does each width cost per generated token, on one machine and one thread?
+# early? And how much longer than greedy decoding does each width take, on one machine and one
+# thread?
 #
 # ## Design
 #
@@ -130,7 +131,8 @@ for a, b in (("beam 4", "beam 2"), ("beam 8", "beam 4")):
 
 # %% [markdown]
 # The cost: each arm's seven runs, its median time per generated token, and its time over
-# greedy decoding's, as the median of the seven rounds with their lowest and highest.
+# greedy decoding's, as the median of the seven rounds with their lowest and highest. Last, the
+# round of greedy decoding's slowest run, and the round of each width's lowest ratio.
 
 # %%
 timing = record["timing"]
