@@ -94,14 +94,18 @@ def test_measure_a_tiny_configuration():
 
 @linux_only
 def test_handwritten_memory_grows_like_L_squared():
-    # from L = 1024 up: the worker's own memory traffic (this runs in a pytest worker after
-    # other tests) has added up to ~15 MiB to a peak (measured at L = 512 in make test-slow: 40
-    # MiB where the scores need 24, slope 1.63); beside 48 MiB or more of scores that is small
+    # The worker's own memory traffic (this runs in a pytest worker after other tests) can add
+    # to one reading: 40 MiB at L = 512 where the scores need 24, and once 80 MiB at L = 1024
+    # where they need 48 (make test-slow, fresh clones, slopes 1.63). Such extras only add, so
+    # each length is measured twice and the smaller peak kept.
     lengths = [1024, 2048, 4096]
     peaks = [
-        measure("handwritten", L, B=1, d_model=32, heads=4, min_run_time=0.01, min_runs=1)[
-            "peak_mib"
-        ]
+        min(
+            measure("handwritten", L, B=1, d_model=32, heads=4, min_run_time=0.01, min_runs=1)[
+                "peak_mib"
+            ]
+            for _ in range(2)
+        )
         for L in lengths
     ]
     assert 1.7 < loglog_slope(lengths, peaks) < 2.2, peaks
