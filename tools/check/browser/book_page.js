@@ -4,12 +4,6 @@
   // Once MathJax has typeset and every image has loaded (or failed, or 10 s passed): the math
   // elements with and without MathJax output, and the images that did not load.
   async report() {
-    // The theme sets window.MathJax to a bare configuration before the deferred MathJax script
-    // replaces it; wait (up to 10 s) for the real one, or it reads as "loaded, nothing typeset".
-    for (let t = 0; t < 100 && window.MathJax && !MathJax.startup
-         && document.querySelector('script[src*="mathjax"]'); t++) {
-      await new Promise(r => setTimeout(r, 100));
-    }
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
       await MathJax.startup.promise;
       if (MathJax.typesetPromise) { await MathJax.typesetPromise(); }
